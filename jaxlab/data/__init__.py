@@ -1,0 +1,1 @@
+"""Data: tokenizers, grain pipelines, synthetic task generators."""

@@ -1,0 +1,178 @@
+"""Tokenizers behind one small interface.
+
+`ByteTokenizer` needs no files (UTF-8 bytes + a few specials, optionally extra
+named special tokens such as FIM sentinels); `SentencePieceTokenizer` wraps a
+`.model` file. Both expose encode/decode, bos/eos/pad ids and vocab_size.
+"""
+
+import abc
+from collections.abc import Sequence
+
+
+class Tokenizer(abc.ABC):
+  """The interface every jaxlab tokenizer implements."""
+
+  @property
+  @abc.abstractmethod
+  def vocab_size(self) -> int:
+    ...
+
+  @property
+  @abc.abstractmethod
+  def bos_id(self) -> int:
+    ...
+
+  @property
+  @abc.abstractmethod
+  def eos_id(self) -> int:
+    ...
+
+  @property
+  @abc.abstractmethod
+  def pad_id(self) -> int:
+    ...
+
+  @abc.abstractmethod
+  def encode(self, text: str, *, add_bos: bool = False,
+             add_eos: bool = False) -> list[int]:
+    ...
+
+  @abc.abstractmethod
+  def decode(self, ids: Sequence[int]) -> str:
+    ...
+
+  def token_id(self, piece: str) -> int:
+    """Id of a single-token string (e.g. " yes", a special token)."""
+    ids = self.encode(piece)
+    if len(ids) != 1:
+      raise ValueError(f"{piece!r} is not a single token (ids {ids})")
+    return ids[0]
+
+
+class ByteTokenizer(Tokenizer):
+  """UTF-8 bytes as ids 0..255, then pad, bos, eos, then named specials.
+
+  Named special tokens (e.g. `("<fim_prefix>", "<fim_suffix>")`) are matched
+  verbatim in `encode` and each becomes one id.
+  """
+
+  PAD, BOS, EOS = 256, 257, 258
+
+  def __init__(self, special_tokens: Sequence[str] = ()):
+    self._specials = list(special_tokens)
+    if len(set(self._specials)) != len(self._specials):
+      raise ValueError(f"duplicate special tokens: {self._specials}")
+    self._special_ids = {s: 259 + i for i, s in enumerate(self._specials)}
+
+  @property
+  def vocab_size(self) -> int:
+    return 259 + len(self._specials)
+
+  @property
+  def bos_id(self) -> int:
+    return self.BOS
+
+  @property
+  def eos_id(self) -> int:
+    return self.EOS
+
+  @property
+  def pad_id(self) -> int:
+    return self.PAD
+
+  @property
+  def special_tokens(self) -> dict[str, int]:
+    return dict(self._special_ids)
+
+  def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
+    """Adds named specials (idempotent); returns their ids."""
+    for tok in tokens:
+      if tok not in self._special_ids:
+        self._special_ids[tok] = 259 + len(self._specials)
+        self._specials.append(tok)
+    return [self._special_ids[t] for t in tokens]
+
+  def encode(self, text: str, *, add_bos: bool = False,
+             add_eos: bool = False) -> list[int]:
+    ids = [self.BOS] if add_bos else []
+    i = 0
+    # Longest special first so that overlapping names match greedily.
+    specials = sorted(self._specials, key=len, reverse=True)
+    while i < len(text):
+      for s in specials:
+        if text.startswith(s, i):
+          ids.append(self._special_ids[s])
+          i += len(s)
+          break
+      else:
+        j = i
+        while j < len(text) and not any(text.startswith(s, j)
+                                        for s in specials):
+          j += 1
+        ids.extend(text[i:j].encode("utf-8"))
+        i = j
+    if add_eos:
+      ids.append(self.EOS)
+    return ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    inverse = {v: k for k, v in self._special_ids.items()}
+    out, buf = [], bytearray()
+    for t in ids:
+      t = int(t)
+      if t < 256:
+        buf.append(t)
+        continue
+      out.append(buf.decode("utf-8", errors="replace"))
+      buf = bytearray()
+      if t in inverse:
+        out.append(inverse[t])
+      # pad/bos/eos decode to nothing.
+    out.append(buf.decode("utf-8", errors="replace"))
+    return "".join(out)
+
+
+class SentencePieceTokenizer(Tokenizer):
+  """Wraps a sentencepiece `.model` file."""
+
+  def __init__(self, model_path: str):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+    if not os.path.exists(model_path):
+      raise FileNotFoundError(f"sentencepiece model not found: {model_path}")
+    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  @property
+  def bos_id(self) -> int:
+    return self._sp.bos_id()
+
+  @property
+  def eos_id(self) -> int:
+    return self._sp.eos_id()
+
+  @property
+  def pad_id(self) -> int:
+    pad = self._sp.pad_id()
+    return pad if pad >= 0 else self._sp.eos_id()
+
+  def encode(self, text: str, *, add_bos: bool = False,
+             add_eos: bool = False) -> list[int]:
+    ids = list(self._sp.encode(text))
+    if add_bos:
+      ids = [self.bos_id] + ids
+    if add_eos:
+      ids = ids + [self.eos_id]
+    return ids
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._sp.decode([int(i) for i in ids])
+
+  def token_id(self, piece: str) -> int:
+    pid = self._sp.piece_to_id(piece)
+    if pid == self._sp.unk_id() and piece != self._sp.id_to_piece(pid):
+      return super().token_id(piece)
+    return pid

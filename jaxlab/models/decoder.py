@@ -1,0 +1,298 @@
+"""A Llama/Qwen2-family decoder-only language model in Flax NNX.
+
+    model = Decoder(DecoderConfig(...), rngs=nnx.Rngs(0))
+    logits_btv = model(input_ids_bt)                       # [B, T, V]
+    out = model.forward(input_ids_bt, cache=cache,          # full output:
+                        output_hidden_states=True)          # logits, cache,
+                                                            # hidden states
+
+Pre-norm blocks: h = h + Attn(RMSNorm(h)); h = h + SwiGLU(RMSNorm(h)).
+Causal by default; `causal=False` gives the bidirectional model used by
+diffusion LMs. Per-layer RoPE can be switched off (`nope_layers`) for
+NoPE/iRoPE-style controls.
+"""
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from flax import struct
+from flax.core import FrozenDict
+
+from jaxlab.nn import attention as attn_lib
+from jaxlab.nn import mlp as mlp_lib
+from jaxlab.nn import norm as norm_lib
+from jaxlab.nn import partitioning as pt
+from jaxlab.nn import rope as rope_lib
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16,
+           "float16": jnp.float16}
+
+
+def to_dtype(name) -> Any:
+  if not isinstance(name, str):
+    return name
+  if name not in _DTYPES:
+    raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(_DTYPES)}")
+  return _DTYPES[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+  """Architecture of a decoder LM (field names follow HF where they exist).
+
+  `rope_scaling` is a mapping with a `method` key naming a registered
+  `jaxlab.nn.rope` scaling plus that method's keyword options, e.g.
+  `{"method": "yarn", "factor": 4.0, "original_max_position": 2048}`.
+  """
+  vocab_size: int = 512
+  dim: int = 128
+  num_layers: int = 2
+  num_heads: int = 4
+  num_kv_heads: int = 2
+  head_dim: int | None = None
+  mlp_dim: int = 256
+  rope_theta: float = 10000.0
+  rope_scaling: Mapping[str, Any] | None = None
+  max_position_embeddings: int = 2048
+  norm_eps: float = 1e-6
+  tie_embeddings: bool = False
+  qkv_bias: bool = False
+  causal: bool = True
+  sliding_window: int | None = None
+  nope_layers: tuple[int, ...] = ()
+  param_dtype: str = "float32"
+  dtype: str = "float32"
+  remat: bool = False
+  init_std: float = 0.02
+  attention_impl: str | None = None
+
+  def __post_init__(self):
+    if self.rope_scaling is not None:
+      scaling = dict(self.rope_scaling)
+      if "method" not in scaling:
+        raise ValueError("rope_scaling needs a 'method' key; valid: "
+                         f"{', '.join(rope_lib.available())}")
+      object.__setattr__(self, "rope_scaling", FrozenDict(scaling))
+    object.__setattr__(self, "nope_layers", tuple(self.nope_layers))
+    hd = self.resolved_head_dim
+    if hd % 2:
+      raise ValueError(f"head_dim must be even for RoPE, got {hd}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(f"num_heads={self.num_heads} must be a multiple of "
+                       f"num_kv_heads={self.num_kv_heads}")
+    for i in self.nope_layers:
+      if not 0 <= i < self.num_layers:
+        raise ValueError(f"nope_layers entry {i} outside [0, {self.num_layers})")
+    to_dtype(self.param_dtype), to_dtype(self.dtype)
+
+  @property
+  def resolved_head_dim(self) -> int:
+    return self.head_dim or self.dim // self.num_heads
+
+  def replace(self, **kw) -> "DecoderConfig":
+    return dataclasses.replace(self, **kw)
+
+  def rope_tables(self) -> tuple[Any, float]:
+    """(inv_freq `[head_dim // 2]`, attention_scale) for this config."""
+    options = dict(self.rope_scaling or {"method": "default"})
+    method = options.pop("method")
+    return rope_lib.inv_freq(method, head_dim=self.resolved_head_dim,
+                             base=self.rope_theta, **options)
+
+  def num_params(self) -> int:
+    hd = self.resolved_head_dim
+    attn = self.dim * hd * (2 * self.num_heads + 2 * self.num_kv_heads)
+    if self.qkv_bias:
+      attn += hd * (self.num_heads + 2 * self.num_kv_heads)
+    block = attn + 3 * self.dim * self.mlp_dim + 2 * self.dim
+    emb = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
+    return self.num_layers * block + emb + self.dim
+
+
+@struct.dataclass
+class DecoderOutput:
+  logits: jax.Array  # [B, T, V] float32
+  cache: attn_lib.KVCache | None = None
+  # (embeddings, after layer 1, ..., after layer L): the residual stream
+  # before the final norm, each [B, T, D].
+  hidden_states: tuple[jax.Array, ...] | None = None
+
+
+class Block(nnx.Module):
+  """Pre-norm transformer block."""
+
+  def __init__(self, cfg: DecoderConfig, layer: int, *, rngs: nnx.Rngs):
+    pdt, dt = to_dtype(cfg.param_dtype), to_dtype(cfg.dtype)
+    self.attn_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
+                                      param_dtype=pdt)
+    self.attn = attn_lib.Attention(
+        cfg.dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim,
+        rngs=rngs, qkv_bias=cfg.qkv_bias, param_dtype=pdt, dtype=dt,
+        init_std=cfg.init_std, use_rope=layer not in cfg.nope_layers,
+        attention_impl=cfg.attention_impl)
+    self.mlp_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
+                                     param_dtype=pdt)
+    self.mlp = mlp_lib.SwiGLU(cfg.dim, cfg.mlp_dim, rngs=rngs, param_dtype=pdt,
+                              dtype=dt, init_std=cfg.init_std)
+
+  def __call__(self, h_btd, cos_btd, sin_btd, mask, layer_cache, cache_index):
+    a, new_cache = self.attn(self.attn_norm(h_btd), cos_btd=cos_btd,
+                             sin_btd=sin_btd, mask=mask,
+                             layer_cache=layer_cache, cache_index=cache_index)
+    h_btd = h_btd + a.astype(h_btd.dtype)
+    h_btd = h_btd + self.mlp(self.mlp_norm(h_btd)).astype(h_btd.dtype)
+    return h_btd, new_cache
+
+
+class Decoder(nnx.Module):
+  """Decoder-only LM (Llama / Qwen2 family)."""
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    pdt = to_dtype(cfg.param_dtype)
+    self.embed_vd = pt.param(
+        jax.nn.initializers.normal(cfg.init_std)(
+            rngs.params(), (cfg.vocab_size, cfg.dim), pdt),
+        (pt.VOCAB, pt.EMBED))
+    self.layers = nnx.List([Block(cfg, i, rngs=rngs)
+                            for i in range(cfg.num_layers)])
+    self.final_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
+                                       param_dtype=pdt)
+    if cfg.tie_embeddings:
+      self.lm_head_dv = None
+    else:
+      self.lm_head_dv = pt.param(
+          jax.nn.initializers.normal(cfg.init_std)(
+              rngs.params(), (cfg.dim, cfg.vocab_size), pdt),
+          (pt.EMBED, pt.VOCAB))
+
+  # -- pieces usable on their own (multimodal inputs, probes) --------------
+
+  def embed(self, input_ids_bt: jax.Array) -> jax.Array:
+    """Token embeddings `[B, T, D]` in the compute dtype."""
+    return jnp.take(self.embed_vd[...], input_ids_bt, axis=0).astype(
+        to_dtype(self.cfg.dtype))
+
+  def unembed(self, h_btd: jax.Array) -> jax.Array:
+    """Final norm + LM head; float32 logits `[B, T, V]`."""
+    dt = to_dtype(self.cfg.dtype)
+    h = self.final_norm(h_btd).astype(dt)
+    if self.lm_head_dv is None:
+      logits = jnp.einsum("btd,vd->btv", h, self.embed_vd[...].astype(dt))
+    else:
+      logits = h @ self.lm_head_dv[...].astype(dt)
+    return logits.astype(jnp.float32)
+
+  def init_cache(self, batch: int, max_len: int,
+                 dtype=None) -> attn_lib.KVCache:
+    cfg = self.cfg
+    return attn_lib.KVCache.init(
+        num_layers=cfg.num_layers, batch=batch, max_len=max_len,
+        num_kv_heads=cfg.num_kv_heads, head_dim=cfg.resolved_head_dim,
+        dtype=dtype or to_dtype(cfg.dtype))
+
+  # -- forward ---------------------------------------------------------------
+
+  def __call__(self, input_ids_bt: jax.Array, **kwargs) -> jax.Array:
+    """Logits `[B, T, V]` (float32); see `forward` for the keyword options."""
+    return self.forward(input_ids_bt, **kwargs).logits
+
+  def forward(self, input_ids_bt: jax.Array | None = None, *,
+              inputs_embeds: jax.Array | None = None,
+              positions: jax.Array | None = None,
+              attention_mask: jax.Array | None = None,
+              segment_ids: jax.Array | None = None,
+              extra_mask: jax.Array | None = None,
+              cache: attn_lib.KVCache | None = None,
+              output_hidden_states: bool = False,
+              rope_pair_weights: jax.Array | None = None) -> DecoderOutput:
+    """Runs the model.
+
+    Args:
+      input_ids_bt: int tokens `[B, T]` (or give `inputs_embeds [B, T, D]`).
+      positions: position ids `[B, T]`; default: counted over
+        `attention_mask` (0, 1, ... for real tokens), continuing from the
+        cache when one is given.
+      attention_mask: `[B, T]` True/1 for real tokens, False/0 for padding.
+      segment_ids: `[B, T]` ids of packed sequences (no cross-attention).
+      extra_mask: arbitrary boolean mask broadcastable to `[B, N, T, S]`.
+      cache: a `KVCache`; the T new tokens are written at `cache.index`.
+      output_hidden_states: also return the residual stream of every layer.
+      rope_pair_weights: optional `[head_dim // 2]` (or `[L, head_dim // 2]`)
+        per-pair rotation weights (1 = plain RoPE).
+
+    Returns:
+      `DecoderOutput` with float32 logits, the updated cache and hidden states.
+    """
+    cfg = self.cfg
+    if (input_ids_bt is None) == (inputs_embeds is None):
+      raise ValueError("give exactly one of input_ids_bt and inputs_embeds")
+    h = self.embed(input_ids_bt) if inputs_embeds is None else (
+        inputs_embeds.astype(to_dtype(cfg.dtype)))
+    b, t = h.shape[:2]
+    valid_bt = (jnp.ones((b, t), bool) if attention_mask is None
+                else attention_mask.astype(bool))
+    if positions is None:
+      offset = 0
+      if cache is not None:
+        offset = jnp.max(cache.positions, axis=1, keepdims=True) + 1
+      positions = offset + jnp.cumsum(valid_bt, axis=1) - 1
+      positions = jnp.maximum(positions, 0)
+    positions = positions.astype(jnp.int32)
+
+    if cache is not None:
+      new_pos = jnp.where(valid_bt, positions, -1)
+      cache_positions = jax.lax.dynamic_update_slice(
+          cache.positions, new_pos, (0, cache.index))
+      mask = attn_lib.make_attention_mask(
+          positions, cache_positions, causal=cfg.causal,
+          sliding_window=cfg.sliding_window, extra_mask=extra_mask)
+    else:
+      cache_positions = None
+      mask = attn_lib.make_attention_mask(
+          positions, positions, causal=cfg.causal,
+          sliding_window=cfg.sliding_window, key_valid_bs=valid_bt,
+          q_segment_ids_bt=segment_ids, k_segment_ids_bs=segment_ids,
+          extra_mask=extra_mask)
+
+    inv_freq, scale = cfg.rope_tables()
+    weights = None if rope_pair_weights is None else jnp.asarray(
+        rope_pair_weights)
+    shared_tables = rope_lib.cos_sin(
+        positions, inv_freq, scale,
+        weights if weights is None or weights.ndim == 1 else None)
+
+    hidden = [h] if output_hidden_states else None
+    new_k, new_v = [], []
+    for i, block in enumerate(self.layers):
+      if weights is not None and weights.ndim == 2:
+        cos, sin = rope_lib.cos_sin(positions, inv_freq, scale, weights[i])
+      else:
+        cos, sin = shared_tables
+      layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+      call = block
+      if cfg.remat:
+        call = nnx.remat(lambda blk, *a: blk(*a))
+        h, kv = call(block, h, cos, sin, mask, layer_cache,
+                     None if cache is None else cache.index)
+      else:
+        h, kv = call(h, cos, sin, mask, layer_cache,
+                     None if cache is None else cache.index)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+      if hidden is not None:
+        hidden.append(h)
+
+    new_cache = None
+    if cache is not None:
+      new_cache = attn_lib.KVCache(k=tuple(new_k), v=tuple(new_v),
+                                   positions=cache_positions,
+                                   index=cache.index + t)
+    return DecoderOutput(logits=self.unembed(h), cache=new_cache,
+                         hidden_states=None if hidden is None else tuple(
+                             hidden))

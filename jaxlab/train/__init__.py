@@ -1,0 +1,1 @@
+"""The generic training loop and its pieces (optimizer, checkpoints, metrics)."""

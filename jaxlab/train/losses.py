@@ -1,0 +1,77 @@
+"""Registry of training losses: the trainer's one plug-in point.
+
+A loss is `fn(model, batch, *, rng, config) -> (loss, metrics)`:
+
+  model:   the NNX model being trained (a `Decoder` or any module the
+           experiment builds),
+  batch:   dict of arrays (global, sharded on the batch axis),
+  rng:     a `jax.random` key for this step (dropout, sampling, masks),
+  config:  the experiment's `config.loss` ConfigDict (static under jit),
+
+returning a scalar float32 loss and a dict of scalar metrics (logged with the
+loss). Papers register their objectives here by name, e.g. in
+`jaxlab/objectives/rerank.py`:
+
+    @losses.register("rerank_unified")
+    def rerank_loss(model, batch, *, rng, config): ...
+
+and a config selects it with `config.loss.name = "rerank_unified"`.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+_LOSSES: dict[str, LossFn] = {}
+
+
+def register(name: str) -> Callable[[LossFn], LossFn]:
+  def wrap(fn: LossFn) -> LossFn:
+    if name in _LOSSES and _LOSSES[name] is not fn:
+      raise ValueError(f"loss {name!r} is already registered")
+    _LOSSES[name] = fn
+    return fn
+  return wrap
+
+
+def get(name: str) -> LossFn:
+  if name not in _LOSSES:
+    raise ValueError(f"unknown loss {name!r}; valid choices: "
+                     f"{', '.join(sorted(_LOSSES))}")
+  return _LOSSES[name]
+
+
+def available() -> tuple[str, ...]:
+  return tuple(sorted(_LOSSES))
+
+
+def masked_token_nll(logits_btv: jax.Array, targets_bt: jax.Array,
+                     mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Sum of token NLL over `mask` and the number of masked-in tokens."""
+  nll_bt = optax.softmax_cross_entropy_with_integer_labels(
+      logits_btv.astype(jnp.float32), targets_bt)
+  mask = mask_bt.astype(jnp.float32)
+  return jnp.sum(nll_bt * mask), jnp.sum(mask)
+
+
+@register("lm")
+def lm_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
+            config: Any = None):
+  """Next-token cross-entropy, token-mean over `batch["loss_mask"]`.
+
+  batch: `inputs [B, T]`, `targets [B, T]`, optional `loss_mask [B, T]`,
+  `positions [B, T]`, `segment_ids [B, T]` (packed sequences).
+  """
+  del rng, config
+  mask = batch.get("loss_mask")
+  if mask is None:
+    mask = jnp.ones_like(batch["targets"], dtype=jnp.float32)
+  logits = model(batch["inputs"], positions=batch.get("positions"),
+                 segment_ids=batch.get("segment_ids"))
+  total, count = masked_token_nll(logits, batch["targets"], mask)
+  loss = total / jnp.maximum(count, 1.0)
+  return loss, {"tokens": count}
