@@ -96,10 +96,16 @@ class DecoderConfig:
   def replace(self, **kw) -> "DecoderConfig":
     return dataclasses.replace(self, **kw)
 
-  def rope_tables(self) -> tuple[Any, float]:
-    """(inv_freq `[head_dim // 2]`, attention_scale) for this config."""
+  def rope_tables(self, seq_len: int | None = None) -> tuple[Any, float]:
+    """(inv_freq `[head_dim // 2]`, attention_scale) for this config.
+
+    `seq_len` (a static Python int) is the current sequence length; only
+    length-dependent scalings (dynamic NTK) use it, the others ignore it.
+    """
     options = dict(self.rope_scaling or {"method": "default"})
     method = options.pop("method")
+    if seq_len is not None and rope_lib.uses_seq_len(method):
+      options["seq_len"] = int(seq_len)
     return rope_lib.inv_freq(method, head_dim=self.resolved_head_dim,
                              base=self.rope_theta, **options)
 
@@ -120,6 +126,9 @@ class DecoderOutput:
   # (embeddings, after layer 1, ..., after layer L): the residual stream
   # before the final norm, each [B, T, D].
   hidden_states: tuple[jax.Array, ...] | None = None
+  # Per layer (q `[B, T, N, H]`, k `[B, T, K, H]`) after RoPE (un-rotated in
+  # NoPE layers), for probing (frequency entropy); only with output_qk=True.
+  qk: tuple[tuple[jax.Array, jax.Array], ...] | None = None
 
 
 class Block(nnx.Module):
@@ -139,9 +148,10 @@ class Block(nnx.Module):
     self.mlp = mlp_lib.SwiGLU(cfg.dim, cfg.mlp_dim, rngs=rngs, param_dtype=pdt,
                               dtype=dt, init_std=cfg.init_std)
 
-  def __call__(self, h_btd, cos_btd, sin_btd, mask, layer_cache, cache_index):
+  def __call__(self, h_btd, cos_btd, sin_btd, mask, layer_cache, cache_index,
+               is_causal=False):
     a, new_cache = self.attn(self.attn_norm(h_btd), cos_btd=cos_btd,
-                             sin_btd=sin_btd, mask=mask,
+                             sin_btd=sin_btd, mask=mask, is_causal=is_causal,
                              layer_cache=layer_cache, cache_index=cache_index)
     h_btd = h_btd + a.astype(h_btd.dtype)
     h_btd = h_btd + self.mlp(self.mlp_norm(h_btd)).astype(h_btd.dtype)
@@ -209,7 +219,8 @@ class Decoder(nnx.Module):
               extra_mask: jax.Array | None = None,
               cache: attn_lib.KVCache | None = None,
               output_hidden_states: bool = False,
-              rope_pair_weights: jax.Array | None = None) -> DecoderOutput:
+              rope_pair_weights: jax.Array | None = None,
+              output_qk: bool = False) -> DecoderOutput:
     """Runs the model.
 
     Args:
@@ -224,6 +235,7 @@ class Decoder(nnx.Module):
       output_hidden_states: also return the residual stream of every layer.
       rope_pair_weights: optional `[head_dim // 2]` (or `[L, head_dim // 2]`)
         per-pair rotation weights (1 = plain RoPE).
+      output_qk: also return each layer's post-RoPE queries and keys.
 
     Returns:
       `DecoderOutput` with float32 logits, the updated cache and hidden states.
@@ -236,15 +248,25 @@ class Decoder(nnx.Module):
     b, t = h.shape[:2]
     valid_bt = (jnp.ones((b, t), bool) if attention_mask is None
                 else attention_mask.astype(bool))
-    if positions is None:
+    user_positions = positions
+    if positions is None and (cache is not None or attention_mask is not None):
       offset = 0
       if cache is not None:
         offset = jnp.max(cache.positions, axis=1, keepdims=True) + 1
       positions = offset + jnp.cumsum(valid_bt, axis=1) - 1
       positions = jnp.maximum(positions, 0)
+    # The plain causal (or bidirectional) case passes no mask array, so the
+    # fused attention kernels of GPU/TPU backends can be selected.
+    plain = (cache is None and attention_mask is None and segment_ids is None
+             and extra_mask is None and cfg.sliding_window is None
+             and user_positions is None)
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     positions = positions.astype(jnp.int32)
 
-    if cache is not None:
+    if plain:
+      cache_positions, mask = None, None
+    elif cache is not None:
       new_pos = jnp.where(valid_bt, positions, -1)
       cache_positions = jax.lax.dynamic_update_slice(
           cache.positions, new_pos, (0, cache.index))
@@ -259,7 +281,10 @@ class Decoder(nnx.Module):
           q_segment_ids_bt=segment_ids, k_segment_ids_bs=segment_ids,
           extra_mask=extra_mask)
 
-    inv_freq, scale = cfg.rope_tables()
+    # Length-dependent scalings (dynamic NTK) see a static length: the
+    # sequence length T, or the cache capacity when decoding with a cache.
+    inv_freq, scale = cfg.rope_tables(
+        seq_len=t if cache is None else cache.max_len)
     weights = None if rope_pair_weights is None else jnp.asarray(
         rope_pair_weights)
     shared_tables = rope_lib.cos_sin(
@@ -267,6 +292,7 @@ class Decoder(nnx.Module):
         weights if weights is None or weights.ndim == 1 else None)
 
     hidden = [h] if output_hidden_states else None
+    qk = [] if output_qk else None
     new_k, new_v = [], []
     for i, block in enumerate(self.layers):
       if weights is not None and weights.ndim == 2:
@@ -274,14 +300,23 @@ class Decoder(nnx.Module):
       else:
         cos, sin = shared_tables
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-      call = block
+      if qk is not None:
+        # Recomputes the projections the block will make (probing only).
+        q_i, k_i, _ = block.attn.project_qkv(block.attn_norm(h), cos, sin)
+        qk.append((q_i, k_i))
+      index = None if cache is None else cache.index
       if cfg.remat:
-        call = nnx.remat(lambda blk, *a: blk(*a))
-        h, kv = call(block, h, cos, sin, mask, layer_cache,
-                     None if cache is None else cache.index)
+        # is_causal is a Python bool: close over it so remat keeps it static.
+        causal_flag = plain and cfg.causal
+
+        def run_block(blk, *args):
+          return blk(*args, is_causal=causal_flag)
+
+        h, kv = nnx.remat(run_block)(block, h, cos, sin, mask, layer_cache,
+                                     index)
       else:
-        h, kv = call(h, cos, sin, mask, layer_cache,
-                     None if cache is None else cache.index)
+        h, kv = block(h, cos, sin, mask, layer_cache, index,
+                      is_causal=plain and cfg.causal)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
@@ -295,4 +330,5 @@ class Decoder(nnx.Module):
                                    index=cache.index + t)
     return DecoderOutput(logits=self.unembed(h), cache=new_cache,
                          hidden_states=None if hidden is None else tuple(
-                             hidden))
+                             hidden),
+                         qk=None if qk is None else tuple(qk))

@@ -152,13 +152,16 @@ class Attention(nnx.Module):
     return q, k, v
 
   def __call__(self, x_btd: jax.Array, *, cos_btd: jax.Array,
-               sin_btd: jax.Array, mask: jax.Array,
+               sin_btd: jax.Array, mask: jax.Array | None,
+               is_causal: bool = False,
                layer_cache: tuple[jax.Array, jax.Array] | None = None,
                cache_index: jax.Array | None = None):
     """Attends; returns (output `[B,T,D]`, updated (k, v) cache or None).
 
     With `layer_cache`, the new keys/values are written at `cache_index` and
     the queries attend over the whole cache (`mask` is `[B, 1, T, S_cache]`).
+    `mask=None, is_causal=True` is the plain causal case, which lets
+    `jax.nn.dot_product_attention` pick a fused (cuDNN flash) kernel.
     """
     q, k, v = self.project_qkv(x_btd, cos_btd, sin_btd)
     new_cache = None
@@ -169,9 +172,16 @@ class Attention(nnx.Module):
       v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
       new_cache = (k, v)
       k, v = k.astype(self.dtype), v.astype(self.dtype)
+    impl = self.attention_impl
+    if (impl is None and mask is None and jax.default_backend() == "gpu"
+        and q.dtype in (jnp.bfloat16, jnp.float16)):
+      # Measured on an H200 (150M decoder, bf16, T=2048): the cuDNN flash
+      # kernel trains 2.7x faster than XLA's attention with 4.6x less
+      # temporary memory; jax does not pick it by default.
+      impl = "cudnn"
     out_btnh = jax.nn.dot_product_attention(
-        q, k, v, mask=mask, scale=self.head_dim ** -0.5,
-        implementation=self.attention_impl)
+        q, k, v, mask=mask, is_causal=is_causal and mask is None,
+        scale=self.head_dim ** -0.5, implementation=impl)
     out = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_nhd[...].astype(
         self.dtype))
     return out, new_cache

@@ -1,0 +1,1 @@
+"""Shared test fixtures (test-only helpers; modules import torch lazily)."""
