@@ -1,0 +1,55 @@
+r"""PMC unlearning miniatures (paper B): lottery machine + tiny-LM TOFU-like.
+
+    python -m experiments.main --config=configs/pmc.py --workdir=workdirs/pmc
+    python -m experiments.main --config=configs/pmc.py:tiny --workdir=/tmp/pmc
+
+The default preset is the full miniature (3 seeds, 6 methods, 40 people);
+`small` (20 people, shorter training) is what the docs table was measured
+with on 2 shared CPU cores; `tiny` is the test/colab version. Unlearning lr/steps are [inferred]
+for a tiny model (the spec's lr 1e-5 is for a 1.3B model); every method gets
+the same lr, steps and lam.
+"""
+
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = (arg or "").split(",")
+  tiny, small = "tiny" in args, "small" in args
+  c = ml_collections.ConfigDict()
+  c.experiment = "pmc"
+  c.parts = "lottery,unlearn"
+  c.seeds = (0, 1, 2)
+  c.methods = "pmc,ga,gd,npo,simnpo,idk"
+  c.idk_answer = "I don't know."
+  c.lottery = dict(num_colours=10, retain_colours=7, balls=100,
+                   retain_balls=100, rounds=1500, seeds=(0, 1, 2))
+  c.data = dict(num_people=40, forget_frac=0.1, num_world=20, seed=0)
+  c.model = dict(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                 mlp_dim=192)
+  c.pretrain = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,
+                    max_len=96)
+  c.unlearn = dict(lam=1.5, beta=0.1, simnpo_beta=2.5, gamma=0.0,
+                   num_samples=5, temperature=1.2, top_p=0.95, bt_tau=0.0,
+                   max_new_tokens=48, batch_size=8, max_len=96, steps=40,
+                   lr=5e-4, weight_decay=0.01, warmup_steps=0,
+                   sample_batch_size=64, min_len=0, ref_max_new_tokens=48)
+  c.eval = dict(max_new_tokens=48, leak_samples=8, leak_temperature=1.0,
+                prefill_mode="answer_prefix", prefix_words=3,
+                retain_limit=80)
+  if small:  # the CPU-budget table of docs/papers/pmc_mathfimer.md
+    c.data.update(num_people=20)
+    c.pretrain.update(steps=600)
+    c.unlearn.update(steps=30)
+    c.eval.update(leak_samples=4, retain_limit=40)
+  if tiny:
+    c.seeds = (0,)
+    c.lottery.update(rounds=100, seeds=(0,))
+    c.data.update(num_people=10, num_world=5)
+    c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                   mlp_dim=64)
+    c.pretrain.update(steps=30, batch_size=16, warmup_steps=5)
+    c.unlearn.update(steps=3, num_samples=2, max_new_tokens=16,
+                     ref_max_new_tokens=16, batch_size=4)
+    c.eval.update(max_new_tokens=16, leak_samples=2, retain_limit=8)
+  return c

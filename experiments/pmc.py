@@ -1,0 +1,173 @@
+"""PMC miniatures (spec B, "CPU-only miniature"): see configs/pmc.py.
+
+1. Lottery machine: pi_t(forget colours) with and without retain data.
+2. Tiny LM: memorise a TOFU-like fact set, then unlearn its forget split with
+   PMC and the baselines (GA, GD, NPO, SimNPO, IDK) from the same start;
+   report UQ, utility, forget recall and leakage (greedy, prefill, sampling).
+Writes WORKDIR/results.json, lottery.png, table.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from flax import nnx
+import jax
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import numpy as np
+
+from jaxlab.data import tokenizers
+from jaxlab.data.synthetic import facts as facts_lib
+from jaxlab.models import decoder
+from jaxlab.objectives import pmc
+from jaxlab.objectives import self_generated as sg
+
+METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
+           "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
+           "recall_prefill", "leak_sampling")
+
+
+def run_lottery(cfg, workdir: str) -> dict:
+  lc = dict(cfg.lottery)
+  seeds = lc.pop("seeds")
+  out = {}
+  fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+  for use_retain, a in ((True, ax[0]), (False, ax[1])):
+    finals = []
+    for s in seeds:
+      h = pmc.lottery_machine(use_retain=use_retain, seed=s, **lc)
+      forget_mass = h[:, lc["retain_colours"]:].sum(-1)
+      finals.append((forget_mass[-1], h[-1].max()))
+      if use_retain:
+        a.plot(forget_mass, label=f"seed {s}")
+      else:
+        a.plot(h.max(-1), label=f"seed {s}")
+    tag = "with_retain" if use_retain else "no_retain"
+    out[f"lottery_{tag}_forget_mass"] = float(np.mean([f[0] for f in finals]))
+    out[f"lottery_{tag}_top_colour"] = float(np.mean([f[1] for f in finals]))
+  ax[0].set(title="with retain set: mass on forget colours",
+            xlabel="round", ylabel="pi_t(forget)")
+  ax[1].set(title="no retain set: mass of the top colour",
+            xlabel="round", ylabel="max_c pi_t(c)")
+  for a in ax:
+    a.legend()
+  fig.tight_layout()
+  fig.savefig(os.path.join(workdir, "lottery.png"), dpi=100)
+  plt.close(fig)
+  return out
+
+
+def _prompts(items):
+  return [facts_lib.qa_prompt(x.question) for x in items]
+
+
+def _eval(model, tok, fs, cfg, seed):
+  return pmc.evaluate_unlearning(
+      model, tok, fs, prompt_fn=facts_lib.qa_prompt,
+      key=jax.random.key(1000 + seed), **dict(cfg.eval))
+
+
+def _unlearn_config(cfg, method, seed):
+  u = dict(cfg.unlearn)
+  c = pmc.default_config()
+  beta = u.pop("simnpo_beta") if method == "simnpo" else u["beta"]
+  u.pop("simnpo_beta", None)
+  c.update(u)
+  c.beta = beta
+  c.loss = f"unlearn_{method}"
+  c.seed = seed
+  return c
+
+
+def run_unlearning(cfg, workdir: str) -> dict:
+  tok = tokenizers.ByteTokenizer()
+  fs = facts_lib.make_fact_set(**dict(cfg.data))
+  methods = [m for m in cfg.methods.split(",") if m]
+  per_seed = {m: [] for m in ["original"] + methods}
+  extra = {}
+  for seed in cfg.seeds:
+    mcfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, **dict(cfg.model))
+    base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
+    train = fs.train
+    data = sg.encode_for_lm(tok, _prompts(train), [x.answer for x in train],
+                            max_len=cfg.pretrain.max_len)
+    p = dict(cfg.pretrain)
+    p.pop("max_len")
+    logs = sg.train_lm(base, data, seed=seed, log_every=100, **p)
+    extra[f"pretrain_final_loss_seed{seed}"] = logs[-1]["loss"]
+    per_seed["original"].append(_eval(base, tok, fs, cfg, seed))
+    f_prompts = _prompts(fs.forget)
+    r_prompts = _prompts(fs.retain)
+    r_answers = [x.answer for x in fs.retain]
+    for method in methods:
+      model = nnx.clone(base)
+      ucfg = _unlearn_config(cfg, method, seed)
+      if method == "pmc":
+        res = pmc.run_pmc(model, tok, forget_questions=[x.question
+                                                        for x in fs.forget],
+                          retain_prompts=r_prompts, retain_answers=r_answers,
+                          config=ucfg, prompt_fn=facts_lib.qa_prompt)
+        extra[f"pmc_cache_done_frac_seed{seed}"] = (
+            res["history"][-1]["cache_done_frac"])
+        extra[f"pmc_skipped_empty_questions_seed{seed}"] = (
+            res["skipped_empty_questions"])
+      else:
+        answers = ([cfg.idk_answer] * len(fs.forget) if method == "idk"
+                   else [x.answer for x in fs.forget])
+        ref = None
+        if method == "npo":
+          ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
+                                        max_len=ucfg.max_len)
+        sg.run_self_generated(model, tok, forget_prompts=f_prompts,
+                              retain_prompts=r_prompts,
+                              retain_answers=r_answers, score_fn=None,
+                              fixed_forget_answers=answers,
+                              ref_forget_nll=ref, config=ucfg)
+      per_seed[method].append(_eval(model, tok, fs, cfg, seed))
+  summary = {}
+  for m, rows in per_seed.items():
+    for k in METRICS:
+      vals = [r[k] for r in rows if k in r]
+      if vals:
+        summary[f"{m}/{k}_mean"] = float(np.mean(vals))
+        summary[f"{m}/{k}_std"] = float(np.std(vals))
+  _write_table(summary, ["original"] + methods, len(cfg.seeds), workdir)
+  summary.update(extra)
+  return summary
+
+
+def _write_table(summary, methods, n_seeds, workdir):
+  cols = ("uq", "utility", "recall_forget", "recall_retain", "recall_world",
+          "leak_greedy", "leak_prefill", "leak_sampling")
+  lines = [f"mean ± std over {n_seeds} seed(s)", "",
+           "| method | " + " | ".join(cols) + " |",
+           "|---" * (len(cols) + 1) + "|"]
+  for m in methods:
+    cells = []
+    for k in cols:
+      scale = 1.0 if k in ("uq", "utility") else 100.0
+      mu, sd = summary[f"{m}/{k}_mean"] * scale, summary[f"{m}/{k}_std"] * scale
+      cells.append(f"{mu:.1f} ± {sd:.1f}")
+    lines.append(f"| {m} | " + " | ".join(cells) + " |")
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def run(config, workdir: str) -> dict:
+  os.makedirs(workdir, exist_ok=True)
+  parts = [p for p in config.parts.split(",") if p]
+  bad = set(parts) - {"lottery", "unlearn"}
+  if bad:
+    raise ValueError(f"config.parts has unknown {sorted(bad)}; valid: "
+                     "lottery, unlearn")
+  results = {}
+  if "lottery" in parts:
+    results.update(run_lottery(config, workdir))
+  if "unlearn" in parts:
+    results.update(run_unlearning(config, workdir))
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+  return results

@@ -1,0 +1,465 @@
+"""Import and export Hugging Face Llama / Qwen2 checkpoints without torch.
+
+    model, cfg = jaxlab.io.hf.load("/ckpt/dir", dtype="bfloat16")
+    logits_btv = model(input_ids_bt)                    # [B, T, V] float32
+    jaxlab.io.hf.save(model, cfg, "/out/dir")           # transformers-4 dialect
+
+A checkpoint directory holds `config.json` and either `model.safetensors` or
+a sharded `model.safetensors.index.json` plus the shards it names. Tensors
+are read one at a time with `safetensors.safe_open(framework="numpy")`
+(bfloat16 arrives as an `ml_dtypes.bfloat16` array), so torch is never
+imported and the model is never materialised with a random init first: it
+is built abstractly with `nnx.eval_shape` and filled with the loaded arrays.
+
+Both config dialects are read: transformers 4 (`rope_theta` and
+`rope_scaling` at the top level, `rope_scaling.type` or `.rope_type`) and
+transformers 5 (`rope_parameters` with `rope_theta` and `rope_type`). HF rope
+types map to `jaxlab.nn.rope` registry names through `HF_ROPE_TYPES`.
+
+Layout mapping (HF `nn.Linear.weight` is `[out, in]`):
+
+  model.embed_tokens.weight            [V, D]    -> embed_vd [V, D]
+  layers.i.self_attn.q_proj.weight     [N*H, D]  -> q_dnh [D, N, H]
+  layers.i.self_attn.k/v_proj.weight   [K*H, D]  -> k_dkh / v_dkh [D, K, H]
+  layers.i.self_attn.q/k/v_proj.bias   [N*H]     -> q_bias_nh [N, H] ...
+  layers.i.self_attn.o_proj.weight     [D, N*H]  -> o_nhd [N, H, D]
+  layers.i.mlp.gate/up_proj.weight     [F, D]    -> gate_df / up_df [D, F]
+  layers.i.mlp.down_proj.weight        [D, F]    -> down_fd [F, D]
+  layers.i.input_layernorm.weight      [D]       -> attn_norm.scale
+  layers.i.post_attention_layernorm    [D]       -> mlp_norm.scale
+  model.norm.weight                    [D]       -> final_norm.scale
+  lm_head.weight                       [V, D]    -> lm_head_dv [D, V]
+"""
+
+from collections.abc import Callable, Mapping
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import safe_open
+import safetensors.numpy
+
+from jaxlab.models import decoder as decoder_lib
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+
+# HF rope_type -> jaxlab.nn.rope registry name.
+HF_ROPE_TYPES = {
+    "default": "default",
+    "linear": "pi",
+    "dynamic": "dynamic_ntk",
+    "yarn": "yarn",
+    "llama3": "llama3",
+}
+# HF rope keys passed through under the same name.
+_ROPE_OPTIONS = ("beta_fast", "beta_slow", "attention_factor", "mscale",
+                 "mscale_all_dim", "low_freq_factor", "high_freq_factor",
+                 "truncate")
+
+CONFIG_FILE = "config.json"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+# -- config ------------------------------------------------------------------
+
+
+def _architecture(hf: Mapping[str, Any], where: str) -> str:
+  archs = hf.get("architectures") or []
+  if not archs and hf.get("model_type") in _MODEL_TYPES:
+    archs = [_MODEL_TYPES[hf["model_type"]]]
+  if len(archs) != 1 or archs[0] not in SUPPORTED_ARCHITECTURES:
+    found = archs or hf.get("model_type")
+    raise ValueError(
+        f"{where}: unsupported architecture {found!r} (field 'architectures'"
+        f"/'model_type'); supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+  return archs[0]
+
+
+def _rope_config(hf: Mapping[str, Any], where: str
+                 ) -> tuple[float, dict[str, Any] | None]:
+  """(rope_theta, jaxlab rope_scaling or None) from either config dialect."""
+  params = hf.get("rope_parameters")
+  if params is not None:
+    if "rope_type" not in params and "type" not in params and any(
+        isinstance(v, Mapping) for v in params.values()):
+      raise ValueError(f"{where}: per-layer-type 'rope_parameters' are not "
+                       "supported (Llama/Qwen2 use one RoPE for all layers)")
+    params = dict(params)
+  else:  # transformers 4 dialect
+    params = dict(hf.get("rope_scaling") or {})
+  theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+  if theta is None:
+    theta = 10000.0
+  prf = params.get("partial_rotary_factor",
+                   hf.get("partial_rotary_factor", 1.0))
+  if prf not in (None, 1, 1.0):
+    raise ValueError(f"{where}: partial_rotary_factor={prf} is not supported "
+                     "(only full rotary embeddings)")
+  hf_type = params.get("rope_type", params.get("type", "default"))
+  if hf_type not in HF_ROPE_TYPES:
+    raise ValueError(
+        f"{where}: unsupported rope type {hf_type!r} (field 'rope_type'); "
+        f"supported: {', '.join(HF_ROPE_TYPES)}")
+  method = HF_ROPE_TYPES[hf_type]
+  if method == "default":
+    return float(theta), None
+  max_pos = hf.get("max_position_embeddings")
+  # transformers gives a top-level original_max_position_embeddings (Phi-3
+  # style) priority over the one inside the rope dict.
+  original = (hf.get("original_max_position_embeddings")
+              or params.get("original_max_position_embeddings") or max_pos)
+  factor = params.get("factor")
+  if factor is None and max_pos and original:
+    factor = max_pos / original  # transformers' fallback (yarn, DeepSeek-V3)
+  scaling: dict[str, Any] = {"method": method}
+  if factor is not None:
+    scaling["factor"] = float(factor)
+  if original is not None:
+    scaling["original_max_position"] = int(original)
+  for key in _ROPE_OPTIONS:
+    if params.get(key) is not None:
+      scaling[key] = params[key]
+  return float(theta), scaling
+
+
+def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
+                   param_dtype: str | None = None, where: str = CONFIG_FILE,
+                   **overrides: Any) -> decoder_lib.DecoderConfig:
+  """A `DecoderConfig` from a parsed HF `config.json` (either dialect).
+
+  Args:
+    hf: the parsed config.json.
+    dtype: compute dtype name ("float32", "bfloat16", "float16").
+    param_dtype: parameter dtype name; defaults to `dtype`.
+    where: file name used in error messages.
+    **overrides: further `DecoderConfig` fields (e.g. `remat=True`).
+  """
+  arch = _architecture(hf, where)
+  for field in ("vocab_size", "hidden_size", "intermediate_size",
+                "num_hidden_layers", "num_attention_heads"):
+    if hf.get(field) is None:
+      raise ValueError(f"{where}: missing required field {field!r}")
+  act = hf.get("hidden_act", "silu")
+  if act not in ("silu", "swish"):
+    raise ValueError(f"{where}: hidden_act={act!r} is not supported; "
+                     "supported: silu")
+  if hf.get("mlp_bias"):
+    raise ValueError(f"{where}: mlp_bias=true is not supported")
+  if arch == "LlamaForCausalLM" and hf.get("attention_bias"):
+    raise ValueError(f"{where}: attention_bias=true (with o_proj bias) is not "
+                     "supported")
+  theta, scaling = _rope_config(hf, where)
+
+  sliding_window = None
+  if arch == "Qwen2ForCausalLM" and hf.get("use_sliding_window"):
+    num_layers = hf["num_hidden_layers"]
+    layer_types = hf.get("layer_types") or [
+        "sliding_attention" if i >= hf.get("max_window_layers", 0)
+        else "full_attention" for i in range(num_layers)]
+    if all(t == "sliding_attention" for t in layer_types):
+      sliding_window = int(hf["sliding_window"])
+    elif any(t == "sliding_attention" for t in layer_types):
+      raise ValueError(
+          f"{where}: sliding window on only some layers (layer_types="
+          f"{layer_types}, max_window_layers={hf.get('max_window_layers')}) "
+          "is not supported; jaxlab's decoder applies one window to all")
+
+  num_heads = hf["num_attention_heads"]
+  fields = dict(
+      vocab_size=int(hf["vocab_size"]),
+      dim=int(hf["hidden_size"]),
+      num_layers=int(hf["num_hidden_layers"]),
+      num_heads=int(num_heads),
+      num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
+      head_dim=hf.get("head_dim"),
+      mlp_dim=int(hf["intermediate_size"]),
+      rope_theta=theta,
+      rope_scaling=scaling,
+      max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+      norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+      tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+      qkv_bias=arch == "Qwen2ForCausalLM",
+      sliding_window=sliding_window,
+      dtype=dtype,
+      param_dtype=param_dtype or dtype,
+  )
+  fields.update(overrides)
+  return decoder_lib.DecoderConfig(**fields)
+
+
+def config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
+  """transformers-4 dialect config.json (Llama, or Qwen2 with qkv bias)."""
+  if not cfg.causal:
+    raise ValueError("a bidirectional decoder (causal=False) has no "
+                     "Llama/Qwen2 equivalent")
+  if cfg.nope_layers:
+    raise ValueError(f"nope_layers={cfg.nope_layers} has no Llama/Qwen2 "
+                     "equivalent")
+  arch = "Qwen2ForCausalLM" if cfg.qkv_bias else "LlamaForCausalLM"
+  if cfg.sliding_window is not None and not cfg.qkv_bias:
+    raise ValueError("a sliding window exports only as Qwen2 (qkv_bias=True)")
+  hf: dict[str, Any] = {
+      "architectures": [arch],
+      "model_type": "qwen2" if cfg.qkv_bias else "llama",
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.dim,
+      "intermediate_size": cfg.mlp_dim,
+      "num_hidden_layers": cfg.num_layers,
+      "num_attention_heads": cfg.num_heads,
+      "num_key_value_heads": cfg.num_kv_heads,
+      "head_dim": cfg.resolved_head_dim,
+      "hidden_act": "silu",
+      "max_position_embeddings": cfg.max_position_embeddings,
+      "rms_norm_eps": cfg.norm_eps,
+      "rope_theta": cfg.rope_theta,
+      "rope_scaling": None,
+      "tie_word_embeddings": cfg.tie_embeddings,
+      "torch_dtype": cfg.param_dtype,
+  }
+  if cfg.qkv_bias:
+    hf["use_sliding_window"] = cfg.sliding_window is not None
+    hf["sliding_window"] = cfg.sliding_window
+    hf["max_window_layers"] = 0
+  else:
+    hf["attention_bias"] = False
+    hf["mlp_bias"] = False
+  if cfg.rope_scaling is not None:
+    options = dict(cfg.rope_scaling)
+    method = options.pop("method")
+    inverse = {v: k for k, v in HF_ROPE_TYPES.items()}
+    if method not in inverse:
+      raise ValueError(f"RoPE scaling {method!r} has no transformers "
+                       f"equivalent; exportable: {', '.join(inverse)}")
+    if method != "default":
+      rs = {"rope_type": inverse[method]}
+      if "original_max_position" in options:
+        rs["original_max_position_embeddings"] = options.pop(
+            "original_max_position")
+      rs.update(options)
+      hf["rope_scaling"] = rs
+  return hf
+
+
+# -- weights -----------------------------------------------------------------
+
+
+def _hf_names(cfg: decoder_lib.DecoderConfig
+              ) -> dict[tuple[Any, ...], tuple[str, tuple[int, ...],
+                                               Callable, Callable]]:
+  """jaxlab param path -> (HF name, HF shape, hf_to_ours, ours_to_hf)."""
+  d, v, f = cfg.dim, cfg.vocab_size, cfg.mlp_dim
+  n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+  same = lambda x: x  # pylint: disable=unnecessary-lambda-assignment
+  t = lambda x: x.T  # pylint: disable=unnecessary-lambda-assignment
+
+  def in_proj(heads):  # [heads*H, D] <-> [D, heads, H]
+    return (lambda x: x.T.reshape(d, heads, h),
+            lambda x: x.reshape(d, heads * h).T)
+
+  def bias(heads):
+    return (lambda x: x.reshape(heads, h), lambda x: x.reshape(heads * h))
+
+  out_proj = (lambda x: x.T.reshape(n, h, d), lambda x: x.reshape(n * h, d).T)
+  table = {
+      ("embed_vd",): ("model.embed_tokens.weight", (v, d), same, same),
+      ("final_norm", "scale"): ("model.norm.weight", (d,), same, same),
+  }
+  if not cfg.tie_embeddings:
+    table[("lm_head_dv",)] = ("lm_head.weight", (v, d), t, t)
+  for i in range(cfg.num_layers):
+    p = f"model.layers.{i}."
+    rows = {
+        ("attn_norm", "scale"): ("input_layernorm.weight", (d,), same, same),
+        ("mlp_norm", "scale"): ("post_attention_layernorm.weight", (d,),
+                                same, same),
+        ("attn", "q_dnh"): ("self_attn.q_proj.weight", (n * h, d),
+                            *in_proj(n)),
+        ("attn", "k_dkh"): ("self_attn.k_proj.weight", (k * h, d),
+                            *in_proj(k)),
+        ("attn", "v_dkh"): ("self_attn.v_proj.weight", (k * h, d),
+                            *in_proj(k)),
+        ("attn", "o_nhd"): ("self_attn.o_proj.weight", (d, n * h), *out_proj),
+        ("mlp", "gate_df"): ("mlp.gate_proj.weight", (f, d), t, t),
+        ("mlp", "up_df"): ("mlp.up_proj.weight", (f, d), t, t),
+        ("mlp", "down_fd"): ("mlp.down_proj.weight", (d, f), t, t),
+    }
+    if cfg.qkv_bias:
+      rows[("attn", "q_bias_nh")] = ("self_attn.q_proj.bias", (n * h,),
+                                     *bias(n))
+      rows[("attn", "k_bias_kh")] = ("self_attn.k_proj.bias", (k * h,),
+                                     *bias(k))
+      rows[("attn", "v_bias_kh")] = ("self_attn.v_proj.bias", (k * h,),
+                                     *bias(k))
+    for path, row in rows.items():
+      table[("layers", i) + path] = (p + row[0],) + row[1:]
+  return table
+
+
+def _weight_files(path: str) -> dict[str, str]:
+  """HF tensor name -> file path (single file or sharded index)."""
+  index_path = os.path.join(path, INDEX_FILE)
+  single_path = os.path.join(path, SINGLE_FILE)
+  if os.path.exists(index_path):
+    with open(index_path) as fh:
+      index = json.load(fh)
+    if "weight_map" not in index:
+      raise ValueError(f"{index_path}: missing field 'weight_map'")
+    files = {}
+    for name, shard in index["weight_map"].items():
+      shard_path = os.path.join(path, shard)
+      if not os.path.exists(shard_path):
+        raise FileNotFoundError(
+            f"shard file {shard_path} (listed in {index_path} for tensor "
+            f"{name!r}) does not exist")
+      files[name] = shard_path
+    return files
+  if os.path.exists(single_path):
+    with safe_open(single_path, framework="numpy") as fh:
+      return {name: single_path for name in fh.keys()}
+  found = sorted(os.listdir(path))
+  raise FileNotFoundError(
+      f"no {SINGLE_FILE} or {INDEX_FILE} in {path} (found: {found}); only "
+      "safetensors checkpoints are supported")
+
+
+def _read_config(path: str) -> dict[str, Any]:
+  config_path = os.path.join(path, CONFIG_FILE)
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"{config_path} not found: a HF checkpoint "
+                            "directory needs a config.json")
+  with open(config_path) as fh:
+    return json.load(fh)
+
+
+def _fit_sharding(sharding: jax.sharding.NamedSharding,
+                  shape: tuple[int, ...]) -> jax.sharding.NamedSharding:
+  """Replicates the dims a sharding does not divide evenly.
+
+  Real checkpoints often have fewer KV heads than the tensor axis has
+  devices (or an odd vocabulary); those dims stay replicated rather than
+  failing.
+  """
+  spec = list(sharding.spec) + [None] * (len(shape) - len(sharding.spec))
+  for i, axes in enumerate(spec):
+    if axes is None:
+      continue
+    names = axes if isinstance(axes, tuple) else (axes,)
+    ways = int(np.prod([sharding.mesh.shape[a] for a in names]))
+    if shape[i] % ways:
+      spec[i] = None
+  return jax.sharding.NamedSharding(sharding.mesh,
+                                    jax.sharding.PartitionSpec(*spec))
+
+
+def load(path: str | os.PathLike, *, dtype: str = "float32",
+         param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
+         rules: Any = None, **config_overrides: Any
+         ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
+  """Loads a HF `LlamaForCausalLM` / `Qwen2ForCausalLM` checkpoint directory.
+
+  Args:
+    path: directory with config.json and model.safetensors (or a sharded
+      model.safetensors.index.json and its shards).
+    dtype: compute dtype ("float32", "bfloat16", "float16").
+    param_dtype: parameter dtype; defaults to `dtype`.
+    mesh, rules: optional mesh and logical-axis rules; with them, every
+      parameter is placed with its `NamedSharding` as it is read (a dim the
+      mesh axes do not divide, e.g. 2 KV heads on 4 tensor devices, stays
+      replicated).
+    **config_overrides: further `DecoderConfig` fields (e.g. `remat=True`,
+      `attention_impl="cudnn"`).
+
+  Returns:
+    (model, cfg): the filled `Decoder` and its `DecoderConfig`.
+
+  Raises:
+    FileNotFoundError: missing directory, config.json or shard file.
+    ValueError: unsupported architecture/field, missing tensor or a tensor
+      whose shape differs from the config's.
+  """
+  path = os.fspath(path)
+  cfg = config_from_hf(_read_config(path), dtype=dtype,
+                       param_dtype=param_dtype,
+                       where=os.path.join(path, CONFIG_FILE),
+                       **config_overrides)
+  files = _weight_files(path)
+  abstract = nnx.eval_shape(lambda: decoder_lib.Decoder(cfg,
+                                                        rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = None
+  if mesh is not None:
+    with nnx.logical_axis_rules(rules or ()):
+      shardings = dict(nnx.to_flat_state(
+          nnx.get_named_sharding(abs_state, mesh)))
+  table = _hf_names(cfg)
+  target_np_dtype = np.dtype(decoder_lib.to_dtype(cfg.param_dtype))
+
+  handles: dict[str, Any] = {}
+  flat = []
+  try:
+    for param_path, var in nnx.to_flat_state(abs_state):
+      if param_path not in table:
+        raise ValueError(f"internal: no HF tensor mapped to {param_path}")
+      name, hf_shape, to_ours, _ = table[param_path]
+      if name not in files:
+        where = os.path.join(path, INDEX_FILE if os.path.exists(
+            os.path.join(path, INDEX_FILE)) else SINGLE_FILE)
+        raise ValueError(f"{where}: missing tensor {name!r}")
+      file = files[name]
+      if file not in handles:
+        handles[file] = safe_open(file, framework="numpy").__enter__()
+      found_shape = tuple(handles[file].get_slice(name).get_shape())
+      if found_shape != hf_shape:
+        raise ValueError(
+            f"{file}: tensor {name!r} has shape {found_shape}, expected "
+            f"{hf_shape} from {CONFIG_FILE}")
+      arr = to_ours(handles[file].get_tensor(name)).astype(target_np_dtype)
+      expected = var.get_value().shape
+      assert arr.shape == expected, (param_path, arr.shape, expected)
+      if shardings is not None:
+        value = jax.device_put(arr, _fit_sharding(
+            shardings[param_path].get_value(), arr.shape))
+      else:
+        value = jnp.asarray(arr)
+      flat.append((param_path, var.replace(value)))
+  finally:
+    for fh in handles.values():
+      fh.__exit__(None, None, None)
+  state = nnx.from_flat_state(flat)
+  return nnx.merge(graphdef, state), cfg
+
+
+def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
+         path: str | os.PathLike) -> str:
+  """Writes `config.json` (transformers-4 dialect) and `model.safetensors`.
+
+  Tensors keep the parameter dtype (bfloat16 stays bfloat16). The result
+  loads with `transformers.AutoModelForCausalLM.from_pretrained` and with
+  `load`.
+  """
+  path = os.fspath(path)
+  hf_config = config_to_hf(cfg)
+  os.makedirs(path, exist_ok=True)
+  table = _hf_names(cfg)
+  tensors = {}
+  for param_path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    if param_path not in table:
+      raise ValueError(f"parameter {param_path} has no HF equivalent")
+    name, hf_shape, _, to_hf = table[param_path]
+    arr = np.ascontiguousarray(to_hf(np.asarray(var.get_value())))
+    if arr.shape != hf_shape:
+      raise ValueError(f"parameter {param_path} gives {name!r} of shape "
+                       f"{arr.shape}, expected {hf_shape}")
+    tensors[name] = arr
+  safetensors.numpy.save_file(tensors, os.path.join(path, SINGLE_FILE),
+                              metadata={"format": "pt"})
+  with open(os.path.join(path, CONFIG_FILE), "w") as fh:
+    json.dump(hf_config, fh, indent=2)
+  return path

@@ -1,0 +1,112 @@
+"""Parity of jaxlab.evals.text with the rouge_score package and by hand."""
+
+import functools
+import random
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from rouge_score import rouge_scorer
+
+from jaxlab.evals import text
+
+_PAIRS = [
+    ("The quick brown fox jumps over the lazy dog",
+     "The quick brown dog jumps on the log."),
+    ("", "something"), ("something", ""), ("", ""), ("...", "!!!"),
+    ("Hello, WORLD!!", "hello world"),
+    ("He was born in 1984 in Paris.", "Born: 1984, Paris (France)"),
+    ("Café naïve résumé ÉCOLE", "cafe naive resume ecole"),
+    ("日本語 text with 中文 and emoji 😀 ok", "text ok with emoji"),
+    ("the the the the cat", "the cat the cat"),
+    ("running runs runner ran easily", "run running ran easy easili"),
+    ("generalization generalizations generalize", "generalized general"),
+    ("studies studying studied", "study studi"),
+    ("I don't know.", "I do not know"),
+    ("a b c d e f", "f e d c b a"),
+    ("x1 y2-z3_w4", "x1 y2 z3 w4"),
+    ("relational conditional rational", "relate condition ration"),
+    ("Tab\tand\nnewline  spaces", "tab and newline spaces"),
+    ("İstanbul ǅemal ß", "istanbul dzemal ss"),
+    ("caresses ponies ties caress cats", "caress poni ti caress cat"),
+]
+
+
+class RougeParityTest(parameterized.TestCase):
+
+  @parameterized.product(stem=[True, False])
+  def test_matches_rouge_score(self, stem):
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"],
+                                      use_stemmer=stem)
+    for pred, ref in _PAIRS + [(b, a) for a, b in _PAIRS]:
+      want = scorer.score(ref, pred)  # rouge_score takes (target, prediction)
+      for name, got in (("rougeL", text.rouge_l(pred, ref, use_stemmer=stem)),
+                        ("rouge1", text.rouge_1(pred, ref, use_stemmer=stem)),
+                        ("rouge2", text.rouge_2(pred, ref, use_stemmer=stem))):
+        w = want[name]
+        self.assertEqual(got, (w.precision, w.recall, w.fmeasure),
+                         msg=f"{name} stem={stem} {pred!r} vs {ref!r}")
+
+  def test_hand_computed_lcs(self):
+    # ref: [the, cat, sat, on, the, mat] (6); pred: [the, cat, on, mat] (4).
+    p, r, f = text.rouge_l("the cat on mat", "The cat sat on the mat.")
+    self.assertEqual((p, r), (1.0, 4 / 6))
+    self.assertAlmostEqual(f, 2 * 1.0 * (4 / 6) / (1 + 4 / 6))
+    self.assertEqual(text.rouge_l_recall("nothing shared", "the cat"), 0.0)
+
+  def test_tokenizer_stems_long_tokens_only(self):
+    self.assertEqual(text.rouge_tokenize("Ponies, cats & dogs!"),
+                     ["poni", "cat", "dog"])
+    self.assertEqual(text.rouge_tokenize("Ponies, cats", use_stemmer=False),
+                     ["ponies", "cats"])
+
+  def test_rouge_n_rejects_bad_n(self):
+    with self.assertRaisesRegex(ValueError, "n >= 1"):
+      text.rouge_n("a", "a", 0)
+
+
+class EditAndMatchTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("kitten", "sitting", 3), ("", "abc", 3), ("abc", "", 3), ("", "", 0),
+      ("flaw", "lawn", 2), ("héllo", "hello", 1), ("abc", "abc", 0))
+  def test_levenshtein(self, a, b, want):
+    self.assertEqual(text.levenshtein(a, b), want)
+    self.assertEqual(text.levenshtein(b, a), want)
+
+  def test_levenshtein_words_and_normalised(self):
+    self.assertEqual(text.levenshtein("a b c".split(), "a x c d".split()), 2)
+    self.assertEqual(text.normalized_levenshtein("kitten", "sitting"), 3 / 7)
+    self.assertEqual(text.normalized_levenshtein("", ""), 0.0)
+
+  def test_levenshtein_matches_recursive_definition(self):
+    rng = random.Random(0)
+
+    def ref(a, b):
+      @functools.lru_cache(None)
+      def d(i, j):
+        if i == 0 or j == 0:
+          return i + j
+        return min(d(i - 1, j) + 1, d(i, j - 1) + 1,
+                   d(i - 1, j - 1) + (a[i - 1] != b[j - 1]))
+      return d(len(a), len(b))
+
+    for _ in range(50):
+      a = "".join(rng.choice("abc") for _ in range(rng.randint(0, 7)))
+      b = "".join(rng.choice("abc") for _ in range(rng.randint(0, 7)))
+      self.assertEqual(text.levenshtein(a, b), ref(a, b))
+
+  @parameterized.parameters(
+      ("The answer is 17.", "answer is 17", True),
+      ("  17 ", "17", True), ("17", "18", False),
+      ("Paris!", "paris", True), ("ｆｕｌｌ width", "full width", True),
+      ("an apple", "apple", True), ("1,000", "1000", True))
+  def test_exact_match(self, a, b, want):
+    self.assertEqual(text.exact_match(a, b), want)
+
+  def test_exact_match_without_normalisation(self):
+    self.assertFalse(text.exact_match("Paris", "paris", normalize=False))
+    self.assertTrue(text.exact_match("Paris", "Paris", normalize=False))
+
+
+if __name__ == "__main__":
+  absltest.main()

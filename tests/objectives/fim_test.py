@@ -1,0 +1,154 @@
+"""MathFimer: step splitting, PSM formatting/masks, masks per solution, expansion."""
+
+import random
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from jaxlab.data import tokenizers
+from jaxlab.objectives import fim
+
+
+class SplitTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("a long first line\n\nsecond long line\nanswer: 5",
+       ["a long first line", "second long line", "answer: 5"]),
+      ("So:\nthe next line is long\nanswer: 5",
+       ["So: the next line is long", "answer: 5"]),
+      ("first long line\nok\nanswer: 5", ["first long line ok", "answer: 5"]),
+      ("ok\nanswer: 5", ["ok", "answer: 5"]),
+      ("  only one line  ", ["only one line"]), ("\n\n", []))
+  def test_split_steps(self, text, want):
+    self.assertEqual(fim.split_steps(text), want)
+
+
+class FormatTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.tok = tokenizers.ByteTokenizer()
+    self.fmt = fim.FimFormat()
+    self.ids = self.fmt.add_to_tokenizer(self.tok)
+
+  def test_sentinels_are_single_tokens(self):
+    self.assertEqual(self.ids, [259, 260, 261])
+    self.assertEqual(self.tok.encode("<|fim_middle|>"), [261])
+
+  def test_psm_string_and_round_trip(self):
+    ex = fim.FimExample("Compute 2 +3.", ("2 + 3 = 5",), ("answer: 5",),
+                        "5 * 1 = 5")
+    s = self.fmt.format(ex)
+    self.assertEqual(s, "<|fim_prefix|>Compute 2 +3.\n2 + 3 = 5"
+                        "<|fim_suffix|>answer: 5<|fim_middle|>5 * 1 = 5")
+    self.assertEqual(self.fmt.parse(s), ex)
+    for ex2 in (fim.FimExample("Q", (), ("s1", "s2"), "m"),
+                fim.FimExample("Q", ("p1", "p2"), (), "m"),
+                fim.FimExample("Q", (), (), "m")):
+      self.assertEqual(self.fmt.parse(self.fmt.format(ex2)), ex2)
+      ids, _ = self.fmt.encode(self.tok, ex2)
+      self.assertEqual(self.tok.decode(ids), self.fmt.format(ex2))
+
+  def test_mask_is_exactly_the_middle(self):
+    ex = fim.FimExample("Q?", ("p",), ("s",), "mid dle")
+    ids, mask = self.fmt.encode(self.tok, ex)
+    masked = [t for t, m in zip(ids, mask) if m]
+    self.assertEqual(masked, self.tok.encode("mid dle", add_eos=True))
+    first = mask.index(1)
+    self.assertEqual(ids[first - 1], self.tok.special_tokens["<|fim_middle|>"])
+    self.assertEqual(sum(mask), len("mid dle") + 1)
+    b = fim.encode_batch(self.fmt, self.tok, [ex], max_len=32)
+    # Shifted: mask[t] = 1 iff targets[t] is a middle token or eos.
+    got = b["targets"][0][b["loss_mask"][0] == 1].tolist()
+    self.assertEqual(got, masked)
+
+  def test_custom_sentinels_and_bad_input(self):
+    fmt = fim.FimFormat("<P>", "<S>", "<M>")
+    tok = tokenizers.ByteTokenizer()
+    fmt.add_to_tokenizer(tok)
+    ex = fim.FimExample("q", ("a",), ("b",), "c")
+    self.assertEqual(fmt.format(ex), "<P>q\na<S>b<M>c")
+    self.assertEqual(fmt.parse(fmt.format(ex)), ex)
+    with self.assertRaisesRegex(ValueError, "step separator"):
+      fmt.format(fim.FimExample("q", ("a\nb",), (), "c"))
+    with self.assertRaisesRegex(ValueError, "sentinel"):
+      fmt.format(fim.FimExample("q", (), (), "c<M>"))
+    with self.assertRaisesRegex(ValueError, "not a PSM"):
+      fmt.parse("no sentinels")
+
+
+class MaskSamplingTest(absltest.TestCase):
+
+  def test_rounds_and_short_solutions(self):
+    items = [("q1", ["s1", "s2", "s3", "s4"]), ("q2", ["only"]),
+             ("q3", ["a", "b"])]
+    ex, stats = fim.build_fim_dataset(items, rounds=3, seed=0)
+    self.assertEqual(stats, {"examples": 3 + 2, "solutions": 3,
+                             "skipped_short": 1})
+    for e in ex:
+      steps = dict(items)[e.question]
+      self.assertEqual(list(e.prefix) + [e.middle] + list(e.suffix), steps)
+    mids = [e.middle for e in ex if e.question == "q1"]
+    self.assertLen(set(mids), 3)  # distinct masks
+
+  def test_with_replacement(self):
+    ex = fim.sample_fim_examples("q", ["a", "b"], rounds=5,
+                                 rng=random.Random(0), distinct=False)
+    self.assertLen(ex, 5)
+
+
+class ExpandTest(absltest.TestCase):
+
+  def test_round_inserts_and_filters(self):
+    fmt = fim.FimFormat()
+    items = [("Q1", ["1 + 2 = 3", "3 * 2 = 6", "answer: 6"]),
+             ("Q2", ["single step"])]
+    seen = []
+
+    def fill(prompts):
+      seen.extend(prompts)
+      # gap 1: a new step; gap 2: near-copy of y_2 ("answer: 6").
+      return ["3 - 0 = 3\nextra line", "answer: 6 "]
+
+    out, st = fim.expand_round(items, fill, fmt=fmt, eta=0.8)
+    self.assertEqual(seen, [fmt.prompt("Q1", ["1 + 2 = 3"],
+                                       ["3 * 2 = 6", "answer: 6"]),
+                            fmt.prompt("Q1", ["1 + 2 = 3", "3 * 2 = 6"],
+                                       ["answer: 6"])])
+    self.assertEqual(out[0], ["1 + 2 = 3", "3 - 0 = 3", "3 * 2 = 6",
+                              "answer: 6"])
+    self.assertEqual(out[1], ["single step"])
+    self.assertEqual((st.gaps, st.inserted, st.rejected_similar,
+                      st.rejected_empty, st.skipped_short), (2, 1, 1, 0, 1))
+    self.assertEqual(st.insertion_rate, 0.5)
+    self.assertEqual((st.steps_before, st.steps_after), (2.0, 2.5))
+
+  def test_similarity_threshold_is_strict(self):
+    # ratio("abcd", "abce") = 2*3/8 = 0.75: kept at eta=0.75? No: > is
+    # required to reject, so 0.75 is inserted at eta=0.75 and rejected at 0.7.
+    self.assertEqual(fim.similarity("abcd", "abce"), 0.75)
+    items = [("Q", ["x1", "abce"])]
+    fill = lambda ps: ["abcd"] * len(ps)
+    _, st = fim.expand_round(items, fill, eta=0.75)
+    self.assertEqual(st.inserted, 1)
+    _, st = fim.expand_round(items, fill, eta=0.7)
+    self.assertEqual(st.rejected_similar, 1)
+
+  def test_multiple_rounds_and_empty(self):
+    items = [("Q", ["aaaa", "bbbb"])]
+    counter = iter(range(100))
+    fill = lambda ps: [f"new{next(counter)}" for _ in ps]
+    out, hist = fim.expand(items, fill, rounds=3)
+    # Round r has (steps - 1) gaps; all inserted: 2 -> 3 -> 5 -> 9 steps.
+    self.assertLen(out[0], 9)
+    self.assertEqual([h["gaps"] for h in hist], [1, 2, 4])
+    _, st = fim.expand_round(items, lambda ps: ["  \n"] * len(ps))
+    self.assertEqual(st.rejected_empty, 1)
+    with self.assertRaisesRegex(ValueError, "returned 0 middles"):
+      fim.expand_round(items, lambda ps: [])
+    np.testing.assert_equal(fim.clean_middle("\n  x y \nz"), "x y")
+
+
+if __name__ == "__main__":
+  absltest.main()
