@@ -1,0 +1,102 @@
+"""Group rollouts for GRPO-family RL: sample G responses per prompt, score.
+
+    batch = rollout(policy, ref, prompts, group_size=8, max_new_tokens=16,
+                    temperature=1.0, eos_id=2, key=key)
+    batch.completions        # P * G token lists, a prompt's G contiguous
+    batch.old_logp_bt        # teacher-forced log pi_old of each token
+    batch.ref_logp_bt        # ... of the frozen reference (None if no ref)
+
+Sampling uses the KV-cache sampler (`jaxlab.decoding.sampler.generate`).
+The old-policy log-probs are recomputed teacher-forced with
+`sampler.token_logprobs` rather than taken from the sampler, as veRL does:
+the learner recomputes log pi_theta the same way, so the PPO ratio is
+exactly 1 on the first optimisation step (no sampler-vs-trainer numerics gap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab.decoding import sampler
+
+
+@dataclasses.dataclass
+class RolloutBatch:
+  """One rollout batch (host arrays), rows ordered prompt-major.
+
+  Attributes:
+    prompts: P prompts (token lists).
+    completions: P * G generated token lists (response g of prompt p at row
+      p * G + g).
+    input_ids_bt / attention_mask_bt / completion_mask_bt: `[P*G, T]` packed
+      prompt + completion (see `sampler.pack_sequences`).
+    old_logp_bt: `[P*G, T]` log-probs of the rollout policy (0 off-mask).
+    ref_logp_bt: `[P*G, T]` log-probs of the reference, or None.
+    group_size: G.
+  """
+  prompts: list[list[int]]
+  completions: list[list[int]]
+  input_ids_bt: np.ndarray
+  attention_mask_bt: np.ndarray
+  completion_mask_bt: np.ndarray
+  old_logp_bt: np.ndarray
+  ref_logp_bt: np.ndarray | None
+  group_size: int
+
+  @property
+  def repeated_prompts(self) -> list[list[int]]:
+    return [p for p in self.prompts for _ in range(self.group_size)]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logp_jit(graphdef, state, ids, attn, comp):
+  model = nnx.merge(graphdef, state)
+  return sampler.token_logprobs(model, ids, attn, loss_mask_bt=comp)
+
+
+def teacher_forced_logp(model, ids, attn, comp) -> np.ndarray:
+  graphdef, state = nnx.split(model)
+  return np.asarray(_logp_jit(graphdef, state, jnp.asarray(ids),
+                              jnp.asarray(attn), jnp.asarray(comp)))
+
+
+def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
+            group_size: int, max_new_tokens: int, temperature: float = 1.0,
+            top_p: float | None = None, eos_id: int | None = None,
+            pad_id: int = 0, key: jax.Array,
+            completion_length: int | None = None) -> RolloutBatch:
+  """Samples `group_size` responses per prompt and their log-probs.
+
+  Args:
+    policy: the current policy (a `Decoder`).
+    ref: the frozen reference model or None (no KL term).
+    prompts: P prompts.
+    group_size: G >= 2 (a group of one has no baseline).
+    max_new_tokens / temperature / top_p / eos_id / pad_id: sampler settings
+      (temperature 1.0 as in the SophiaVL-R1 yaml).
+    key: PRNG key for sampling.
+    completion_length: pad packed sequences to prompt + this many tokens so
+      every batch has one shape (one compilation); default max_new_tokens.
+  """
+  if group_size < 2:
+    raise ValueError(f"group_size={group_size} must be >= 2")
+  if not prompts:
+    raise ValueError("no prompts")
+  rep = [list(p) for p in prompts for _ in range(group_size)]
+  out = sampler.generate(policy, rep, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_p=top_p, eos_id=eos_id,
+                         pad_id=pad_id, key=key)
+  length = max(len(p) for p in rep) + (completion_length or max_new_tokens)
+  ids, attn, comp = sampler.pack_sequences(rep, out.tokens, pad_id=pad_id,
+                                           length=length)
+  old = teacher_forced_logp(policy, ids, attn, comp)
+  ref_lp = teacher_forced_logp(ref, ids, attn, comp) if ref is not None else None
+  return RolloutBatch([list(p) for p in prompts], out.tokens, ids, attn, comp,
+                      old, ref_lp, group_size)

@@ -1,0 +1,218 @@
+"""Security and function tests of jaxlab.rewards.sandbox.render_chart.
+
+Each hostile snippet must come back with ok == False (or a harmless image),
+leave nothing outside its own directory, and leave this process alive.
+Hostile cases that fail fast get a generous timeout (so a loaded machine
+cannot turn "refused" into "timeout"); the run-forever cases use 2 s.
+"""
+
+import os
+import tempfile
+
+import numpy as np
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from jaxlab.rewards import sandbox
+
+_FAST = 30.0   # generous: these cases are refused within a second
+
+
+class SandboxTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    # A test-owned directory outside the sandbox: hostile code aims at it.
+    self.outside = tempfile.mkdtemp(prefix="sandbox_test_")
+    self.addCleanup(lambda: __import__("shutil").rmtree(self.outside, True))
+    self.victim = os.path.join(self.outside, "victim.txt")
+    with open(self.victim, "w") as f:
+      f.write("keep me")
+
+  def _sandbox_dirs(self):
+    tmp = tempfile.gettempdir()
+    return {d for d in os.listdir(tmp) if d.startswith("jaxlab_sandbox_")}
+
+  def test_benign_chart_renders(self):
+    before = self._sandbox_dirs()
+    r = sandbox.render_chart(
+        "import matplotlib.pyplot as plt\n"
+        "fig, ax = plt.subplots()\n"
+        "ax.bar(['a', 'b', 'c'], [3, 5, 2], color='red')\n"
+        "ax.set_title('abc')\nprint('done')\n",
+        timeout_s=_FAST, size=(48, 64))
+    self.assertTrue(r.ok, r.error + r.stderr)
+    self.assertEqual(r.image.shape, (48, 64, 3))
+    self.assertEqual(r.image.dtype, np.uint8)
+    # Non-trivial: a white background plus pure-red bar pixels.
+    self.assertGreater(r.image.std(), 20.0)
+    red = (r.image[..., 0] > 200) & (r.image[..., 1] < 60) & (
+        r.image[..., 2] < 60)
+    self.assertGreater(int(red.sum()), 20)
+    self.assertIn("done", r.stdout)
+    self.assertEqual(self._sandbox_dirs() - before, set())  # dir removed
+
+  def test_no_figure_is_not_ok(self):
+    r = sandbox.render_chart("x = 1", timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("no figure", r.error)
+
+  def test_exception_is_reported(self):
+    r = sandbox.render_chart("1 / 0", timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("ZeroDivisionError", r.error)
+
+  def test_read_outside_refused(self):
+    r = sandbox.render_chart(f"print(open({self.victim!r}).read())",
+                             timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("outside the work dir", r.error)
+    self.assertNotIn("keep me", r.stdout)
+
+  @parameterized.named_parameters(
+      ("open_write", "open({p!r}, 'w').write('x')"),
+      ("os_open", "import os; os.open({p!r}, os.O_WRONLY | os.O_CREAT)"),
+      ("pathlib", "import pathlib; pathlib.Path({p!r}).write_text('x')"),
+      ("savefig", "import matplotlib.pyplot as plt; plt.plot([1]); "
+                  "plt.savefig({p!r} + '.png')"),
+      ("rename_in", "open('a.txt', 'w').write('x'); import os; "
+                    "os.rename('a.txt', {p!r})"),
+      ("symlink_out", "import os; os.symlink({d!r}, 'link'); "
+                      "open('link/new.txt', 'w').write('x')"),
+  )
+  def test_write_outside_refused(self, snippet):
+    target = os.path.join(self.outside, "new.txt")
+    r = sandbox.render_chart(snippet.format(p=target, d=self.outside),
+                             timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("sandbox:", r.error)
+    self.assertFalse(os.path.exists(target))
+    self.assertFalse(os.path.exists(target + ".png"))
+
+  @parameterized.named_parameters(
+      ("remove", "import os; os.remove({v!r})"),
+      ("overwrite", "open({v!r}, 'w').write('gone')"),
+      ("rmtree", "import shutil; shutil.rmtree({d!r})"),
+      ("chmod", "import os; os.chmod({v!r}, 0)"),
+  )
+  def test_outside_file_untouched(self, snippet):
+    r = sandbox.render_chart(snippet.format(v=self.victim, d=self.outside),
+                             timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    with open(self.victim) as f:
+      self.assertEqual(f.read(), "keep me")
+
+  @parameterized.named_parameters(
+      ("os_system", "import os; os.system('touch {p}')", "os.system"),
+      ("popen", "import subprocess; subprocess.run(['touch', '{p}'])",
+       "subprocess.Popen"),
+      ("os_popen", "import os; os.popen('touch {p}')", "subprocess.Popen"),
+      ("execv", "import os; os.execv('/bin/touch', ['touch', '{p}'])",
+       "os.exec"),
+      ("posix_spawn", "import os; os.posix_spawn('/bin/touch', "
+                      "['touch', '{p}'], {{}})", "os.posix_spawn"),
+      ("raw_fork_exec", "import _posixsubprocess", "_posixsubprocess"),
+      ("ctypes", "import ctypes; ctypes.CDLL(None).system(b'touch {p}')",
+       "ctypes"),
+      ("kill_parent", "import os; os.kill(os.getppid(), 0)", "os.kill"),
+  )
+  def test_process_creation_refused(self, snippet, what):
+    target = os.path.join(self.outside, "spawned")
+    r = sandbox.render_chart(snippet.format(p=target), timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn(what, r.error)
+    self.assertFalse(os.path.exists(target))
+
+  def test_fork_bomb(self):
+    r = sandbox.render_chart(
+        "import os\nwhile True:\n  os.fork()\n", timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("os.fork", r.error)
+    r = sandbox.render_chart(
+        "import multiprocessing as mp\n"
+        "ps = [mp.Process(target=print) for _ in range(100)]\n"
+        "[p.start() for p in ps]\n", timeout_s=_FAST)
+    self.assertFalse(r.ok)
+
+  @parameterized.named_parameters(
+      ("socket", "import socket; socket.socket().connect(('127.0.0.1', 80))"),
+      ("create_connection",
+       "import socket; socket.create_connection(('127.0.0.1', 80))"),
+      ("raw_socket", "import _socket; _socket.socket()"),
+      ("urllib", "import urllib.request; "
+                 "urllib.request.urlopen('http://127.0.0.1:1')"),
+      ("dns", "import socket; socket.getaddrinfo('localhost', 80)"),
+  )
+  def test_network_refused(self, snippet):
+    r = sandbox.render_chart(snippet, timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("sandbox", r.error)
+
+  @parameterized.named_parameters(
+      ("busy_loop", "while True:\n  pass\n"),
+      ("sleep", "import time\ntime.sleep(1000)\n"),
+      ("ignore_signals", "import signal\n"
+                         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                         "signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+                         "while True:\n  pass\n"),
+  )
+  def test_runs_forever_times_out(self, snippet):
+    r = sandbox.render_chart(snippet, timeout_s=2.0)
+    self.assertFalse(r.ok)
+    self.assertRegex(r.error, "timeout|SIGKILL|SIGXCPU")
+
+  @parameterized.named_parameters(
+      ("bytearray", "x = bytearray(6 * 1024 ** 3)"),
+      ("numpy", "import numpy as np; x = np.ones(6 * 1024 ** 3 // 8)"),
+      ("grow", "xs = []\nwhile True:\n  xs.append(bytearray(1 << 26))\n"),
+  )
+  def test_memory_limit(self, snippet):
+    r = sandbox.render_chart(snippet, timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    self.assertIn("MemoryError", r.error)
+
+  def test_huge_output_is_capped(self):
+    r = sandbox.render_chart(
+        "print('x' * 10_000_000)\n"
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n",
+        timeout_s=_FAST, max_output_bytes=1000)
+    self.assertTrue(r.ok, r.error)        # a harmless image
+    self.assertLessEqual(len(r.stdout), 1000)
+    r = sandbox.render_chart(   # bypassing the capped writer hits FSIZE
+        "import sys\nwhile True:\n  sys.__stdout__.write('y' * 1_000_000)\n",
+        timeout_s=_FAST, fsize_bytes=4 << 20, max_output_bytes=1000)
+    self.assertFalse(r.ok)
+    self.assertLessEqual(len(r.stdout), 1000)
+
+  def test_big_file_in_workdir_capped(self):
+    r = sandbox.render_chart(
+        "f = open('big.bin', 'wb')\nwhile True:\n  f.write(b'0' * (1 << 20))\n",
+        timeout_s=_FAST, fsize_bytes=4 << 20)
+    self.assertFalse(r.ok)
+    self.assertRegex(r.error, "File too large|SIGXFSZ")
+
+  def test_cannot_disable_the_hook(self):
+    r = sandbox.render_chart(
+        "import sys, os\n"
+        "m = sys.modules['__main__']\n"
+        "m.__dict__.clear()\n"
+        f"open({self.victim!r}, 'w').write('gone')\n", timeout_s=_FAST)
+    self.assertFalse(r.ok)
+    with open(self.victim) as f:
+      self.assertEqual(f.read(), "keep me")
+
+  def test_reads_python_install_ok(self):
+    r = sandbox.render_chart(
+        "import numpy, json, colorsys, fractions\n"
+        "src = open(numpy.__file__).read()\n"
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n",
+        timeout_s=_FAST)
+    self.assertTrue(r.ok, r.error)
+
+  def test_bad_size(self):
+    with self.assertRaisesRegex(ValueError, "size="):
+      sandbox.render_chart("", size=(2, 2))
+
+
+if __name__ == "__main__":
+  absltest.main()
