@@ -1,0 +1,129 @@
+"""Shared config pieces: every training config starts from `base_config()`.
+
+Paper configs call `base_config()` and override what they need, so field
+names (and their command-line overrides such as `--config.train.steps=10`,
+`--config.optim.lr=3e-4`, `--config.mesh.fsdp=-1`) are the same everywhere.
+"""
+
+import ml_collections
+
+from jaxlab.parallel import mesh as mesh_lib
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """'tiny,steps=10' -> {tiny: True, steps: 10} over `defaults` (big_vision)."""
+  out = ml_collections.ConfigDict(defaults)
+  for part in (arg or "").split(","):
+    part = part.strip()
+    if not part:
+      continue
+    if "=" in part:
+      k, v = part.split("=", 1)
+      if k not in out:
+        raise ValueError(f"unknown config arg {k!r}; valid: "
+                         f"{', '.join(sorted(out))}")
+      out[k] = type(out[k])(v) if out[k] is not None else v
+    else:
+      if part not in out:
+        raise ValueError(f"unknown config arg {part!r}; valid: "
+                         f"{', '.join(sorted(out))}")
+      out[part] = True
+  return out
+
+
+def mesh_config() -> ml_collections.ConfigDict:
+  """Data parallel over all devices by default; -1 fills the rest."""
+  return ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+
+
+def sharding_rules() -> tuple:
+  """Logical axis name -> mesh axes (see jaxlab/parallel/mesh.py)."""
+  return tuple((name, axes) for name, axes in mesh_lib.DEFAULT_RULES)
+
+
+def optim_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({
+      "lr": 3e-4,
+      "warmup_steps": 100,
+      "schedule": "cosine",   # cosine | linear | constant
+      "end_lr_frac": 0.1,
+      "b1": 0.9,
+      "b2": 0.95,
+      "eps": 1e-8,
+      "weight_decay": 0.1,    # not applied to norms / biases
+      "clip_norm": 1.0,       # global-norm clipping; 0 disables
+      "grad_accum": 1,        # micro-batches per optimizer step
+  })
+
+
+def train_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({
+      "steps": 1000,
+      "batch_size": 32,         # global, per optimizer step
+      "seq_len": 128,
+      "log_every": 10,
+      "eval_every": 100,        # 0: only at the end
+      "eval_batch_size": 32,
+      "eval_batches": 0,        # 0: the whole eval set
+      "checkpoint_every": 200,
+      "keep_checkpoints": 3,
+      "async_checkpoint": True,
+      "tensorboard": True,
+      "peak_flops": 0.0,        # 0: measure a matmul for the MFU estimate
+      "debug_step_sleep_s": 0.0,  # slows steps down (preemption tests)
+  })
+
+
+def decoder_config() -> ml_collections.ConfigDict:
+  """`config.model` for `name="decoder"`: DecoderConfig fields."""
+  return ml_collections.ConfigDict({
+      "name": "decoder",
+      "vocab_size": 0,          # 0: the tokenizer's vocabulary size
+      "dim": 128,
+      "num_layers": 2,
+      "num_heads": 4,
+      "num_kv_heads": 2,
+      "mlp_dim": 256,
+      "max_position_embeddings": 2048,
+      "rope_theta": 10000.0,
+      "tie_embeddings": False,
+      "param_dtype": "float32",
+      "dtype": "float32",       # "bfloat16" for bf16 compute
+      "remat": False,
+  })
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every field the generic trainer reads, with defaults."""
+  c = ml_collections.ConfigDict()
+  c.experiment = "train"
+  c.seed = 0
+  c.init_from = ""            # HF checkpoint dir to start from ("" = scratch)
+  c.model = decoder_config()
+  c.data = ml_collections.ConfigDict({
+      "source": "synthetic",  # synthetic | jsonl | tfds
+      "num_docs": 2000,
+      "data_seed": 0,
+      "path": "",
+      "eval_path": "",
+      "text_key": "text",
+      "tfds_name": "",
+      "data_dir": "",
+      "split": "train",
+      "eval_split": "",
+      "eval_fraction": 0.05,
+      "tokenizer": "byte",    # byte | sentencepiece
+      "tokenizer_path": "",
+      "packing": "pack",      # pack | pad
+  })
+  c.loss = ml_collections.ConfigDict({"name": "lm"})
+  c.optim = optim_config()
+  c.train = train_config()
+  c.mesh = mesh_config()
+  c.sharding_rules = sharding_rules()
+  c.lora = ml_collections.ConfigDict({
+      "rank": 0,              # 0: full fine-tuning
+      "alpha": 16.0,
+      "targets": ("q_dnh", "v_dkh"),  # regexes over parameter names
+  })
+  return c

@@ -1,0 +1,163 @@
+"""grain pipelines: LM examples (packed or padded) and sharded batches.
+
+    examples = lm_examples(texts, tokenizer, seq_len=128, mode="pack")
+    ds = batched_dataset(examples, global_batch=32, seed=0)   # MapDataset
+    it = iter(ds); it.get_state() / it.set_state(...)         # checkpointable
+
+An LM example is a dict of `[T]` numpy arrays: `inputs`, `targets` (next
+token), `loss_mask` (1 on real targets), `segment_ids` (1.. per packed
+document, 0 = padding) and `positions` (restart at 0 in each document).
+"""
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import grain
+import jax
+import numpy as np
+
+MODES = ("pack", "pad")
+
+
+def _empty(seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
+  return {"inputs": np.full(seq_len, pad_id, np.int32),
+          "targets": np.full(seq_len, pad_id, np.int32),
+          "loss_mask": np.zeros(seq_len, np.float32),
+          "segment_ids": np.zeros(seq_len, np.int32),
+          "positions": np.zeros(seq_len, np.int32)}
+
+
+def _pieces(ids: Sequence[int], seq_len: int) -> Iterable[list[int]]:
+  """Chunks of <= seq_len + 1 tokens (overlapping by one) of one document."""
+  for start in range(0, max(len(ids) - 1, 1), seq_len):
+    piece = list(ids[start:start + seq_len + 1])
+    if len(piece) >= 2:
+      yield piece
+
+
+def lm_examples(token_lists: Iterable[Sequence[int]], *, seq_len: int,
+                pad_id: int, mode: str = "pack") -> list[dict[str, np.ndarray]]:
+  """Token lists -> fixed-length LM examples (greedy in-order packing).
+
+  `pack` fills each row with consecutive documents (segment ids keep them
+  from attending to each other); `pad` puts one document chunk per row.
+  """
+  if mode not in MODES:
+    raise ValueError(f"data.packing={mode!r}; valid: {', '.join(MODES)}")
+  rows, row, fill, seg = [], None, 0, 0
+  for ids in token_lists:
+    for piece in _pieces(ids, seq_len):
+      n = len(piece) - 1
+      if row is None or mode == "pad" or fill + n > seq_len:
+        if row is not None:
+          rows.append(row)
+        row, fill, seg = _empty(seq_len, pad_id), 0, 0
+      seg += 1
+      sl = slice(fill, fill + n)
+      row["inputs"][sl] = piece[:-1]
+      row["targets"][sl] = piece[1:]
+      row["loss_mask"][sl] = 1.0
+      row["segment_ids"][sl] = seg
+      row["positions"][sl] = np.arange(n)
+      fill += n
+  if row is not None:
+    rows.append(row)
+  return rows
+
+
+def tokenize(texts: Iterable[str], tokenizer) -> list[list[int]]:
+  return [tokenizer.encode(t, add_bos=True, add_eos=True) for t in texts]
+
+
+def lazy_padded_examples(texts: Sequence[str], tokenizer, *, seq_len: int
+                         ) -> grain.MapDataset:
+  """Padded LM examples tokenized on the fly (for large TFDS sources)."""
+  def one(text):
+    ids = tokenizer.encode(text, add_bos=True, add_eos=True)[:seq_len + 1]
+    return lm_examples([ids], seq_len=seq_len, pad_id=tokenizer.pad_id,
+                       mode="pad")[0]
+  return grain.MapDataset.source(texts).map(one)
+
+
+def batched_dataset(examples: Sequence[Any] | grain.MapDataset, *,
+                    global_batch: int, seed: int, shuffle: bool = True,
+                    repeat: bool = True, process_index: int | None = None,
+                    process_count: int | None = None,
+                    transform: Callable[[Any], Any] | None = None
+                    ) -> grain.MapDataset:
+  """This host's batches of `global_batch / process_count` examples.
+
+  Split per host first (`ds[i::n]`), then shuffle with a fixed seed (a new
+  permutation each epoch), repeat, batch with `drop_remainder` so every
+  batch has a static shape. The result is a `MapDataset`, so `iter(ds)` is a
+  checkpointable `DatasetIterator`.
+  """
+  pi = jax.process_index() if process_index is None else process_index
+  pc = jax.process_count() if process_count is None else process_count
+  if global_batch % pc:
+    raise ValueError(f"train.batch_size={global_batch} must be divisible by "
+                     f"the number of processes ({pc})")
+  local = global_batch // pc
+  ds = examples if isinstance(examples, grain.MapDataset) else (
+      grain.MapDataset.source(examples))
+  if len(ds) < pc:
+    raise ValueError(f"dataset has {len(ds)} examples, fewer than "
+                     f"{pc} processes")
+  ds = ds[pi::pc]
+  if transform is not None:
+    ds = ds.map(transform)
+  if len(ds) < local:
+    raise ValueError(f"dataset has {len(ds)} examples per process, fewer "
+                     f"than one batch ({local}); lower train.batch_size")
+  if shuffle:
+    ds = ds.seed(seed).shuffle()
+  if repeat:
+    ds = ds.repeat()
+  return ds.batch(local, drop_remainder=True)
+
+
+def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
+  """(train examples, eval examples) for `config.data` of an LM run.
+
+  `data.source`: `synthetic` (generated, `num_docs`), `jsonl` (`path`,
+  optional `eval_path`, `text_key`) or `tfds` (`tfds_name`, `data_dir`,
+  `split`, `eval_split`). Without an explicit eval set, the last
+  `eval_fraction` of documents is held out.
+  """
+  from jaxlab.data import sources  # pylint: disable=g-import-not-at-top
+  kind = data_cfg.get("source", "synthetic")
+  mode = data_cfg.get("packing", "pack")
+  text_key = data_cfg.get("text_key", "text")
+  eval_texts = None
+  if kind == "synthetic":
+    texts = sources.synthetic_corpus(int(data_cfg.get("num_docs", 2000)),
+                                     seed=int(data_cfg.get("data_seed", 0)))
+  elif kind == "jsonl":
+    if not data_cfg.get("path"):
+      raise ValueError("data.source='jsonl' needs data.path")
+    texts = sources.read_jsonl(data_cfg.path, text_key=text_key)
+    if data_cfg.get("eval_path"):
+      eval_texts = sources.read_jsonl(data_cfg.eval_path, text_key=text_key)
+  elif kind == "tfds":
+    name, data_dir = data_cfg.get("tfds_name"), data_cfg.get("data_dir")
+    if not name:
+      raise ValueError("data.source='tfds' needs data.tfds_name")
+    train = sources.tfds_source(name, split=data_cfg.get("split", "train"),
+                                data_dir=data_dir, text_key=text_key)
+    ev = None
+    if data_cfg.get("eval_split"):
+      ev = lazy_padded_examples(
+          sources.tfds_source(name, split=data_cfg.eval_split,
+                              data_dir=data_dir, text_key=text_key),
+          tokenizer, seq_len=seq_len)
+    return lazy_padded_examples(train, tokenizer, seq_len=seq_len), ev
+  else:
+    raise ValueError(f"data.source={kind!r}; valid: synthetic, jsonl, tfds")
+  if eval_texts is None:
+    frac = float(data_cfg.get("eval_fraction", 0.05))
+    n_eval = int(len(texts) * frac)
+    if n_eval:
+      texts, eval_texts = texts[:-n_eval], texts[-n_eval:]
+  make = lambda t: lm_examples(tokenize(t, tokenizer), seq_len=seq_len,
+                               pad_id=tokenizer.pad_id, mode=mode)
+  return make(texts), (make(eval_texts) if eval_texts else None)

@@ -1,0 +1,139 @@
+"""Metrics: `WORKDIR/metrics.jsonl`, TensorBoard events, a progress line.
+
+Each logged step appends one JSON object with `step`, the losses/metrics and
+(eval rows) `eval/...` keys. Throughput numbers go under `perf/` so that the
+deterministic part of a row (everything else) is identical between an
+interrupted-and-resumed run and an uninterrupted one. Only process 0 writes.
+"""
+
+import functools
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@functools.lru_cache(maxsize=None)
+def measured_peak_flops(n: int = 1024, repeats: int = 5) -> float:
+  """Achievable matmul FLOP/s of all local devices (the MFU denominator).
+
+  Times an `n x n` float32 matmul on one device and multiplies by the local
+  device count; on CPU this is the machine's measured peak, not a datasheet
+  number.
+  """
+  x = jnp.ones((n, n), jnp.float32)
+  f = jax.jit(lambda a: a @ a)
+  f(x).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(x).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  per_device = 2 * n ** 3 / best
+  # CPU "devices" faked by XLA flags share the same cores.
+  n_dev = 1 if jax.default_backend() == "cpu" else jax.local_device_count()
+  return per_device * n_dev * max(jax.process_count(), 1)
+
+
+def _scalar(v: Any) -> float | int:
+  v = np.asarray(v)
+  return v.item() if v.ndim == 0 else v.tolist()
+
+
+class MetricsWriter:
+  """Appends metric rows; prints progress lines (process 0 only)."""
+
+  def __init__(self, workdir: str, *, total_steps: int,
+               tokens_per_step: int = 0, flops_per_step: float | None = None,
+               peak_flops: float | None = None, tensorboard: bool = True):
+    self.enabled = jax.process_index() == 0
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.total_steps = total_steps
+    self.tokens_per_step = tokens_per_step
+    self.flops_per_step = flops_per_step
+    self.peak_flops = peak_flops
+    self._tb = None
+    self._tb_dir = os.path.join(workdir, "tensorboard")
+    self._want_tb = tensorboard
+    self._t0, self._s0 = None, None
+
+  def truncate_after(self, step: int) -> None:
+    """Drops rows newer than `step` (written after the checkpoint we resume)."""
+    if not self.enabled or not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      rows = [line for line in f if line.strip()]
+    keep = [line for line in rows if json.loads(line)["step"] <= step]
+    with open(self.path, "w") as f:
+      f.writelines(keep)
+
+  def start(self, step: int) -> None:
+    """Marks the (re)start of timing after compilation."""
+    self._t0, self._s0 = time.perf_counter(), step
+
+  def perf(self, step: int) -> dict[str, float]:
+    if self._t0 is None or step <= self._s0:
+      return {}
+    dt = time.perf_counter() - self._t0
+    steps_s = (step - self._s0) / max(dt, 1e-9)
+    out = {"perf/steps_per_s": steps_s,
+           "perf/tokens_per_s": steps_s * self.tokens_per_step,
+           "perf/eta_s": (self.total_steps - step) / max(steps_s, 1e-9)}
+    if self.flops_per_step and self.peak_flops:
+      out["perf/mfu"] = steps_s * self.flops_per_step / self.peak_flops
+    return out
+
+  def write(self, step: int, metrics: dict[str, Any],
+            progress: bool = True) -> dict[str, Any]:
+    row = {"step": int(step)}
+    row.update({k: _scalar(v) for k, v in metrics.items()})
+    if not self.enabled:
+      return row
+    with open(self.path, "a") as f:
+      f.write(json.dumps(row) + "\n")
+    self._write_tb(row)
+    if progress:
+      self._progress(row)
+    return row
+
+  def _write_tb(self, row: dict[str, Any]) -> None:
+    if not self._want_tb:
+      return
+    if self._tb is None:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._tb = SummaryWriter(self._tb_dir)
+    for k, v in row.items():
+      if k != "step" and isinstance(v, (int, float)):
+        self._tb.add_scalar(k, v, row["step"])
+    self._tb.flush()
+
+  def _progress(self, row: dict[str, Any]) -> None:
+    parts = [f"step {row['step']}/{self.total_steps}"]
+    for k in ("loss", "eval/loss"):
+      if k in row:
+        parts.append(f"{k} {row[k]:.4f}")
+    if "perf/steps_per_s" in row:
+      parts.append(f"{row['perf/steps_per_s']:.2f} steps/s")
+      parts.append(f"{row['perf/tokens_per_s']:.0f} tok/s")
+      eta = row["perf/eta_s"]
+      parts.append(f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
+    if "perf/mfu" in row:
+      parts.append(f"MFU {100 * row['perf/mfu']:.1f}%")
+    print(" | ".join(parts), file=sys.stdout, flush=True)
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]

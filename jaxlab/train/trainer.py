@@ -1,0 +1,511 @@
+"""The generic training loop: sharded, resumable, loss-pluggable.
+
+    metrics = trainer.train(config, workdir)                    # LM from config
+    metrics = trainer.train(config, workdir, model=my_factory,  # experiments
+                            loss_fn=my_loss, train_source=my_examples)
+
+Recipe (ANCHORS.md section 9): a ('data', 'fsdp', 'tensor') mesh entered with
+`jax.set_mesh`, logical-axis rules from `config.sharding_rules`, model and
+optimizer created under `jax.jit` with out_shardings from their logical names
+(born sharded), a functional `(graphdef, state)` train step compiled with
+explicit in/out shardings and donation, global batches from each host's
+shard via `jax.make_array_from_process_local_data`.
+
+One step = one optimizer update on `train.batch_size` examples (split into
+`optim.grad_accum` micro-batches that a `lax.scan` accumulates). Checkpoints
+(every `train.checkpoint_every` steps, at the end, and on SIGTERM) hold the
+state, the grain iterator and the RNG, so a resumed run replays exactly the
+steps an uninterrupted run would take. The RNG of step s is
+`fold_in(key(config.seed), s)`.
+"""
+
+from collections.abc import Callable, Sequence
+import dataclasses
+import functools
+import json
+import math
+import os
+import signal
+import time
+from typing import Any
+
+from absl import logging
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxlab import parallel
+from jaxlab.models import registry
+from jaxlab.train import checkpoint as ckpt_lib
+from jaxlab.train import lora as lora_lib
+from jaxlab.train import losses
+from jaxlab.train import metrics as metrics_lib
+from jaxlab.train import optim
+
+
+class NonFiniteError(FloatingPointError):
+  """Raised when the loss or gradient norm of a step is NaN/Inf."""
+
+
+@dataclasses.dataclass
+class TrainState:
+  """What `build` returns: everything the loop (or an experiment) needs."""
+  graphdef: Any
+  state: Any                     # nnx.State of (model, optimizer)
+  shardings: Any                 # NamedShardings matching `state`
+  mesh: jax.sharding.Mesh
+  rules: tuple
+  spec: registry.ModelSpec | None
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  wrt: Any                       # nnx filter of the trained variables
+
+  def model(self) -> nnx.Module:
+    """The current model (LoRA merged in), e.g. for evaluation."""
+    model, _ = nnx.merge(self.graphdef, self.state, copy=True)
+    if lora_lib.has_lora(model):
+      lora_lib.merge_lora(model)
+    return model
+
+
+# --------------------------------------------------------------------------
+# Workdir and config checks.
+# --------------------------------------------------------------------------
+
+
+def check_workdir(workdir: str) -> str:
+  """Creates `workdir` and checks it is writable; clear error otherwise."""
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise ValueError(f"--workdir {workdir} is not writable ({e.strerror}); "
+                     "pick a directory you can write to") from None
+  return workdir
+
+
+def _get(cfg, dotted: str, default=None):
+  node = cfg
+  for part in dotted.split("."):
+    if node is None or not hasattr(node, "get") or part not in node:
+      return default
+    node = node[part]
+  return node
+
+
+# --------------------------------------------------------------------------
+# Model + optimizer creation (born sharded) and restore.
+# --------------------------------------------------------------------------
+
+
+def _model_spec(config, model, vocab_size) -> tuple[Any, Any]:
+  """(ModelSpec or None, host-built instance or None) for `model`/config."""
+  if isinstance(model, registry.ModelSpec):
+    return model, None
+  if isinstance(model, nnx.Module):
+    return None, model
+  if callable(model):
+    return registry.ModelSpec(factory=model), None
+  init_from = _get(config, "init_from")
+  if init_from:
+    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+    if not os.path.isdir(init_from):
+      raise FileNotFoundError(f"init_from={init_from!r}: no such directory")
+    # Compute dtype, param dtype and remat come from the config; the
+    # architecture from the checkpoint's config.json.
+    instance, dcfg = hf.load(
+        init_from, dtype=_get(config, "model.dtype", "float32"),
+        param_dtype=_get(config, "model.param_dtype", None),
+        remat=bool(_get(config, "model.remat", False)))
+    spec = registry.ModelSpec(
+        factory=None, config=dcfg,
+        flops_per_token=lambda t: registry.decoder_train_flops_per_token(
+            dcfg, t))
+    return spec, instance
+  return registry.get_spec(config.model, vocab_size=vocab_size,
+                           seed=int(config.seed)), None
+
+
+def build(config, *, model=None, vocab_size: int | None = None,
+          mesh: jax.sharding.Mesh | None = None,
+          abstract_only: bool = False) -> TrainState:
+  """Mesh, model and optimizer state (born sharded) for `config`.
+
+  Must be called inside the returned mesh/rules context for use; `train`
+  does this. With `abstract_only` the state holds ShapeDtypeStructs with
+  shardings (a restore target) and nothing is computed.
+  """
+  mesh = mesh or parallel.make_mesh(config.mesh)
+  rules = parallel.rules_from_config(_get(config, "sharding_rules"))
+  spec, instance = _model_spec(config, model, vocab_size)
+  steps = int(config.train.steps)
+  tx = optim.make_optimizer(config.optim, steps)
+  schedule = optim.make_schedule(config.optim, steps)
+  lora_rank = int(_get(config, "lora.rank", 0) or 0)
+  wrt = lora_lib.LoRA if lora_rank else nnx.Param
+
+  inst_graphdef, inst_state = (nnx.split(instance) if instance is not None
+                               else (None, None))
+
+  def create(model_state):
+    m = (spec.factory() if model_state is None
+         else nnx.merge(inst_graphdef, model_state))
+    if lora_rank:
+      lora_lib.add_lora(m, rank=lora_rank,
+                        alpha=float(_get(config, "lora.alpha", 2 * lora_rank)),
+                        targets=tuple(_get(config, "lora.targets",
+                                           ("q_dnh", "v_dkh"))),
+                        rngs=nnx.Rngs(int(config.seed) + 1))
+    return m, nnx.Optimizer(m, tx, wrt=wrt)
+
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    abstract = nnx.eval_shape(lambda: create(inst_state))
+    graphdef, abs_state = nnx.split(abstract)
+    shardings = nnx.get_named_sharding(abs_state, mesh)
+    if abstract_only:
+      state = jax.tree.map(
+          lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+          abs_state, shardings)
+    elif inst_state is None:
+      state = jax.jit(lambda: nnx.split(create(None))[1],
+                      out_shardings=shardings)()
+    else:
+      inst_sh = nnx.get_named_sharding(inst_state, mesh)
+      inst_state = jax.device_put(inst_state, inst_sh)
+      state = jax.jit(lambda s: nnx.split(create(s))[1],
+                      out_shardings=shardings)(inst_state)
+  return TrainState(graphdef=graphdef, state=state, shardings=shardings,
+                    mesh=mesh, rules=rules, spec=spec, tx=tx,
+                    schedule=schedule, wrt=wrt)
+
+
+# --------------------------------------------------------------------------
+# Train and eval steps.
+# --------------------------------------------------------------------------
+
+
+def _loss_of(graphdef_m, loss_fn, loss_cfg):
+  """`f(trained, rest, batch, rng) -> (loss, aux)` over a merged model."""
+  def f(trained, rest, batch, rng):
+    m = nnx.merge(graphdef_m, trained, rest, copy=True)
+    if lora_lib.has_lora(m):
+      lora_lib.merge_lora(m)
+    loss, aux = loss_fn(m, batch, rng=rng, config=loss_cfg)
+    return loss.astype(jnp.float32), aux
+  return f
+
+
+def make_train_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
+                    grad_accum: int, batch_sharding) -> Callable:
+  """Jitted `step(state, batch, rng) -> (state, metrics)`, state donated.
+
+  With grad_accum > 1 the batch arrives as `[A, B/A, ...]` and micro-batch
+  gradients are averaged by a scan (one optimizer update per step).
+  """
+  graphdef, wrt = ts.graphdef, ts.wrt
+
+  def step(state, batch, rng):
+    model, opt = nnx.merge(graphdef, state)
+    gd_m, trained, rest = nnx.split(model, wrt, ...)
+    grad_fn = jax.value_and_grad(_loss_of(gd_m, loss_fn, loss_cfg),
+                                 has_aux=True)
+    if grad_accum == 1:
+      (loss, aux), grads = grad_fn(trained, rest, batch, rng)
+    else:
+      def body(carry, xs):
+        mb, i = xs
+        (l, a), g = grad_fn(trained, rest, mb, jax.random.fold_in(rng, i))
+        acc = jax.tree.map(jnp.add, carry, (g, l, a))
+        return acc, None
+      zeros = jax.tree.map(jnp.zeros_like, trained)
+      aux_shape = jax.eval_shape(
+          lambda: grad_fn(trained, rest,
+                          jax.tree.map(lambda x: x[0], batch), rng)[0][1])
+      init = (zeros, jnp.zeros((), jnp.float32),
+              jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shape))
+      (grads, loss, aux), _ = jax.lax.scan(
+          body, init, (batch, jnp.arange(grad_accum)))
+      grads, loss, aux = jax.tree.map(lambda x: x / grad_accum,
+                                      (grads, loss, aux))
+    grad_norm = optax.tree.norm(grads)
+    opt.update(model, grads)
+    return nnx.state((model, opt)), {"loss": loss, "grad_norm": grad_norm,
+                                     **aux}
+
+  return jax.jit(step, in_shardings=(ts.shardings, batch_sharding, None),
+                 out_shardings=(ts.shardings, None), donate_argnums=0)
+
+
+def make_eval_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
+                   batch_sharding) -> Callable:
+  graphdef = ts.graphdef
+
+  def step(state, batch, rng):
+    model, _ = nnx.merge(graphdef, state)
+    if lora_lib.has_lora(model):
+      lora_lib.merge_lora(model)
+    loss, aux = loss_fn(model, batch, rng=rng, config=loss_cfg)
+    return {"loss": loss.astype(jnp.float32), **aux}
+
+  return jax.jit(step, in_shardings=(ts.shardings, batch_sharding, None))
+
+
+# --------------------------------------------------------------------------
+# Data.
+# --------------------------------------------------------------------------
+
+
+def _global_batch(local: dict[str, np.ndarray], sharding, grad_accum: int):
+  def put(x):
+    x = np.asarray(x)
+    if grad_accum > 1:
+      x = x.reshape(grad_accum, x.shape[0] // grad_accum, *x.shape[1:])
+    return jax.make_array_from_process_local_data(sharding, x)
+  return jax.tree.map(put, local)
+
+
+def _default_sources(config, train_source, eval_source):
+  """LM examples from `config.data` unless the caller gave sources."""
+  if train_source is not None:
+    return train_source, eval_source, None
+  from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  name = _get(config, "data.tokenizer", "byte")
+  if name == "byte":
+    tok = tokenizers.ByteTokenizer()
+  elif name == "sentencepiece":
+    tok = tokenizers.SentencePieceTokenizer(config.data.tokenizer_path)
+  else:
+    raise ValueError(f"data.tokenizer={name!r}; valid: byte, sentencepiece")
+  tr, ev = pipeline.lm_sources(config.data, seq_len=int(config.train.seq_len),
+                               tokenizer=tok)
+  return tr, (eval_source if eval_source is not None else ev), tok
+
+
+# --------------------------------------------------------------------------
+# The loop.
+# --------------------------------------------------------------------------
+
+
+class _Preemption:
+  """Turns SIGTERM into a flag checked at step boundaries."""
+
+  def __init__(self):
+    self.requested = False
+    self._old = None
+
+  def __enter__(self):
+    try:
+      self._old = signal.signal(signal.SIGTERM, self._handle)
+    except ValueError:  # not the main thread: rely on orbax's sync point
+      self._old = None
+    return self
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._old is not None:
+      signal.signal(signal.SIGTERM, self._old)
+
+
+def train(config, workdir: str, *, model: Any = None,
+          loss_fn: Callable | None = None,
+          train_source: Sequence[Any] | grain.MapDataset | None = None,
+          eval_source: Sequence[Any] | grain.MapDataset | None = None,
+          mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+  """Trains per `config` in `workdir`, resuming from its latest checkpoint.
+
+  Args:
+    config: ConfigDict with `seed`, `model`, `data`, `loss`, `optim`,
+      `train`, `mesh`, `sharding_rules`, optional `lora`, `init_from`
+      (see `configs/common.py`).
+    workdir: where checkpoints, metrics.jsonl and TensorBoard events go.
+    model: None (build `config.model` by name, or import `config.init_from`),
+      a zero-arg factory (called under jit: born sharded), a
+      `registry.ModelSpec`, or a built `nnx.Module` (sharded after the fact).
+    loss_fn: `fn(model, batch, *, rng, config)`; default
+      `losses.get(config.loss.name)`.
+    train_source / eval_source: random-access sequences (or grain
+      MapDatasets) of examples, dicts of fixed-shape numpy arrays; default:
+      LM examples from `config.data`.
+    mesh: use this mesh instead of one built from `config.mesh` (e.g. a
+      sub-mesh of the available devices).
+
+  Returns:
+    Final metrics: `step`, `loss`, `grad_norm`, `eval/...`, and
+    `preempted` (True when SIGTERM stopped the run; it then exits cleanly).
+
+  Raises:
+    NonFiniteError: a step's loss or grad norm is NaN/Inf (names the step;
+      checkpoints up to the previous save are kept).
+    ValueError: unwritable workdir, a checkpoint of another model shape,
+      bad config values.
+  """
+  parallel.maybe_initialize_distributed()
+  workdir = check_workdir(workdir)
+  loss_fn = loss_fn or losses.get(_get(config, "loss.name", "lm"))
+  tcfg = config.train
+  steps, batch_size = int(tcfg.steps), int(tcfg.batch_size)
+  grad_accum = int(_get(config, "optim.grad_accum", 1) or 1)
+  if batch_size % grad_accum:
+    raise ValueError(f"train.batch_size={batch_size} must be divisible by "
+                     f"optim.grad_accum={grad_accum}")
+  train_source, eval_source, tokenizer = _default_sources(
+      config, train_source, eval_source)
+  vocab = None
+  if tokenizer is not None:
+    # Round up so the vocab axis divides any mesh.tensor (padding ids are
+    # never produced by the tokenizer).
+    vocab = -(-tokenizer.vocab_size // 64) * 64
+
+  mesh = mesh or parallel.make_mesh(config.mesh)
+  n_batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  if (batch_size // grad_accum) % n_batch_shards:
+    raise ValueError(
+        f"train.batch_size/optim.grad_accum={batch_size // grad_accum} must be "
+        f"divisible by mesh.data*mesh.fsdp={n_batch_shards}")
+  ckpt = ckpt_lib.Checkpointer(
+      os.path.join(workdir, "checkpoints"),
+      keep=int(_get(config, "train.keep_checkpoints", 3)),
+      async_save=bool(_get(config, "train.async_checkpoint", True)))
+  latest = ckpt.latest_step()
+  ts = build(config, model=model, vocab_size=vocab, mesh=mesh,
+             abstract_only=latest is not None)
+  rules = ts.rules
+  batch_sh = parallel.batch_sharding(mesh, rules,
+                                     leading=1 if grad_accum > 1 else 0)
+  eval_sh = parallel.batch_sharding(mesh, rules)
+  seed = int(config.seed)
+  train_ds = _pipeline_dataset(train_source, batch_size, seed, train=True)
+  data_iter = iter(train_ds)
+  base_key = jax.random.key(seed)
+
+  start = 0
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    if latest is not None:
+      ts.state, meta = ckpt.restore(latest, ts.state, data_iter)
+      start = int(meta["step"])
+      saved_key = np.asarray(meta.get("rng", []), np.uint32)
+      if saved_key.size:
+        base_key = jax.random.wrap_key_data(saved_key)
+      print(f"Resuming from {ckpt.directory}/{latest} (step {start}).",
+            flush=True)
+
+    flops_tok = (ts.spec.flops_per_token(int(tcfg.seq_len))
+                 if ts.spec is not None and ts.spec.flops_per_token else None)
+    tokens_per_step = batch_size * int(tcfg.seq_len)
+    writer = metrics_lib.MetricsWriter(
+        workdir, total_steps=steps, tokens_per_step=tokens_per_step,
+        flops_per_step=None if flops_tok is None else flops_tok *
+        tokens_per_step,
+        peak_flops=(_get(config, "train.peak_flops") or
+                    (metrics_lib.measured_peak_flops() if flops_tok else None)),
+        tensorboard=bool(_get(config, "train.tensorboard", True)))
+    writer.truncate_after(start)
+
+    train_step = make_train_step(ts, loss_fn, config.loss,
+                                 grad_accum=grad_accum, batch_sharding=batch_sh)
+    eval_step = make_eval_step(ts, loss_fn, config.loss, batch_sharding=eval_sh)
+    eval_batch = int(_get(config, "train.eval_batch_size", batch_size))
+    eval_ds = (_pipeline_dataset(eval_source, eval_batch, seed, train=False)
+               if eval_source is not None else None)
+    max_eval = int(_get(config, "train.eval_batches", 0) or 0)
+
+    eval_key = jax.random.fold_in(base_key, 2**31 - 1)
+
+    def run_eval(state, step):
+      totals, n = {}, 0
+      for i, local in enumerate(eval_ds):
+        if max_eval and i >= max_eval:
+          break
+        out = eval_step(state, _global_batch(local, eval_sh, 1),
+                        jax.random.fold_in(eval_key, i))
+        for k, v in jax.device_get(out).items():
+          totals[k] = totals.get(k, 0.0) + float(v)
+        n += 1
+      del step
+      return {f"eval/{k}": v / max(n, 1) for k, v in totals.items()}
+
+    key_data = np.asarray(jax.random.key_data(base_key)).tolist()
+    meta = {"rng": key_data, "config": config.to_json_best_effort()
+            if hasattr(config, "to_json_best_effort") else str(config)}
+    log_every = max(int(_get(config, "train.log_every", 10)), 1)
+    eval_every = int(_get(config, "train.eval_every", 0) or 0)
+    ckpt_every = int(_get(config, "train.checkpoint_every", 0) or 0)
+    sleep_s = float(_get(config, "train.debug_step_sleep_s", 0.0) or 0.0)
+    state, last, saved_at = ts.state, {}, latest
+    preempted = False
+    print(f"Training {steps} steps on mesh ({parallel.mesh.describe(mesh)}); "
+          f"workdir {workdir}", flush=True)
+    with _Preemption() as preempt:
+      for step in range(start + 1, steps + 1):
+        local = next(data_iter)
+        batch = _global_batch(local, batch_sh, grad_accum)
+        state, out = train_step(state, batch, jax.random.fold_in(base_key,
+                                                                 step))
+        out = jax.device_get(out)
+        if step == start + 1:
+          writer.start(step)  # throughput excludes compilation
+        if not (math.isfinite(float(out["loss"])) and
+                math.isfinite(float(out["grad_norm"]))):
+          ckpt.close()
+          good = ckpt.latest_step()
+          raise NonFiniteError(
+              f"non-finite loss ({float(out['loss'])}) or gradient norm "
+              f"({float(out['grad_norm'])}) at step {step}; stopping. The "
+              f"last good checkpoint is step {good} in {ckpt.directory}. "
+              "Lower optim.lr, check the data, or raise optim.clip_norm.")
+        last = {k: float(v) for k, v in out.items()}
+        row = {}
+        if step % log_every == 0 or step == steps:
+          row.update(last)
+          row["lr"] = float(ts.schedule(step - 1))
+          row.update(writer.perf(step))
+        if eval_ds is not None and ((eval_every and step % eval_every == 0)
+                                    or step == steps):
+          ev = run_eval(state, step)
+          last.update(ev)
+          row.update(ev)
+        if row:
+          writer.write(step, row)
+        if sleep_s:
+          time.sleep(sleep_s)
+        # Single process: our SIGTERM flag. Multi-process: orbax's
+        # preemption sync point, so every host stops at the same step.
+        stop = ((preempt.requested and jax.process_count() == 1)
+                or ckpt.reached_preemption(step))
+        if (ckpt_every and step % ckpt_every == 0) or step == steps or stop:
+          ckpt.save(step, state, data_iter, meta)
+          saved_at = step
+        if stop:
+          preempted = True
+          print(f"SIGTERM: saved checkpoint at step {step}; exiting.",
+                flush=True)
+          break
+    ckpt.close()
+    writer.close()
+  ts.state = state
+  if not last:  # nothing left to train: report the last logged row
+    rows = metrics_lib.read_metrics(workdir)
+    last = {k: v for r in rows for k, v in r.items()
+            if k != "step" and not k.startswith("perf/")}
+  result = {"step": step if steps > start else start, **last,
+            "preempted": preempted, "workdir": workdir,
+            "checkpoint_dir": ckpt.directory, "checkpoint_step": saved_at}
+  result["train_state"] = ts
+  return result
+
+
+def _pipeline_dataset(source, batch: int, seed: int, *, train: bool):
+  from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
+  return pipeline.batched_dataset(source, global_batch=batch, seed=seed,
+                                  shuffle=train, repeat=train)
