@@ -1,0 +1,1 @@
+"""jaxlab.synthetic: generators of synthetic data sets (facts, arithmetic)."""
