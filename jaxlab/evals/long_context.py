@@ -1,0 +1,390 @@
+"""Long-context evaluation: passkey, needle-in-a-haystack, chunked perplexity.
+
+Generators build prompts of an exact token length with the answer placed at
+a relative depth, for any tokenizer with `encode(text) -> list[int]`
+(`jaxlab.data.tokenizers.ByteTokenizer`, SentencePiece, ...):
+
+    tok = ByteTokenizer()
+    exs = retrieval_grid(passkey_example, tok, lengths=[256, 512],
+                         depths=[0.1, 0.5, 0.9], samples=4, seed=0)
+    scores = evaluate_retrieval(model, exs)            # exact / token acc.
+
+A prompt ends right before the answer, so greedy decoding is scored in one
+teacher-forced forward pass: the greedy answer equals the reference iff the
+argmax at every answer position is the reference token (`exact`), and the
+fraction of matching answer tokens is `token_accuracy`.
+
+`train_short_test_long` evaluates one trained model under every RoPE
+scaling training-free (MrRoPE spec D.5): each method is a copy of the
+`DecoderConfig` with another `rope_scaling`, bound to the same parameters by
+`with_rope_scaling`.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab.models import decoder as decoder_lib
+
+# Mohtashami & Jaggi (2023) passkey prompt.
+PASSKEY_PREFIX = ("There is an important info hidden inside a lot of irrelevant"
+                  " text. Find it and memorize it. I will quiz you about the "
+                  "important information there. ")
+PASSKEY_FILLER = ("The grass is green. The sky is blue. The sun is yellow. "
+                  "Here we go. There and back again. ")
+PASSKEY_NEEDLE = "The pass key is {value}. Remember it. {value} is the pass key. "
+PASSKEY_QUESTION = "What is the pass key? The pass key is "
+
+# Kamradt-style needle with a keyed value (several keys make distractors).
+NIAH_FILLER = ("Trees grow slowly in the north. Rivers carry sand to the sea. "
+               "A quiet town wakes at dawn. Old roads bend around the hills. "
+               "Markets open early on the weekend. ")
+NIAH_NEEDLE = "The special magic {key} number is: {value}. "
+NIAH_QUESTION = "What is the special magic {key} number? The special magic "\
+    "{key} number is: "
+NIAH_KEYS = ("paris", "tokyo", "lima", "oslo", "cairo", "delhi", "quito",
+             "rome", "seoul", "dakar")
+
+DEFAULT_METHODS = ("default", "pi", "ntk", "dynamic_ntk", "yarn",
+                   "yarn_rotation", "llama3", "mrope_uni", "mrope_pro")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalExample:
+  """One prompt whose continuation should be `answer_ids`."""
+  prompt_ids: np.ndarray  # [length] int32
+  answer_ids: np.ndarray  # [A] int32
+  answer: str
+  length: int
+  depth: float
+  needle_start: int  # token index where the needle begins
+
+
+def _filler_units(tokenizer, filler: str) -> list[list[int]]:
+  """Filler split into sentences (after ". "), each encoded separately."""
+  parts = [p + ". " for p in filler.strip().split(". ") if p.strip(". ")]
+  if parts:
+    parts[-1] = parts[-1].rstrip(". ") + ". "
+  units = [list(tokenizer.encode(p)) for p in parts]
+  units = [u for u in units if u]
+  if not units:
+    raise ValueError("filler text encodes to no tokens")
+  return units
+
+
+def _fill(units: Sequence[Sequence[int]], n: int
+          ) -> tuple[list[int], list[int]]:
+  """n filler tokens cycling through sentences, and the sentence starts."""
+  ids, starts, i = [], [], 0
+  while len(ids) < n:
+    starts.append(len(ids))
+    ids.extend(units[i % len(units)])
+    i += 1
+  starts.append(n)
+  return ids[:n], [b for b in starts if b <= n]
+
+
+def build_prompt(tokenizer, *, length: int, depth: float, needle: str,
+                 question: str, filler: str, prefix: str = "",
+                 add_bos: bool = False,
+                 extra_needles: Sequence[tuple[float, str]] = ()
+                 ) -> tuple[np.ndarray, int]:
+  """Token ids `[length]`: prefix, filler with the needle at `depth`, question.
+
+  The needle goes to the filler sentence boundary nearest to
+  `depth * n_filler` tokens (depth 0 = right after the prefix, 1 = right
+  before the question); `extra_needles` (depth, text) are placed the same way
+  (distractors). Returns (ids, token index where the needle starts). Raises
+  ValueError when `length` cannot hold prefix + needles + question.
+  """
+  for d in [depth] + [d for d, _ in extra_needles]:
+    if not 0.0 <= d <= 1.0:
+      raise ValueError(f"depth must be in [0, 1], got {d}")
+  head = ([tokenizer.bos_id] if add_bos else []) + list(
+      tokenizer.encode(prefix))
+  needles = [(depth, list(tokenizer.encode(needle)), True)] + [
+      (d, list(tokenizer.encode(t)), False) for d, t in extra_needles]
+  question_ids = list(tokenizer.encode(question))
+  n_fill = length - len(head) - sum(len(n[1]) for n in needles) - len(
+      question_ids)
+  if n_fill < 0:
+    raise ValueError(
+        f"length={length} is too short for prefix + needle + question "
+        f"({length - n_fill} tokens)")
+  fill, starts = _fill(_filler_units(tokenizer, filler), n_fill)
+  starts_arr = np.asarray(starts)
+  placed = []
+  for d, ids, is_target in needles:
+    cut = int(starts_arr[np.argmin(np.abs(starts_arr - d * n_fill))])
+    placed.append((cut, not is_target, ids, is_target))
+  placed.sort(key=lambda x: (x[0], x[1]))
+  out, prev, target_start = list(head), 0, -1
+  for cut, _, ids, is_target in placed:
+    out.extend(fill[prev:cut])
+    prev = cut
+    if is_target:
+      target_start = len(out)
+    out.extend(ids)
+  out.extend(fill[prev:])
+  out.extend(question_ids)
+  return np.asarray(out, np.int32), target_start
+
+
+def passkey_example(tokenizer, *, length: int, depth: float,
+                    rng: np.random.Generator, digits: int = 5,
+                    prefix: str = PASSKEY_PREFIX,
+                    filler: str = PASSKEY_FILLER,
+                    needle: str = PASSKEY_NEEDLE,
+                    question: str = PASSKEY_QUESTION,
+                    add_bos: bool = False) -> RetrievalExample:
+  """Passkey retrieval: a random `digits`-digit key hidden in filler text."""
+  value = "".join(str(d) for d in rng.integers(0, 10, digits))
+  prompt, start = build_prompt(
+      tokenizer, length=length, depth=depth,
+      needle=needle.format(value=value), question=question, filler=filler,
+      prefix=prefix, add_bos=add_bos)
+  answer_ids = np.asarray(tokenizer.encode(value), np.int32)
+  return RetrievalExample(prompt, answer_ids, value, length, depth, start)
+
+
+def needle_example(tokenizer, *, length: int, depth: float,
+                   rng: np.random.Generator, digits: int = 7,
+                   num_distractors: int = 0, keys: Sequence[str] = NIAH_KEYS,
+                   filler: str = NIAH_FILLER, needle: str = NIAH_NEEDLE,
+                   question: str = NIAH_QUESTION,
+                   add_bos: bool = False) -> RetrievalExample:
+  """Needle-in-a-haystack: a keyed number, optionally with distractor needles.
+
+  Distractors (other keys, other numbers) go to random depths, so the
+  model must match the key, not just copy any number.
+  """
+  if num_distractors >= len(keys):
+    raise ValueError(f"num_distractors={num_distractors} needs more than "
+                     f"{len(keys)} keys")
+  chosen = rng.choice(len(keys), size=1 + num_distractors, replace=False)
+  key = keys[chosen[0]]
+
+  def number():
+    return "".join(str(d) for d in rng.integers(0, 10, digits))
+
+  value = number()
+  extra = [(float(rng.uniform()), needle.format(key=keys[c], value=number()))
+           for c in chosen[1:]]
+  prompt, start = build_prompt(
+      tokenizer, length=length, depth=depth,
+      needle=needle.format(key=key, value=value),
+      question=question.format(key=key), filler=filler, add_bos=add_bos,
+      extra_needles=extra)
+  answer_ids = np.asarray(tokenizer.encode(value), np.int32)
+  return RetrievalExample(prompt, answer_ids, value, length, depth, start)
+
+
+def retrieval_grid(generator: Callable[..., RetrievalExample], tokenizer, *,
+                   lengths: Sequence[int], depths: Sequence[float],
+                   samples: int = 1, seed: int = 0,
+                   **kwargs: Any) -> list[RetrievalExample]:
+  """`samples` examples per (length, depth) cell, deterministic in `seed`."""
+  out = []
+  for li, length in enumerate(lengths):
+    for di, depth in enumerate(depths):
+      rng = np.random.default_rng([seed, li, di])
+      for _ in range(samples):
+        out.append(generator(tokenizer, length=int(length),
+                             depth=float(depth), rng=rng, **kwargs))
+  return out
+
+
+# -- model evaluation -----------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logits(graphdef, state, ids_bt):
+  return nnx.merge(graphdef, state)(ids_bt)
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+  if x.shape[0] >= rows:
+    return x
+  pad = np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)
+  return np.concatenate([x, pad])
+
+
+def model_logits(model, ids_bt) -> jax.Array:
+  """Jitted `model(ids)` (one compile per graph, shape and RoPE config)."""
+  graphdef, state = nnx.split(model)
+  return _logits(graphdef, state, jnp.asarray(ids_bt, jnp.int32))
+
+
+def evaluate_retrieval(model, examples: Sequence[RetrievalExample], *,
+                       batch_size: int = 4) -> dict[str, Any]:
+  """Greedy exact match and token accuracy, overall and per (length, depth).
+
+  Returns:
+    {"exact": mean, "token_accuracy": mean, "cells": {(length, depth):
+     {"exact", "token_accuracy", "n"}}}.
+  """
+  groups: dict[tuple[int, int], list[int]] = {}
+  for i, ex in enumerate(examples):
+    key = (len(ex.prompt_ids), len(ex.answer_ids))
+    groups.setdefault(key, []).append(i)
+  exact = np.zeros(len(examples))
+  tok_acc = np.zeros(len(examples))
+  for (plen, alen), idx in groups.items():
+    for s in range(0, len(idx), batch_size):
+      chunk = idx[s:s + batch_size]
+      ids = np.stack([np.concatenate([examples[i].prompt_ids,
+                                      examples[i].answer_ids])
+                      for i in chunk])
+      logits = model_logits(model, _pad_rows(ids, batch_size))[:len(chunk)]
+      pred = np.asarray(jnp.argmax(logits[:, plen - 1:plen + alen - 1], -1))
+      ref = ids[:, plen:]
+      exact[chunk] = np.all(pred == ref, axis=-1)
+      tok_acc[chunk] = np.mean(pred == ref, axis=-1)
+  cells: dict[tuple[int, float], dict[str, float]] = {}
+  for i, ex in enumerate(examples):
+    cells.setdefault((ex.length, ex.depth), []).append(i)
+  cell_scores = {k: {"exact": float(exact[v].mean()),
+                     "token_accuracy": float(tok_acc[v].mean()),
+                     "n": len(v)} for k, v in cells.items()}
+  return {"exact": float(exact.mean()) if len(examples) else math.nan,
+          "token_accuracy": (float(tok_acc.mean()) if len(examples)
+                             else math.nan),
+          "cells": cell_scores}
+
+
+def chunked_perplexity(model, tokens, *, chunk_len: int,
+                       stride: int | None = None, batch_size: int = 4,
+                       score_from: int = 0) -> dict[str, float]:
+  """Perplexity of long token streams evaluated in windows of `chunk_len`.
+
+  Args:
+    model: a `Decoder`.
+    tokens: `[N]` or `[B, N]` token ids (each row one long document).
+    chunk_len: window length (the evaluation context length).
+    stride: window step; default `chunk_len` (disjoint windows). With a
+      smaller stride each token is scored once, in the first window whose
+      not-yet-scored part contains it (the usual sliding-window protocol).
+    batch_size: windows per forward pass.
+    score_from: additionally skip targets at window positions below this
+      (e.g. the original training length, to score only extrapolated
+      positions).
+
+  Returns:
+    {"perplexity", "nll" (mean per token), "tokens" (number scored)}.
+  """
+  toks = np.asarray(tokens)
+  if toks.ndim == 1:
+    toks = toks[None]
+  stride = chunk_len if stride is None else stride
+  if not 0 < stride <= chunk_len:
+    raise ValueError(f"stride must be in (0, chunk_len={chunk_len}], got "
+                     f"{stride}")
+  if toks.shape[1] < chunk_len:
+    raise ValueError(f"sequences of length {toks.shape[1]} are shorter than "
+                     f"chunk_len={chunk_len}")
+  windows, masks = [], []
+  for row in toks:
+    scored_until = 0  # targets with index < scored_until are done
+    for start in range(0, row.shape[0] - chunk_len + 1, stride):
+      window = row[start:start + chunk_len]
+      target_pos = start + 1 + np.arange(chunk_len - 1)
+      mask = (target_pos >= scored_until) & (np.arange(1, chunk_len) >=
+                                             max(score_from, 1))
+      scored_until = start + chunk_len
+      windows.append(window)
+      masks.append(mask)
+  windows = np.stack(windows)
+  masks = np.stack(masks)
+  nll, count = 0.0, 0
+  for s in range(0, len(windows), batch_size):
+    # Pad the last batch (mask False) so every call has one shape.
+    ids = _pad_rows(windows[s:s + batch_size], batch_size)
+    m = _pad_rows(masks[s:s + batch_size], batch_size)
+    logp = jax.nn.log_softmax(model_logits(model, ids)[:, :-1], -1)
+    tok_nll = -jnp.take_along_axis(logp, jnp.asarray(ids[:, 1:, None]),
+                                   -1)[..., 0]
+    nll += float(jnp.sum(jnp.where(m, tok_nll, 0.0)))
+    count += int(m.sum())
+  mean = nll / max(count, 1)
+  return {"perplexity": math.exp(mean), "nll": mean, "tokens": count}
+
+
+# -- train short / test long ---------------------------------------------------
+
+
+def scaling_for(method: str, *, train_len: int, eval_len: int,
+                options: Mapping[str, Any] | None = None
+                ) -> dict[str, Any] | None:
+  """`rope_scaling` dict for `method` at S = eval_len / train_len.
+
+  Static methods get `factor=S` (at least 1) and `original_max_position=
+  train_len`; "dynamic_ntk" defaults to `factor=1`, for which its base grows
+  exactly with the current length (S_eff = L'/L). "default" is None.
+  `options` adds or overrides keys (e.g. {"beta_fast": 16}).
+  """
+  if method in ("default", "none"):
+    return None
+  factor = max(1.0, eval_len / train_len)
+  cfg: dict[str, Any] = {"method": method, "factor": factor,
+                         "original_max_position": train_len}
+  if method == "dynamic_ntk":
+    cfg["factor"] = 1.0
+  cfg.update(options or {})
+  return cfg
+
+
+def with_rope_scaling(model, rope_scaling: Mapping[str, Any] | None,
+                      **config_overrides: Any):
+  """The same parameters under a copy of the config with `rope_scaling`.
+
+  No parameter is copied or re-initialised: the new module's state is the
+  old one's arrays (RoPE has no parameters).
+  """
+  cfg = model.cfg.replace(rope_scaling=None if rope_scaling is None
+                          else dict(rope_scaling), **config_overrides)
+  cfg.rope_tables()  # validate early (unknown method, factor < 1, ...)
+  abstract = nnx.eval_shape(
+      lambda: decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0)))
+  graphdef, _ = nnx.split(abstract)
+  _, state = nnx.split(model)
+  return nnx.merge(graphdef, state)
+
+
+def train_short_test_long(
+    model, *, train_len: int, eval_lengths: Sequence[int],
+    tasks: Mapping[str, Callable[[Any, int], float]],
+    methods: Sequence[str] = DEFAULT_METHODS,
+    method_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+  """Evaluates one trained model under every RoPE scaling at every length.
+
+  Args:
+    model: a `Decoder` trained at context `train_len`.
+    train_len: the training (original) context length L.
+    eval_lengths: evaluation lengths; S = length / train_len per length.
+    tasks: name -> fn(model_variant, eval_len) -> float.
+    methods: registered `jaxlab.nn.rope` scalings ("default" = no scaling).
+    method_options: per-method extra `rope_scaling` keys.
+
+  Returns:
+    {"methods", "lengths", "metrics": {task: {method: [value per length]}}}.
+  """
+  method_options = dict(method_options or {})
+  metrics: dict[str, dict[str, list[float]]] = {t: {} for t in tasks}
+  for method in methods:
+    for length in eval_lengths:
+      variant = with_rope_scaling(model, scaling_for(
+          method, train_len=train_len, eval_len=length,
+          options=method_options.get(method)))
+      for task, fn in tasks.items():
+        metrics[task].setdefault(method, []).append(float(fn(variant,
+                                                             length)))
+  return {"methods": list(methods), "lengths": [int(x) for x in eval_lengths],
+          "metrics": metrics}
