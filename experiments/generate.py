@@ -1,0 +1,112 @@
+"""Generation experiment: load a checkpoint, sample continuations, save them.
+
+`run(config, workdir)` (see configs/generate.py) loads a Hugging Face
+Llama/Qwen2 checkpoint with `jaxlab.io.hf.load` (or builds a random decoder
+when `config.checkpoint` is empty), encodes the prompts, generates with
+`jaxlab.decoding.sampler.generate` and writes:
+
+  WORKDIR/samples.jsonl  one row per (prompt, sample): prompt text/ids,
+                         completion ids/text, per-token sampling and model
+                         log-probs, whether it stopped on eos
+  WORKDIR/results.json   counts, mean completion length, mean model
+                         log-prob per token, generation tokens/s
+"""
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+from flax import nnx
+
+from jaxlab.data import tokenizers
+from jaxlab.decoding import sampler
+from jaxlab.io import hf
+from jaxlab.models import decoder as dec
+
+
+def _tokenizer(config):
+  name = config.tokenizer
+  if name == "none":
+    return None
+  if name == "byte":
+    return tokenizers.ByteTokenizer()
+  if not os.path.exists(name):
+    raise FileNotFoundError(
+        f"config.tokenizer={name!r}: not 'byte' or 'none' and no such "
+        "sentencepiece model file")
+  return tokenizers.SentencePieceTokenizer(name)
+
+
+def _model(config, tok) -> tuple[Any, dec.DecoderConfig]:
+  if config.checkpoint:
+    return hf.load(config.checkpoint, dtype=config.dtype)
+  fields = {k: v for k, v in config.model.to_dict().items() if k != "name"}
+  if not fields.get("vocab_size"):
+    if tok is None:
+      raise ValueError("config.model.vocab_size=0 needs a tokenizer; set "
+                       "config.model.vocab_size or config.tokenizer")
+    fields["vocab_size"] = tok.vocab_size
+  cfg = dec.DecoderConfig(**fields)
+  return dec.Decoder(cfg, rngs=nnx.Rngs(config.seed)), cfg
+
+
+def run(config, workdir: str) -> dict[str, Any]:
+  os.makedirs(workdir, exist_ok=True)
+  tok = _tokenizer(config)
+  model, cfg = _model(config, tok)
+  if tok is None:
+    prompt_ids = [list(p) for p in config.prompt_ids]
+    texts = [None] * len(prompt_ids)
+  else:
+    texts = list(config.prompts)
+    prompt_ids = [tok.encode(t, add_bos=True) for t in texts]
+  for i, ids in enumerate(prompt_ids):
+    bad = [t for t in ids if not 0 <= t < cfg.vocab_size]
+    if bad:
+      raise ValueError(f"prompt {i} has token ids {bad} outside the model "
+                       f"vocabulary [0, {cfg.vocab_size})")
+  eos = config.eos_id if config.eos_id >= 0 else (
+      tok.eos_id if tok is not None else None)
+  n = config.samples_per_prompt
+  batch = [p for p in prompt_ids for _ in range(n)]
+  kw = dict(max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature, top_k=config.top_k or None,
+            top_p=config.top_p if config.top_p < 1.0 else None, eos_id=eos,
+            key=jax.random.key(config.seed),
+            pad_id=tok.pad_id if tok is not None else 0)
+  sampler.generate(model, batch, **kw)  # compile
+  start = time.perf_counter()
+  res = sampler.generate(model, batch, **kw)
+  seconds = time.perf_counter() - start
+
+  rows = []
+  for j, (ids, toks) in enumerate(zip(batch, res.tokens)):
+    text = texts[j // n]
+    rows.append({
+        "prompt": text, "prompt_ids": ids, "sample": j % n,
+        "completion_ids": toks,
+        "completion": None if tok is None else tok.decode(
+            [t for t in toks if t != eos]),
+        "logprobs": res.logprobs[j], "model_logprobs": res.model_logprobs[j],
+        "stopped_on_eos": bool(res.done[j]),
+    })
+  with open(os.path.join(workdir, "samples.jsonl"), "w") as fh:
+    for row in rows:
+      fh.write(json.dumps(row) + "\n")
+  total = int(sum(res.lengths))
+  results = {
+      "checkpoint": config.checkpoint or "random",
+      "params": cfg.num_params(),
+      "num_prompts": len(prompt_ids), "num_samples": len(rows),
+      "mean_completion_length": total / len(rows),
+      "fraction_stopped_on_eos": float(res.done.mean()),
+      "mean_model_logprob_per_token": (
+          sum(map(sum, res.model_logprobs)) / max(total, 1)),
+      "generated_tokens_per_s": total / seconds,
+      "samples_file": os.path.join(workdir, "samples.jsonl"),
+  }
+  with open(os.path.join(workdir, "results.json"), "w") as fh:
+    json.dump(results, fh, indent=2)
+  return results
