@@ -1,0 +1,135 @@
+r"""CL vs SFT for (multimodal) LLM reranking (paper A): weight x direction.
+
+    python -m experiments.main --config=configs/rerank.py:probe,tiny \
+        --workdir=/tmp/rerank_probe            # the README table, ~minutes
+    python -m experiments.main --config=configs/rerank.py:probe --workdir=D
+    python -m experiments.main --config=configs/rerank.py:directions ...
+    python -m experiments.main --config=configs/rerank.py:negatives ...
+
+Presets (comma-separated, combinable with `tiny`):
+  probe       the spec's probing table: W x D in {CL, SFT}^2, W_base (constant)
+              and W_base + tau-mask (both with D_SFT).
+  directions  W in {CL, SFT} x D in {random (learnable), multi_token}.
+  native      native L_CL and L_SFT (should match the (CL,CL), (SFT,SFT) cells).
+  all         every cell above.
+  negatives   N in {2, 4, 8, 16} for (SFT, SFT) and (CL, CL).
+  tiny        fewer steps / eval queries (and, alone, 2 cells x 1 seed for
+              tests and the colab).
+A cell is "W/D" (surrogate L_URL) or "native/cl", "native/sft".
+
+Training is full fine-tuning of a tiny decoder + ViT from scratch by
+default. LoRA on an imported HF decoder: `--config.init_from=DIR
+--config.lora.rank=16` (the ViT and the rest stay frozen then).
+"""
+
+import ml_collections
+
+from configs import common
+
+PROBE_CELLS = ("sft/sft", "sft/cl", "cl/sft", "cl/cl", "constant/sft",
+               "constant_tau_mask/sft")
+DIRECTION_CELLS = ("sft/random", "cl/random", "sft/multi_token",
+                   "cl/multi_token")
+NATIVE_CELLS = ("native/cl", "native/sft")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  a = common.parse_arg(arg, tiny=False, probe=False, directions=False,
+                       native=False, all=False, negatives=False)
+  c = common.base_config()
+  c.experiment = "rerank"
+  c.seeds = (0, 1, 2)
+  cells = []
+  if a.probe or a.all:
+    cells += PROBE_CELLS
+  if a.directions or a.all:
+    cells += DIRECTION_CELLS
+  if a.native or a.all:
+    cells += NATIVE_CELLS
+  if a.negatives and not cells:
+    cells = ["sft/sft", "cl/cl"]
+  if not cells:
+    cells = list(PROBE_CELLS)
+  c.cells = ",".join(cells)
+  # Negatives per query; a non-empty sweep trains every cell at each N.
+  c.negatives_sweep = (2, 4, 8, 16) if a.negatives else ()
+
+  # "embedding": the spec's CPU miniature (MLP over [q; d] embeddings with a
+  # frozen, pretrained yes/no head) -- learnable in seconds, used for the
+  # probing tables. "multimodal": the ViT + decoder reranker on synthetic
+  # universal retrieval (text/image/both), much slower to learn on CPU.
+  c.model_kind = "embedding"
+  c.embedding = ml_collections.ConfigDict({
+      "embed_dim": 16, "hidden": 64, "dim": 32,
+      "pos_noise": 0.8, "hard_noise": 1.1,
+      "pretrain_steps": 300, "pretrain_lr": 3e-3,
+  })
+  c.task = ml_collections.ConfigDict({
+      "tasks": "t2t,t2i,i2t,it2it",
+      "num_negatives": 4,          # spec 9: the section-4 analysis uses 4
+      "hard_fraction": 0.5,        # spec 9: random : hard = 1 : 1
+      "image_size": 16,
+      "train_examples": 4096,      # distinct training groups (then repeats)
+      "data_seed": 1000,
+      "eval_seed": 2000,           # held-out queries: another seed stream
+      "eval_queries": 500,
+      "eval_candidates": 16,       # first-stage list: 1 positive + 15 negatives
+      "word_tokens": True,         # caption words as single tokens
+      "doc_style": 1,              # 1: documents rephrase the query; 0: same
+  })
+  c.prompt = ml_collections.ConfigDict({
+      # [inferred] Qwen3-Reranker style; the tiny model gets no system line.
+      "system": "",
+      "template": ("{system}<Instruct>: {instruction}\n<Query>: {query}\n"
+                   "<Document>: {document}\nAnswer:"),
+      "max_len": 104,
+  })
+  c.reranker = ml_collections.ConfigDict({
+      "dim": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
+      "mlp_dim": 128, "vit_dim": 64, "vit_layers": 1, "vit_heads": 4,
+      "vit_mlp_dim": 128, "patch_size": 4, "init_std": 0.02,
+      # Label tokens: byte-tokenizer specials by default; with an imported
+      # model (init_from + data.tokenizer=sentencepiece) use its pieces,
+      # e.g. "▁yes" / "▁no" and an existing special for the image slots.
+      "yes_token": "<yes>", "no_token": "<no>", "image_token": "<image>",
+      "label_tokens_pos": ("<yes>", "<true>", "<right>", "<correct>"),
+      "label_tokens_neg": ("<no>", "<false>", "<wrong>", "<incorrect>"),
+      "num_label_tokens": 8,       # multi_token direction: 4 yes-like + 4 no-like
+  })
+  c.loss = ml_collections.ConfigDict({
+      "name": "rerank",
+      "objective": "url",          # set per cell
+      "weight": "sft",
+      "direction": "sft",
+      "temperature": 1.0,          # InfoNCE temperature (spec: none -> 1)
+      "mask_tau": 0.1,             # [inferred] tau-mask threshold (0.1-0.2)
+  })
+  c.eval = ml_collections.ConfigDict({
+      "rank_score": "direction",   # direction | sft | cl
+      "batch_size": 128,
+      "k": 10,
+  })
+  c.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.0, clip_norm=1.0,
+                 schedule="cosine")
+  c.train.update(steps=400, batch_size=32, seq_len=104, log_every=10,
+                 eval_every=0, checkpoint_every=0, keep_checkpoints=1,
+                 async_checkpoint=False, tensorboard=False, peak_flops=1.0)
+  if a.tiny:
+    # Short prompts: single-token words/instructions, 4 patches per image.
+    c.prompt.update(template="{system}{instruction}\nQ:{query}\nD:{document}"
+                    "\nA:", max_len=48)
+    c.reranker.patch_size = 8
+    c.train.seq_len = 48
+    c.task.update(train_examples=2048)
+    c.train.update(steps=150)
+    c.embedding.pretrain_steps = 200
+    c.reranker.update(dim=48, mlp_dim=96, vit_dim=48, vit_mlp_dim=96,
+                      num_heads=4, num_kv_heads=2)
+    if not (a.probe or a.directions or a.native or a.all or a.negatives):
+      # Smoke preset (tests, colab): the multimodal reranker, 2 cells.
+      c.model_kind = "multimodal"
+      c.cells = "sft/sft,cl/cl"
+      c.seeds = (0,)
+      c.train.update(steps=30, batch_size=8)
+      c.task.eval_queries = 16
+  return c

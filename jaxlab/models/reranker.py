@@ -1,0 +1,332 @@
+"""A multimodal pointwise LLM reranker (paper A, spec 1-3).
+
+The reranker reads one prompt per (instruction, query, document) triple, where
+query and document are text, an image, or both, and is scored at the answer
+position from the yes/no logits (`jaxlab.objectives.rerank`). An image becomes
+`num_patches` `<image>` placeholder tokens in the prompt; a ViT
+(`jaxlab.models.vit`) encodes the pixels and its projected patch tokens
+replace the placeholders' embeddings before `Decoder.forward(inputs_embeds=)`,
+so the decoder reads interleaved image and text.
+
+    tok = make_tokenizer(...)                       # specials: <image>, labels
+    cfg = RerankerConfig.from_tokenizer(tok, decoder=..., vit=...)
+    model = Reranker(cfg, rngs=nnx.Rngs(0))
+    batch = collate_groups(examples, tok, cfg, template, max_len=96)
+    heads = model.score_heads(batch)                # RerankHeads, each [B, G]
+"""
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab.data import tokenizers
+from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import vit as vit_lib
+from jaxlab.nn import partitioning as pt
+from jaxlab.objectives import rerank
+
+IMAGE_TOKEN = "<image>"
+# Label words for the multi-token direction probe (spec 8): up to 8 + 8.
+# Byte-level tokenizers get them as named specials; with a real tokenizer use
+# plain words ("yes", "true", ...).
+LABEL_TOKENS_POS = ("<yes>", "<true>", "<right>", "<correct>", "<relevant>",
+                    "<same>", "<good>", "<positive>")
+LABEL_TOKENS_NEG = ("<no>", "<false>", "<wrong>", "<incorrect>",
+                    "<irrelevant>", "<different>", "<bad>", "<negative>")
+# [inferred] Qwen3-Reranker-style prompt (the paper's is not available).
+QWEN3_SYSTEM = ('Judge whether the Document meets the requirements based on '
+                'the Query and the Instruct provided. Note that the answer '
+                'can only be "yes" or "no".\n')
+QWEN3_TEMPLATE = ("{system}<Instruct>: {instruction}\n<Query>: {query}\n"
+                  "<Document>: {document}\nAnswer:")
+
+
+def make_tokenizer(words: Sequence[str] = (),
+                   label_tokens: Sequence[str] = LABEL_TOKENS_POS +
+                   LABEL_TOKENS_NEG) -> tokenizers.ByteTokenizer:
+  """Byte tokenizer with `<image>`, the label tokens and optional whole words.
+
+  `words` (e.g. the synthetic captions' vocabulary) become single tokens,
+  which keeps CPU prompts short.
+  """
+  return tokenizers.ByteTokenizer(
+      special_tokens=(IMAGE_TOKEN, *label_tokens, *words))
+
+
+@dataclasses.dataclass(frozen=True)
+class RerankerConfig:
+  """Reranker = decoder + optional ViT + label token ids.
+
+  num_label_tokens: size of the multi-token label set (2..16: half positive,
+    half negative); 0 disables the multi-token heads.
+  random_direction: add a learnable random yes/no head R (direction D_Rand).
+  """
+  decoder: decoder_lib.DecoderConfig
+  vit: vit_lib.ViTConfig | None
+  image_token_id: int
+  yes_id: int
+  no_id: int
+  label_pos_ids: tuple[int, ...] = ()
+  label_neg_ids: tuple[int, ...] = ()
+  random_direction: bool = False
+
+  @classmethod
+  def from_tokenizer(cls, tok: tokenizers.Tokenizer, *,
+                     decoder: decoder_lib.DecoderConfig,
+                     vit: vit_lib.ViTConfig | None,
+                     yes_token: str = "<yes>", no_token: str = "<no>",
+                     image_token: str = IMAGE_TOKEN,
+                     num_label_tokens: int = 0,
+                     label_tokens_pos: Sequence[str] = LABEL_TOKENS_POS,
+                     label_tokens_neg: Sequence[str] = LABEL_TOKENS_NEG,
+                     random_direction: bool = False) -> "RerankerConfig":
+    """Resolves yes/no (and label-set) ids from the tokenizer."""
+    if num_label_tokens and not (
+        2 <= num_label_tokens <= 2 * min(len(label_tokens_pos),
+                                         len(label_tokens_neg))
+        and num_label_tokens % 2 == 0):
+      raise ValueError(
+          f"num_label_tokens must be an even number in [2, "
+          f"{2 * min(len(label_tokens_pos), len(label_tokens_neg))}] or 0, "
+          f"got {num_label_tokens}")
+    half = num_label_tokens // 2
+    if vit is not None and vit.out_dim != decoder.dim:
+      raise ValueError(f"vit.out_dim={vit.out_dim} must equal the decoder "
+                       f"width {decoder.dim}")
+    if tok.vocab_size > decoder.vocab_size:
+      raise ValueError(f"tokenizer vocab {tok.vocab_size} exceeds the "
+                       f"decoder's vocab_size {decoder.vocab_size}")
+    return cls(decoder=decoder, vit=vit,
+               image_token_id=tok.token_id(image_token),
+               yes_id=tok.token_id(yes_token), no_id=tok.token_id(no_token),
+               label_pos_ids=tuple(tok.token_id(t)
+                                   for t in label_tokens_pos[:half]),
+               label_neg_ids=tuple(tok.token_id(t)
+                                   for t in label_tokens_neg[:half]),
+               random_direction=random_direction)
+
+
+class Reranker(nnx.Module):
+  """Decoder LM + ViT patch encoder, read out at the answer position."""
+
+  def __init__(self, cfg: RerankerConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.decoder = decoder_lib.Decoder(cfg.decoder, rngs=rngs)
+    self.vit = (None if cfg.vit is None else
+                vit_lib.ViTEncoder(cfg.vit, rngs=rngs))
+    if cfg.random_direction:
+      # D_Rand (spec 8): a randomly initialised, learnable replacement of the
+      # yes/no unembedding rows, scaled like the LM head.
+      self.rand_head_dk = pt.param(
+          jax.random.normal(rngs.params(), (cfg.decoder.dim, 2)) *
+          cfg.decoder.init_std, (pt.EMBED, None))
+    else:
+      self.rand_head_dk = None
+
+  def embed_inputs(self, input_ids_nt: jax.Array,
+                   images_nihwc: jax.Array | None) -> jax.Array:
+    """Token embeddings `[n, T, D]`; `<image>` slots get ViT patch tokens.
+
+    The k-th placeholder of a sequence takes the k-th patch token of its
+    images concatenated in order (`[I * P]`), so placeholders for images
+    0, 1, ... appear in the prompt in the same order as `images`.
+    """
+    emb = self.decoder.embed(input_ids_nt)
+    if images_nihwc is None or self.vit is None:
+      return emb
+    n, i = images_nihwc.shape[:2]
+    feats = self.vit(images_nihwc.reshape((n * i,) + images_nihwc.shape[2:]))
+    feats = feats.reshape(n, i * feats.shape[1], feats.shape[2])
+    is_img = input_ids_nt == self.cfg.image_token_id
+    slot = jnp.clip(jnp.cumsum(is_img, axis=1) - 1, 0, feats.shape[1] - 1)
+    img_emb = jnp.take_along_axis(feats, slot[..., None], axis=1)
+    return jnp.where(is_img[..., None], img_emb.astype(emb.dtype), emb)
+
+  def heads(self, input_ids_nt: jax.Array, attention_mask_nt: jax.Array,
+            answer_index_n: jax.Array,
+            images_nihwc: jax.Array | None = None) -> rerank.RerankHeads:
+    """Answer-position readouts, each `[n]` (label sets `[n, K]`)."""
+    emb = self.embed_inputs(input_ids_nt, images_nihwc)
+    out = self.decoder.forward(inputs_embeds=emb,
+                               attention_mask=attention_mask_nt,
+                               output_hidden_states=True)
+    h_last = out.hidden_states[-1]
+    h_nd = jnp.take_along_axis(h_last, answer_index_n[:, None, None],
+                               axis=1)[:, 0]
+    logits_nv = self.decoder.unembed(h_nd[:, None])[:, 0]
+    cfg = self.cfg
+    z_rand = None
+    if self.rand_head_dk is not None:
+      hn = self.decoder.final_norm(h_nd).astype(jnp.float32)
+      z_rand = hn @ self.rand_head_dk[...].astype(jnp.float32)
+    pos = (logits_nv[:, jnp.array(cfg.label_pos_ids)]
+           if cfg.label_pos_ids else None)
+    neg = (logits_nv[:, jnp.array(cfg.label_neg_ids)]
+           if cfg.label_neg_ids else None)
+    return rerank.RerankHeads(z_yes=logits_nv[:, cfg.yes_id],
+                              z_no=logits_nv[:, cfg.no_id],
+                              z_label_pos=pos, z_label_neg=neg, z_rand=z_rand)
+
+  def score_heads(self, batch: dict[str, jax.Array]) -> rerank.RerankHeads:
+    """Group batch (`input_ids [B, G, T]`, `attention_mask`, `answer_index
+    [B, G]`, optional `images [B, G, I, H, W, C]`) -> heads `[B, G]`."""
+    ids = batch["input_ids"]
+    lead = ids.shape[:-1]
+    n = int(np.prod(lead))
+    images = batch.get("images")
+    if images is not None:
+      images = images.reshape((n,) + images.shape[len(lead):])
+    h = self.heads(ids.reshape(n, ids.shape[-1]),
+                   batch["attention_mask"].reshape(n, ids.shape[-1]),
+                   batch["answer_index"].reshape(n), images)
+    return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), h)
+
+
+# -- prompts and batching ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptTemplate:
+  """`template` with {system}, {instruction}, {query}, {document} fields."""
+  system: str = QWEN3_SYSTEM
+  template: str = QWEN3_TEMPLATE
+
+
+def _item_text(item, num_patches: int, image_token: str = IMAGE_TOKEN
+               ) -> tuple[str, list[np.ndarray]]:
+  if isinstance(item, str):
+    return item, []
+  text = item.get("text") or ""
+  image = item.get("image")
+  if image is None:
+    return text, []
+  sep = " " if text else ""
+  return image_token * num_patches + sep + text, [image]
+
+
+def encode_pair(instruction: str, query, document,
+                tok: tokenizers.Tokenizer, template: PromptTemplate,
+                num_patches: int, max_len: int,
+                image_token: str = IMAGE_TOKEN
+                ) -> tuple[list[int], list[np.ndarray]]:
+  """Token ids of one prompt (<= max_len) and its images in prompt order.
+
+  Too-long prompts lose document tokens from the end; the answer suffix is
+  kept so the answer position stays the last token.
+  """
+  q_text, q_imgs = _item_text(query, num_patches, image_token)
+  d_text, d_imgs = _item_text(document, num_patches, image_token)
+  marker = "\x00DOC\x00"
+  full = template.template.format(system=template.system,
+                                  instruction=instruction, query=q_text,
+                                  document=marker)
+  head, tail = full.split(marker)
+  head_ids = tok.encode(head + d_text)
+  tail_ids = tok.encode(tail)
+  room = max_len - len(tail_ids)
+  if room < 1:
+    raise ValueError(f"max_len={max_len} is too short for the prompt")
+  ids = head_ids[:room] + tail_ids
+  return ids, q_imgs + d_imgs
+
+
+def collate_groups(groups: Sequence[tuple[str, object, Sequence[object]]],
+                   tok: tokenizers.Tokenizer, cfg: RerankerConfig,
+                   template: PromptTemplate, *, max_len: int,
+                   max_images: int = 2,
+                   image_token: str = IMAGE_TOKEN) -> dict[str, np.ndarray]:
+  """Group batch from (instruction, query, [doc0 (positive), doc1, ...]).
+
+  Returns numpy `input_ids [B, G, T]` (right-padded), `attention_mask`,
+  `answer_index [B, G]` and, when the model has a ViT, `images [B, G, I,
+  S, S, C]` (zeros where a prompt has fewer than `max_images`).
+  `image_token` is the placeholder string (one token id:
+  `cfg.image_token_id`), repeated `num_patches` times per image.
+  """
+  b = len(groups)
+  g = len(groups[0][2])
+  if any(len(x[2]) != g for x in groups):
+    raise ValueError("every group needs the same number of documents")
+  p = cfg.vit.num_patches if cfg.vit is not None else 0
+  ids = np.full((b, g, max_len), tok.pad_id, np.int32)
+  mask = np.zeros((b, g, max_len), np.int32)
+  ans = np.zeros((b, g), np.int32)
+  images = None
+  if cfg.vit is not None:
+    s, c = cfg.vit.image_size, cfg.vit.channels
+    images = np.zeros((b, g, max_images, s, s, c), np.float32)
+  for bi, (ins, query, docs) in enumerate(groups):
+    for gi, doc in enumerate(docs):
+      seq, imgs = encode_pair(ins, query, doc, tok, template, p, max_len,
+                              image_token)
+      if imgs and cfg.vit is None:
+        raise ValueError("an item has an image but the reranker has no ViT")
+      if len(imgs) > max_images:
+        raise ValueError(f"a prompt has {len(imgs)} images > max_images="
+                         f"{max_images}")
+      ids[bi, gi, :len(seq)] = seq
+      mask[bi, gi, :len(seq)] = 1
+      ans[bi, gi] = len(seq) - 1
+      for ii, img in enumerate(imgs):
+        images[bi, gi, ii] = img
+  out = {"input_ids": ids, "attention_mask": mask, "answer_index": ans}
+  if images is not None:
+    out["images"] = images
+  return out
+
+
+# -- the spec's CPU miniature -------------------------------------------------
+
+
+class FrozenHead(nnx.Variable):
+  """A "pretrained" unembedding kept out of the optimizer (not an nnx.Param)."""
+
+
+class EmbeddingReranker(nnx.Module):
+  """Spec A "CPU-only miniature": h = MLP([q; d; q*d]), z = h @ M (frozen).
+
+  Columns of M: 0 = yes, 1 = no, then `num_label_tokens // 2 - 1` more
+  yes-like and no-like label rows (multi-token direction). `pretrain_head`
+  style training of the whole model on another binary task gives M_y and
+  M_n meaning before M is frozen (`freeze_head`).
+  """
+
+  def __init__(self, embed_dim: int, hidden: int, dim: int, *,
+               num_label_tokens: int = 8, rngs: nnx.Rngs):
+    init = jax.nn.initializers.lecun_normal()
+    self.w1 = pt.param(init(rngs.params(), (3 * embed_dim, hidden)),
+                       (None, pt.MLP))
+    self.b1 = pt.param(jnp.zeros((hidden,)), (pt.MLP,))
+    self.w2 = pt.param(init(rngs.params(), (hidden, hidden)), (None, pt.MLP))
+    self.b2 = pt.param(jnp.zeros((hidden,)), (pt.MLP,))
+    self.w3 = pt.param(init(rngs.params(), (hidden, dim)), (pt.MLP, pt.EMBED))
+    half = max(num_label_tokens // 2, 1)
+    self.num_labels = half
+    # Trainable until `freeze_head` (pretraining), then a FrozenHead.
+    self.head_dk = pt.param(init(rngs.params(), (dim, 2 * half)),
+                            (pt.EMBED, None))
+    self.rand_head_dk = pt.param(
+        jax.random.normal(rngs.params(), (dim, 2)) / jnp.sqrt(dim),
+        (pt.EMBED, None))
+
+  def freeze_head(self):
+    self.head_dk = FrozenHead(self.head_dk[...])
+
+  def score_heads(self, batch: dict[str, jax.Array]) -> rerank.RerankHeads:
+    """`query [B, E]`, `docs [B, G, E]` -> heads `[B, G]`."""
+    q = jnp.broadcast_to(batch["query"][:, None], batch["docs"].shape)
+    d = batch["docs"]
+    x = jnp.concatenate([q, d, q * d], axis=-1)
+    x = jax.nn.gelu(x @ self.w1[...] + self.b1[...])
+    x = jax.nn.gelu(x @ self.w2[...] + self.b2[...])
+    h = x @ self.w3[...]
+    z = h @ self.head_dk[...]
+    k = self.num_labels
+    # Label columns: [yes, yes-like..., no, no-like...].
+    return rerank.RerankHeads(z_yes=z[..., 0], z_no=z[..., k],
+                              z_label_pos=z[..., :k], z_label_neg=z[..., k:],
+                              z_rand=h @ self.rand_head_dk[...])

@@ -1,0 +1,184 @@
+"""ViT patch encoder and multimodal reranker."""
+
+from absl.testing import absltest
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import reranker as rr
+from jaxlab.models import vit as vit_lib
+from jaxlab.objectives import rerank
+from jaxlab.train import losses
+
+TEMPLATE = rr.PromptTemplate(system="", template="{system}I:{instruction}\n"
+                             "Q:{query}\nD:{document}\nA:")
+
+
+def _build(random_direction=False, num_label_tokens=4, seed=0):
+  tok = rr.make_tokenizer(words=("red", "circle"))
+  dec = decoder_lib.DecoderConfig(vocab_size=320, dim=32, num_layers=1,
+                                  num_heads=2, num_kv_heads=1, mlp_dim=64,
+                                  init_std=0.2)
+  vit = vit_lib.ViTConfig(image_size=8, patch_size=4, dim=32, num_layers=1,
+                          num_heads=2, mlp_dim=32, out_dim=32, init_std=0.2)
+  cfg = rr.RerankerConfig.from_tokenizer(
+      tok, decoder=dec, vit=vit, num_label_tokens=num_label_tokens,
+      random_direction=random_direction)
+  return tok, cfg, rr.Reranker(cfg, rngs=nnx.Rngs(seed))
+
+
+class ViTTest(absltest.TestCase):
+
+  def test_patchify_matches_loop(self):
+    x = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype(np.float32)
+    got = np.asarray(vit_lib.patchify(jnp.asarray(x), 4))
+    want = np.stack([np.stack([x[b, r:r + 4, c:c + 4].reshape(-1)
+                               for r in (0, 4) for c in (0, 4)])
+                     for b in range(2)])
+    np.testing.assert_array_equal(got, want)
+
+  def test_output_shape_and_bad_size(self):
+    cfg = vit_lib.ViTConfig(image_size=8, patch_size=4, dim=16, num_layers=1,
+                            num_heads=2, mlp_dim=16, out_dim=24)
+    enc = vit_lib.ViTEncoder(cfg, rngs=nnx.Rngs(0))
+    chex.assert_shape(enc(jnp.zeros((3, 8, 8, 3))), (3, 4, 24))
+    with self.assertRaisesRegex(ValueError, "images must be"):
+      enc(jnp.zeros((1, 16, 16, 3)))
+    with self.assertRaisesRegex(ValueError, "multiple of patch_size"):
+      vit_lib.ViTConfig(image_size=10, patch_size=4)
+
+
+class RerankerTest(absltest.TestCase):
+
+  def test_label_ids_come_from_tokenizer(self):
+    tok, cfg, _ = _build(num_label_tokens=6)
+    self.assertEqual(cfg.yes_id, tok.encode("<yes>")[0])
+    self.assertEqual(tok.decode([cfg.no_id]), "<no>")
+    self.assertEqual(cfg.image_token_id, tok.encode("<image>")[0])
+    self.assertEqual([tok.decode([i]) for i in cfg.label_neg_ids],
+                     ["<no>", "<false>", "<wrong>"])
+    with self.assertRaisesRegex(ValueError, "num_label_tokens"):
+      rr.RerankerConfig.from_tokenizer(tok, decoder=cfg.decoder, vit=cfg.vit,
+                                       num_label_tokens=3)
+
+  def test_placeholders_replaced_in_order(self):
+    _, cfg, model = _build()
+    p = cfg.vit.num_patches
+    img = cfg.image_token_id
+    ids = jnp.array([[5, img, img, img, img, 6, img, img, img, img, 7]])
+    images = jax.random.uniform(jax.random.key(1), (1, 2, 8, 8, 3))
+    emb = model.embed_inputs(ids, images)
+    feats = model.vit(images[0])  # [2, P, D]
+    np.testing.assert_allclose(emb[0, 1:1 + p], feats[0], rtol=1e-6)
+    np.testing.assert_allclose(emb[0, 6:6 + p], feats[1], rtol=1e-6)
+    tok_emb = model.decoder.embed(ids)
+    np.testing.assert_array_equal(emb[0, jnp.array([0, 5, 10])],
+                                  tok_emb[0, jnp.array([0, 5, 10])])
+
+  def test_heads_match_decoder_logits_and_padding(self):
+    tok, cfg, model = _build()
+    docs = ["red circle 3", "blue square 4"]
+    b1 = rr.collate_groups([("find", "red circle", docs)], tok, cfg, TEMPLATE,
+                           max_len=40)
+    b2 = rr.collate_groups([("find", "red circle", docs)], tok, cfg, TEMPLATE,
+                           max_len=56)
+    ids = b1["input_ids"][0, 0]
+    n = int(b1["answer_index"][0, 0]) + 1
+    self.assertEqual(tok.decode(ids[:n]), "I:find\nQ:red circle\nD:red circle"
+                     " 3\nA:")
+    h1 = model.score_heads({k: jnp.asarray(v) for k, v in b1.items()})
+    h2 = model.score_heads({k: jnp.asarray(v) for k, v in b2.items()})
+    logits = model.decoder(jnp.asarray(ids[None, :n]))
+    self.assertAlmostEqual(float(h1.z_yes[0, 0]),
+                           float(logits[0, -1, cfg.yes_id]), places=4)
+    self.assertAlmostEqual(float(h1.z_no[0, 0]),
+                           float(logits[0, -1, cfg.no_id]), places=4)
+    chex.assert_trees_all_close(h1, h2, atol=1e-5)  # right padding is inert
+    chex.assert_shape(h1.z_label_pos, (1, 2, 2))
+
+  def test_truncation_keeps_answer_suffix(self):
+    tok, cfg, _ = _build()
+    b = rr.collate_groups([("find", "q", ["x" * 100, "y"])], tok, cfg,
+                          TEMPLATE, max_len=20)
+    ids = b["input_ids"][0, 0]
+    self.assertEqual(int(b["answer_index"][0, 0]), 19)
+    self.assertTrue(tok.decode(ids).endswith("xxx\nA:"))
+
+  def test_image_changes_only_image_prompts(self):
+    tok, cfg, model = _build()
+    rng = np.random.default_rng(0)
+    im1, im2 = rng.random((2, 8, 8, 3)).astype(np.float32)
+
+    def heads(image):
+      docs = [{"text": "red", "image": image}, {"text": "red", "image": None}]
+      b = rr.collate_groups([("find", "circle", docs)], tok, cfg, TEMPLATE,
+                            max_len=48)
+      return model.score_heads({k: jnp.asarray(v) for k, v in b.items()})
+
+    a, b = heads(im1), heads(im2)
+    self.assertGreater(abs(float(a.z_yes[0, 0] - b.z_yes[0, 0])), 1e-4)
+    self.assertAlmostEqual(float(a.z_yes[0, 1]), float(b.z_yes[0, 1]), 6)
+
+  def test_surrogate_equals_native_through_model(self):
+    """Registered loss: grad of URL(W_SFT, D_SFT) == grad of native SFT."""
+    tok, cfg, model = _build()
+    img = np.random.default_rng(1).random((8, 8, 3)).astype(np.float32)
+    groups = [("find", {"text": "red", "image": img},
+               ["red circle", {"text": None, "image": img}, "circle"]),
+              ("find", "circle", ["circle", "red", {"text": "x",
+                                                    "image": img}])]
+    batch = {k: jnp.asarray(v) for k, v in rr.collate_groups(
+        groups, tok, cfg, TEMPLATE, max_len=60).items()}
+    fn = losses.get("rerank")
+    for w_d in ("sft", "cl"):
+      grad_of = lambda conf: nnx.grad(
+          lambda m: fn(m, batch, rng=jax.random.key(0), config=conf)[0])(model)
+      g_url = grad_of({"objective": "url", "weight": w_d, "direction": w_d})
+      g_nat = grad_of({"objective": w_d})
+      chex.assert_trees_all_close(nnx.to_pure_dict(g_url),
+                                  nnx.to_pure_dict(g_nat),
+                                  rtol=1e-4, atol=1e-7)
+
+  def test_random_direction_is_learnable(self):
+    tok, cfg, model = _build(random_direction=True)
+    batch = {k: jnp.asarray(v) for k, v in rr.collate_groups(
+        [("f", "red", ["red", "circle"])], tok, cfg, TEMPLATE,
+        max_len=24).items()}
+    grads = nnx.grad(lambda m: rerank.group_loss(
+        m.score_heads(batch), direction="random")[0])(model)
+    self.assertGreater(float(jnp.abs(grads.rand_head_dk[...]).sum()), 0.)
+    # The LM head gets no gradient under D_Rand (weights use z_y, z_n only
+    # through stop_gradient).
+    self.assertEqual(float(jnp.abs(grads.decoder.lm_head_dv[...]).sum()), 0.)
+
+
+class EmbeddingRerankerTest(absltest.TestCase):
+
+  def test_frozen_head_and_surrogate_parity(self):
+    model = rr.EmbeddingReranker(6, 16, 8, num_label_tokens=4,
+                                 rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    batch = {"query": jnp.asarray(rng.normal(size=(3, 6)), jnp.float32),
+             "docs": jnp.asarray(rng.normal(size=(3, 5, 6)), jnp.float32)}
+    heads = model.score_heads(batch)
+    z = np.asarray(heads.z_label_pos)
+    self.assertEqual(z.shape, (3, 5, 2))
+    np.testing.assert_array_equal(heads.z_yes, z[..., 0])
+    np.testing.assert_array_equal(heads.z_no, heads.z_label_neg[..., 0])
+    model.freeze_head()
+    params = nnx.state(model, nnx.Param)
+    self.assertNotIn("head_dk", params)
+    loss = lambda m, **kw: rerank.group_loss(m.score_heads(batch), **kw)[0]
+    g_url = nnx.grad(lambda m: loss(m, weight="cl", direction="cl"))(model)
+    g_nat = nnx.grad(lambda m: loss(m, objective="cl"))(model)
+    chex.assert_trees_all_close(nnx.to_pure_dict(g_url),
+                                nnx.to_pure_dict(g_nat), rtol=1e-4,
+                                atol=1e-7)
+    self.assertNotIn("head_dk", nnx.to_pure_dict(g_url))
+
+
+if __name__ == "__main__":
+  absltest.main()
