@@ -4,14 +4,16 @@ r"""Trust-GRPO miniature (paper G, SophiaVL-R1): thinking-reward hacking.
     python -m experiments.main --config=configs/trust_grpo.py:tiny \
         --workdir=/tmp/tg_tiny
 
-A tiny decoder answers "(a + b) mod K" as `<style> <answer> EOS`, where the
-style token stands for the thinking. A synthetic thinking reward model (TRM)
-rewards the good style on most questions but, on a fixed 30 % "hackable"
-subset, prefers the degenerate style, which never yields a correct answer.
-Variants: outcome-only, +thinking (no trust, no anneal), +anneal, Trust-GRPO
-(trust + anneal). The binary outcome reward needs the paper's reading of the
-code switches (b) and (c) (else gamma is always 1, spec G 8(c)), so
-`trust.mode = "paper"`; "code" runs the shipped code's switches.
+A tiny decoder answers "(a + b) mod K" as `<think> <answer> EOS`, where the
+thinking token is a value v ("I get v") or the degenerate filler HACK, which
+never yields a correct outcome. A synthetic thinking reward model (TRM)
+rates the right v highest on most questions but, on a fixed 30 % "hackable"
+subset, rates HACK highest. Variants: outcome-only, +thinking (no trust, no
+anneal), +anneal, Trust-GRPO (trust + anneal), and Trust-GRPO with the
+shipped code's switches (b) saturated-group skip and (c) R^t only when
+R^o >= 0.2 ("trust_code"). The others use the paper's reading of (a)-(c)
+(T = total steps; binary outcomes make gamma = 1 always under (c), spec G
+8(c)).
 """
 
 import ml_collections
@@ -22,21 +24,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "trust_grpo"
   c.seeds = (0, 1, 2)
-  c.variants = "outcome,thinking,anneal,trust"
+  c.variants = "outcome,thinking,anneal,trust,trust_code"
   c.task = dict(modulus=5, hackable_frac=0.3, task_seed=1234,
-                trm_good=0.9, trm_bad=0.1)
+                # informative questions: right v / wrong v / HACK
+                trm_right=0.9, trm_wrong=0.3, trm_hack=0.3,
+                # hackable questions: HACK / any v
+                trm_hack_hackable=0.9, trm_value_hackable=0.1)
   c.model = dict(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
                  mlp_dim=64)
-  c.sft = dict(steps=60, batch_size=64, lr=3e-3)
-  c.rl = dict(steps=80, prompts_per_step=8, group_size=8,
+  c.sft = dict(steps=60, batch_size=64, lr=3e-3, hack_prob=0.5)
+  c.rl = dict(steps=150, prompts_per_step=25, group_size=8,
               num_iterations=2, kl_beta=0.04, entropy_coef=1e-3,
               clip_eps=0.2, temperature=1.0, aggregation="token_mean",
-              advantage="grpo", eval_every=20)
+              advantage="grpo", eval_every=10, eval_samples=16)
   c.optim = dict(lr=3e-3, warmup_steps=0, schedule="constant", b1=0.9,
                  b2=0.99, weight_decay=0.0, clip_norm=1.0)
-  c.trust = dict(mode="paper", alpha=0.3, anneal_T=0.0)  # 0: total steps
+  c.trust = dict(alpha=0.3, anneal_T=0.0)  # 0: T = total RL steps (paper)
   if tiny:
     c.seeds = (0,)
+    c.variants = "outcome,thinking,trust"
     c.sft.update(steps=30)
-    c.rl.update(steps=20, eval_every=10)
+    c.rl.update(steps=20, eval_every=10, eval_samples=4)
   return c

@@ -1,10 +1,28 @@
-"""Trust-GRPO miniature (paper G): does gamma catch a hackable thinking reward?
+r"""Trust-GRPO miniature (paper G): does gamma catch a hackable thinking reward?
 
-See configs/trust_grpo.py for the task. Writes WORKDIR/results.json with, per
-variant, mean +- std over seeds of the final greedy accuracy (all / hackable /
-informative questions), the rate of the degenerate style on the hackable
+    python -m experiments.main --config=configs/trust_grpo.py --workdir=/tmp/tg
+    python -m experiments.main --config=configs/trust_grpo.py:tiny \
+        --workdir=/tmp/tg_tiny
+
+Task (see configs/trust_grpo.py): a tiny decoder answers "(a + b) mod K" as
+`<think> <answer> EOS`. The thinking token is either a value token v (the
+"worked" thinking, "I get v") or the degenerate filler token HACK. Outcome
+R^o = 1 iff the thinking is a value token and the answer is right (the
+degenerate style never gives a right answer). A format warm start (SFT on
+random questions with answer = thinking value, i.e. the answer restates the
+thinking, no question's answer taught) makes the answer follow the thinking,
+so learning the task means learning the right v per question.
+
+The synthetic thinking reward model (TRM) is informative on most questions
+(high for the right v, low for a wrong v, lowest for HACK) and hackable on a
+fixed subset (there it rates HACK highest and every value token low).
+
+Writes WORKDIR/results.json with, per variant, mean +- std over seeds of the
+final greedy accuracy (all / hackable / informative questions), the sampled
+(temperature 1) accuracy and degenerate-style rate on hackable / informative
 questions, and how often gamma < 1 fired on hackable vs informative groups
-(among groups with both correct and wrong responses, where gamma is defined).
+among groups where gamma is defined (both correct and wrong responses); plus
+accuracy curves in WORKDIR/accuracy.png.
 """
 
 from __future__ import annotations
@@ -24,77 +42,105 @@ from jaxlab.models import decoder as decoder_lib
 from jaxlab.objectives import grpo
 from jaxlab.rl import learner as learner_lib
 
-PAD, BOS, EOS, GOOD, HACK = 0, 1, 2, 3, 4
-_Q0 = 5
+PAD, BOS, EOS, HACK = 0, 1, 2, 3
+_A0 = 4  # question tokens a: _A0 .. _A0+K-1, b: next K, values v: next K,
+         # answers: next K.
+
+VARIANTS = ("outcome", "thinking", "anneal", "trust", "trust_code")
 
 
 class Task:
-  """(a + b) mod K with a fixed hackable subset of questions."""
+  """(a + b) mod K with value/degenerate thinking and a hackable subset."""
 
   def __init__(self, modulus: int, hackable_frac: float, task_seed: int,
-               trm_good: float, trm_bad: float):
-    self.k = modulus
-    self.questions = [(a, b) for a in range(modulus) for b in range(modulus)]
+               trm_right: float, trm_wrong: float, trm_hack: float,
+               trm_hack_hackable: float, trm_value_hackable: float):
+    k = self.k = modulus
+    self.questions = [(a, b) for a in range(k) for b in range(k)]
     rng = np.random.default_rng(task_seed)
     n_hack = int(round(hackable_frac * len(self.questions)))
     self.hackable = set(rng.choice(len(self.questions), n_hack,
                                    replace=False).tolist())
-    self.trm_good, self.trm_bad = trm_good, trm_bad
-    self.vocab_size = _Q0 + 2 * modulus
+    self.trm = dict(right=trm_right, wrong=trm_wrong, hack=trm_hack,
+                    hack_h=trm_hack_hackable, value_h=trm_value_hackable)
+    self.v0, self.ans0 = _A0 + 2 * k, _A0 + 3 * k
+    self.vocab_size = _A0 + 4 * k
 
   def prompt(self, qi: int) -> list[int]:
     a, b = self.questions[qi]
-    return [BOS, _Q0 + a, _Q0 + b]
+    return [BOS, _A0 + a, _A0 + self.k + b]
 
-  def answer_token(self, qi: int) -> int:
+  def answer(self, qi: int) -> int:
     a, b = self.questions[qi]
-    return _Q0 + self.k + (a + b) % self.k
+    return (a + b) % self.k
 
-  def parse(self, completion) -> tuple[int, int] | None:
-    """(style, answer token) of a well-formed `<style> <answer> EOS`."""
+  def parse(self, completion) -> tuple[int | None, int] | None:
+    """(thinking value or None for HACK, answer) of `<think> <ans> EOS`."""
     c = list(completion)
-    if len(c) != 3 or c[2] != EOS or c[0] not in (GOOD, HACK):
+    if len(c) != 3 or c[2] != EOS:
       return None
-    if not _Q0 + self.k <= c[1] < _Q0 + 2 * self.k:
+    if not self.ans0 <= c[1] < self.ans0 + self.k:
       return None
-    return c[0], c[1]
+    if c[0] == HACK:
+      return None, c[1] - self.ans0
+    if self.v0 <= c[0] < self.v0 + self.k:
+      return c[0] - self.v0, c[1] - self.ans0
+    return None
+
+  def is_hack(self, completion) -> bool:
+    return len(completion) > 0 and completion[0] == HACK
 
   def outcome(self, qi, completion) -> float:
-    """1 iff well formed, good style and the right answer."""
+    """R^o: 1 iff well formed, worked (non-degenerate) thinking, right answer."""
     p = self.parse(completion)
-    return float(p is not None and p[0] == GOOD and
-                 p[1] == self.answer_token(qi))
+    return float(p is not None and p[0] is not None and
+                 p[1] == self.answer(qi))
 
   def thinking(self, qi, completion) -> float:
-    """The synthetic TRM: informative, except on the hackable subset."""
+    """The synthetic TRM score of the thinking token."""
     p = self.parse(completion)
     if p is None:
       return 0.0
-    good_style = p[0] == GOOD
     if qi in self.hackable:
-      good_style = not good_style        # it prefers the degenerate style
-    return self.trm_good if good_style else self.trm_bad
+      return self.trm["hack_h"] if p[0] is None else self.trm["value_h"]
+    if p[0] is None:
+      return self.trm["hack"]
+    return self.trm["right"] if p[0] == self.answer(qi) else self.trm["wrong"]
 
 
-def _trust_config(variant: str, tc, total_steps: int) -> grpo.TrustConfig | None:
+def make_task(tk) -> Task:
+  return Task(tk.modulus, tk.hackable_frac, tk.task_seed, tk.trm_right,
+              tk.trm_wrong, tk.trm_hack, tk.trm_hack_hackable,
+              tk.trm_value_hackable)
+
+
+def trust_config(variant: str, tc) -> grpo.TrustConfig | None:
+  """TrustConfig of a variant; None = outcome-only."""
   if variant == "outcome":
     return None
-  base = (grpo.TrustConfig.paper(alpha=tc.alpha) if tc.mode == "paper"
-          else grpo.TrustConfig(alpha=tc.alpha))
+  paper = grpo.TrustConfig.paper(alpha=tc.alpha)
   if tc.anneal_T:
-    base = base.replace(anneal_T=tc.anneal_T, anneal_T_is_total_steps=False)
+    paper = paper.replace(anneal_T=tc.anneal_T, anneal_T_is_total_steps=False)
   if variant == "thinking":
-    return base.replace(use_trust=False, anneal=False)
+    return paper.replace(use_trust=False, anneal=False)
   if variant == "anneal":
-    return base.replace(use_trust=False, anneal=True)
+    return paper.replace(use_trust=False, anneal=True)
   if variant == "trust":
-    return base.replace(use_trust=True, anneal=True)
-  raise ValueError(f"unknown variant {variant!r}; valid: outcome, thinking, "
-                   "anneal, trust")
+    return paper.replace(use_trust=True, anneal=True)
+  if variant == "trust_code":
+    # The shipped code's switches (b), (c) on top of the paper's schedule.
+    return paper.replace(use_trust=True, anneal=True,
+                         skip_saturated_groups=True, thinking_min_outcome=0.2)
+  raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
 
 
-def _sft_format(model, task: Task, cfg, seed: int) -> None:
-  """Format-only warm start: random style and answer, so no answer is known."""
+def sft_format(model, task: Task, cfg, seed: int) -> None:
+  """Format warm start: random thinking (HACK w.p. `hack_prob`), answer = v.
+
+  No question's answer is taught (v is random), so greedy accuracy after it
+  is at chance; it teaches `<think> <answer> EOS` and "the answer restates
+  the thinking value".
+  """
   opt = nnx.Optimizer(model, optax.adam(cfg.lr), wrt=nnx.Param)
   rng = np.random.default_rng(seed)
 
@@ -108,39 +154,51 @@ def _sft_format(model, task: Task, cfg, seed: int) -> None:
     opt.update(model, g)
     return loss
 
+  k = task.k
   for _ in range(cfg.steps):
-    qs = rng.integers(0, len(task.questions), cfg.batch_size)
-    ids = np.array([task.prompt(q) + [int(rng.choice([GOOD, HACK])),
-                                      _Q0 + task.k + int(rng.integers(task.k)),
-                                      EOS] for q in qs], np.int32)
+    rows = []
+    for q in rng.integers(0, len(task.questions), cfg.batch_size):
+      v = int(rng.integers(k))
+      think = HACK if rng.random() < cfg.hack_prob else task.v0 + v
+      ans = int(rng.integers(k)) if think == HACK else v
+      rows.append(task.prompt(int(q)) + [think, task.ans0 + ans, EOS])
+    ids = np.array(rows, np.int32)
     mask = np.zeros_like(ids, np.float32)
     mask[:, 3:] = 1.0
     step(model, opt, jnp.asarray(ids), jnp.asarray(mask))
 
 
-def _evaluate(model, task: Task) -> dict[str, float]:
+def evaluate(model, task: Task, *, samples: int, key) -> dict[str, float]:
+  """Greedy accuracy, and sampled (T = 1) accuracy / degenerate-style rate."""
   qis = list(range(len(task.questions)))
-  out = sampler.generate(model, [task.prompt(q) for q in qis],
-                         max_new_tokens=3, temperature=0.0, eos_id=EOS)
-  acc = np.array([task.outcome(q, c) for q, c in zip(qis, out.tokens)])
-  hack_style = np.array([(task.parse(c) or (0,))[0] == HACK
-                         for c in out.tokens])
   h = np.array([q in task.hackable for q in qis])
+  greedy = sampler.generate(model, [task.prompt(q) for q in qis],
+                            max_new_tokens=3, temperature=0.0, eos_id=EOS)
+  acc = np.array([task.outcome(q, c) for q, c in zip(qis, greedy.tokens)])
+  rep = [q for q in qis for _ in range(samples)]
+  samp = sampler.generate(model, [task.prompt(q) for q in rep],
+                          max_new_tokens=3, temperature=1.0, eos_id=EOS,
+                          key=key)
+  s_acc = np.array([task.outcome(q, c)
+                    for q, c in zip(rep, samp.tokens)]).reshape(-1, samples)
+  s_hack = np.array([task.is_hack(c) for c in samp.tokens],
+                    float).reshape(-1, samples)
   return {"acc": float(acc.mean()), "acc_hackable": float(acc[h].mean()),
           "acc_informative": float(acc[~h].mean()),
-          "hack_style_hackable": float(hack_style[h].mean())}
+          "sampled_acc_hackable": float(s_acc[h].mean()),
+          "sampled_acc_informative": float(s_acc[~h].mean()),
+          "sampled_hack_rate_hackable": float(s_hack[h].mean()),
+          "sampled_hack_rate_informative": float(s_hack[~h].mean())}
 
 
 def run_one(config, variant: str, seed: int) -> dict:
-  tk = config.task
-  task = Task(tk.modulus, tk.hackable_frac, tk.task_seed, tk.trm_good,
-              tk.trm_bad)
+  task = make_task(config.task)
   rl = config.rl
   mcfg = decoder_lib.DecoderConfig(vocab_size=task.vocab_size,
                                    max_position_embeddings=16,
                                    **dict(config.model))
   model = decoder_lib.Decoder(mcfg, rngs=nnx.Rngs(seed))
-  _sft_format(model, task, config.sft, seed)
+  sft_format(model, task, config.sft, seed)
   gcfg = learner_lib.GRPOConfig(
       group_size=rl.group_size, num_iterations=rl.num_iterations,
       advantage=rl.advantage, clip_eps=rl.clip_eps, kl_beta=rl.kl_beta,
@@ -148,10 +206,13 @@ def run_one(config, variant: str, seed: int) -> dict:
       max_new_tokens=3, temperature=rl.temperature, eos_id=EOS, pad_id=PAD)
   learner = learner_lib.GRPOLearner(model, gcfg, dict(config.optim),
                                     total_steps=rl.steps)
-  trust = _trust_config(variant, config.trust, rl.steps)
+  trust = trust_config(variant, config.trust)
   rng = np.random.default_rng(seed + 1000)
-  fired = {"hackable": [0, 0], "informative": [0, 0]}  # [gamma<1, defined]
-  curve = []
+  # [groups with gamma < 1, groups where gamma is defined] per subset; for
+  # variants without trust this is the gamma that *would* have fired.
+  fired = {"hackable": [0, 0], "informative": [0, 0]}
+  n_q = len(task.questions)
+  eval_key = jax.random.key(10_000 + seed)
 
   def reward_fn(batch, step, qis):
     g = batch.group_size
@@ -159,58 +220,82 @@ def run_one(config, variant: str, seed: int) -> dict:
                    for i, c in enumerate(batch.completions)], np.float32)
     rt = np.array([task.thinking(qis[i // g], c)
                    for i, c in enumerate(batch.completions)], np.float32)
+    hack = np.array([task.is_hack(c) for c in batch.completions], np.float32)
+    hmask = np.repeat([q in task.hackable for q in qis], g)
+    metrics = {"outcome": float(ro.mean()),
+               "train_hack_rate_hackable": float(hack[hmask].mean()),
+               "train_hack_rate_informative": float(hack[~hmask].mean())}
     if trust is None:
-      return ro, {"outcome": float(ro.mean())}
+      return ro, metrics
     r, m = grpo.combine_trust_rewards(ro, rt, g, step, trust,
                                       total_steps=rl.steps)
     correct = ro.reshape(-1, g) >= 0.5
     defined = correct.any(1) & (~correct).any(1)
     gamma = np.asarray(m["gamma"]) if trust.use_trust else np.asarray(
-        grpo.trust_weight(rt.reshape(-1, g), correct))
+        grpo.trust_weight(np.asarray(m["thinking"]).reshape(-1, g), correct))
     for p, qi in enumerate(qis):
       if defined[p]:
-        key = "hackable" if qi in task.hackable else "informative"
-        fired[key][0] += int(gamma[p] < 1.0)
-        fired[key][1] += 1
-    return np.asarray(r), {"outcome": float(ro.mean())}
+        sub = "hackable" if qi in task.hackable else "informative"
+        fired[sub][0] += int(gamma[p] < 1.0)
+        fired[sub][1] += 1
+    return np.asarray(r), metrics
 
   key = jax.random.key(seed)
+  curve = []
+  ev = evaluate(model, task, samples=rl.eval_samples, key=eval_key)
+  curve.append(dict(ev, step=0))
   for step in range(rl.steps):
-    qis = rng.integers(0, len(task.questions), rl.prompts_per_step).tolist()
+    if rl.prompts_per_step >= n_q:
+      qis = list(range(n_q)) * (rl.prompts_per_step // n_q)
+    else:
+      qis = rng.choice(n_q, rl.prompts_per_step, replace=False).tolist()
     prompts = [task.prompt(q) for q in qis]
     metrics = learner.step(prompts, lambda b, s: reward_fn(b, s, qis),
                            key=jax.random.fold_in(key, step))
     if (step + 1) % rl.eval_every == 0 or step + 1 == rl.steps:
-      ev = _evaluate(model, task)
+      ev = evaluate(model, task, samples=rl.eval_samples,
+                    key=jax.random.fold_in(eval_key, step + 1))
       ev.update(step=step + 1, train_outcome=metrics["outcome"],
+                train_hack_rate_hackable=metrics["train_hack_rate_hackable"],
                 kl=metrics.get("kl", 0.0))
       curve.append(ev)
-  final = dict(curve[-1])
+  final = {k: v for k, v in curve[-1].items() if k != "step"}
   for k, (n_fire, n_def) in fired.items():
     final[f"gamma_lt1_rate_{k}"] = n_fire / n_def if n_def else float("nan")
     final[f"gamma_defined_groups_{k}"] = n_def
   return {"final": final, "curve": curve}
 
 
+def summarize(runs: dict[str, list]) -> dict[str, dict[str, tuple]]:
+  table = {}
+  for v, rs in runs.items():
+    keys = rs[0]["final"].keys()
+    table[v] = {}
+    for k in keys:
+      vals = np.array([r["final"][k] for r in rs], float)
+      if np.all(np.isnan(vals)):
+        table[v][k] = (float("nan"), float("nan"))
+      else:
+        table[v][k] = (float(np.nanmean(vals)), float(np.nanstd(vals)))
+  return table
+
+
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   variants = [v.strip() for v in config.variants.split(",") if v.strip()]
+  for v in variants:
+    trust_config(v, config.trust)   # fail fast on a bad variant name
   runs: dict[str, list] = {}
   t0 = time.time()
   for v in variants:
     for seed in config.seeds:
       runs.setdefault(v, []).append(run_one(config, v, seed))
-  table = {}
-  for v, rs in runs.items():
-    keys = rs[0]["final"].keys()
-    table[v] = {k: (float(np.nanmean([r["final"][k] for r in rs])),
-                    float(np.nanstd([r["final"][k] for r in rs])))
-                for k in keys if k != "step"}
+  table = summarize(runs)
   result = {"table": table, "runs": runs, "seeds": list(config.seeds),
             "elapsed_s": time.time() - t0}
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(result, f, indent=1)
-  _plot(runs, workdir)
+  plot(runs, workdir)
   flat = {}
   for v, row in table.items():
     for k, (m, _) in row.items():
@@ -218,22 +303,27 @@ def run(config, workdir: str) -> dict:
   return flat
 
 
-def _plot(runs, workdir) -> None:
+def plot(runs, workdir) -> str | None:
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   except ImportError:
-    return
-  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    return None
+  keys = ("acc", "acc_hackable", "acc_informative",
+          "sampled_hack_rate_hackable")
+  fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.3))
   for v, rs in runs.items():
     steps = [c["step"] for c in rs[0]["curve"]]
-    for ax, key in zip(axes, ("acc", "acc_hackable")):
+    for ax, key in zip(axes, keys):
       ys = np.array([[c[key] for c in r["curve"]] for r in rs])
       ax.plot(steps, ys.mean(0), label=v)
-      ax.set_title(key)
+      ax.fill_between(steps, ys.min(0), ys.max(0), alpha=0.15)
+      ax.set_title(key + (" (greedy)" if key.startswith("acc") else ""))
       ax.set_xlabel("RL step")
   axes[0].legend()
   fig.tight_layout()
-  fig.savefig(os.path.join(workdir, "accuracy.png"), dpi=80)
+  path = os.path.join(workdir, "accuracy.png")
+  fig.savefig(path, dpi=80)
   plt.close(fig)
+  return path

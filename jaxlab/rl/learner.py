@@ -17,6 +17,7 @@ Spec: shared/papers/A-G.md, G items 5-7 and "Shared building blocks" 1.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab import parallel
 from jaxlab.objectives import grpo
 from jaxlab.rl import rollout as rollout_lib
 from jaxlab.train import optim
@@ -105,24 +107,53 @@ def optax_global_norm(tree) -> jax.Array:
 
 
 class GRPOLearner:
-  """Owns the policy, a frozen reference copy and the optimizer."""
+  """Owns the policy, a frozen reference copy and the optimizer.
+
+  With `mesh`, the policy's weights are placed on it by their logical axis
+  names (`jaxlab.parallel.shard_params` under `rules`) and every update's
+  minibatch is split over the batch axes ('data', 'fsdp'); the same code then
+  runs data-, FSDP- and tensor-parallel. Minibatch rows must divide by
+  data * fsdp.
+  """
 
   def __init__(self, policy: nnx.Module, cfg: GRPOConfig,
-               optim_cfg: Mapping[str, Any], *, total_steps: int):
-    self.policy = policy
+               optim_cfg: Mapping[str, Any], *, total_steps: int,
+               mesh: jax.sharding.Mesh | None = None,
+               rules: Any = None):
     self.cfg = cfg
+    self.mesh = mesh
+    self.rules = parallel.rules_from_config(rules)
+    if mesh is not None:
+      with self._mesh_ctx():
+        policy = parallel.shard_params(policy, mesh)
+    self.policy = policy
     self.ref = nnx.clone(policy) if cfg.kl_beta > 0 else None
     tx = optim.make_optimizer(optim_cfg, total_steps * cfg.num_iterations *
                               cfg.num_minibatches)
-    self.optimizer = nnx.Optimizer(policy, tx, wrt=nnx.Param)
+    with self._mesh_ctx():
+      self.optimizer = nnx.Optimizer(policy, tx, wrt=nnx.Param)
     self.step_count = 0
+
+  def _mesh_ctx(self):
+    if self.mesh is None:
+      return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.set_mesh(self.mesh))
+    stack.enter_context(nnx.logical_axis_rules(self.rules))
+    return stack
+
+  def _put(self, x: np.ndarray) -> jax.Array:
+    if self.mesh is None:
+      return jnp.asarray(x)
+    return jax.device_put(x, parallel.batch_sharding(self.mesh, self.rules))
 
   def rollout(self, prompts, key) -> rollout_lib.RolloutBatch:
     c = self.cfg
-    return rollout_lib.rollout(
-        self.policy, self.ref, prompts, group_size=c.group_size,
-        max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-        top_p=c.top_p, eos_id=c.eos_id, pad_id=c.pad_id, key=key)
+    with self._mesh_ctx():
+      return rollout_lib.rollout(
+          self.policy, self.ref, prompts, group_size=c.group_size,
+          max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+          top_p=c.top_p, eos_id=c.eos_id, pad_id=c.pad_id, key=key)
 
   def update(self, batch: rollout_lib.RolloutBatch, rewards: np.ndarray,
              key: jax.Array) -> dict[str, float]:
@@ -145,8 +176,9 @@ class GRPOLearner:
       perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, it), n))
       for j in range(c.num_minibatches):
         rows = perm[j * mb:(j + 1) * mb]
-        sub = {k: jnp.asarray(v[rows]) for k, v in arrays.items()}
-        history.append(_train_step(self.policy, self.optimizer, sub, c))
+        sub = {k: self._put(v[rows]) for k, v in arrays.items()}
+        with self._mesh_ctx():
+          history.append(_train_step(self.policy, self.optimizer, sub, c))
     out = {k: float(np.mean([float(h[k]) for h in history]))
            for k in history[0]}
     out["adv_abs_mean"] = float(np.mean(np.abs(adv)))

@@ -1,0 +1,45 @@
+"""Executes the Trust-GRPO and chart-to-code colabs on their tiny preset."""
+
+import os
+
+from absl.testing import absltest
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def _run(name):
+  path = os.path.join(ROOT, "colabs", name)
+  nb = nbformat.read(path, as_version=4)
+  os.environ["JAXLAB_COLAB_PRESET"] = "tiny"
+  NotebookClient(nb, timeout=600, kernel_name="python3",
+                 resources={"metadata": {"path": os.path.join(ROOT, "colabs")}}
+                 ).execute()
+  return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                 for o in c.get("outputs", []))
+
+
+class GrpoColabsTest(absltest.TestCase):
+
+  def test_trust_grpo_colab(self):
+    out = _run("trust_grpo.ipynb")
+    self.assertIn("gamma: 0.5488", out)             # exp(0.2 - 0.8)
+    # 1 + exp(-0.6) * 0.3 * 0.2 and 0 + exp(-0.6) * 0.3 * 0.8.
+    self.assertIn("[1.0329 1.0329 0.1317 0.1317]", out)
+    self.assertIn("| outcome |", out)
+    self.assertIn("| trust |", out)
+
+  def test_chart_to_code_colab(self):
+    out = _run("chart_to_code.ipynb")
+    self.assertIn("render ok: True (64, 64, 3)", out)
+    self.assertIn("hostile ok: False", out)
+    # Heights 3,5,4 vs 3,5,2 -> 2 of 3 within 5 %; 'cast' vs 'cost' -> 0.75.
+    self.assertIn("'data': 0.667", out)
+    self.assertIn("'text': 0.75", out)
+    self.assertIn("| text_vis_exec |", out)
+
+
+if __name__ == "__main__":
+  absltest.main()

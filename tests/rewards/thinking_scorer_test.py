@@ -1,0 +1,76 @@
+"""Tests for the trainable tiny thinking reward model."""
+
+import numpy as np
+from absl.testing import absltest
+
+from jaxlab.objectives import grpo
+from jaxlab.rewards import thinking
+
+
+def _data(n, seed, pos_frac):
+  """Rule: the thinking checks its result ('verify') -> 0.9, else 0.1.
+
+  Negatives use the same vocabulary minus the cue word, and the question is
+  noise, so only the thinking's cue separates the classes.
+  """
+  rng = np.random.default_rng(seed)
+  filler = ["add", "the", "numbers", "carry", "one", "so", "we", "get",
+            "then", "result", "is", "step"]
+  qs, ts, ys = [], [], []
+  for _ in range(n):
+    a, b = rng.integers(0, 50, 2)
+    words = list(rng.choice(filler, 6))
+    pos = rng.random() < pos_frac
+    if pos:
+      words.insert(int(rng.integers(0, 6)), "verify")
+    qs.append(f"what is {a} + {b} ?")
+    ts.append(" ".join(words))
+    ys.append(0.9 if pos else 0.1)
+  return qs, ts, np.array(ys, np.float32)
+
+
+class TinyScorerTest(absltest.TestCase):
+
+  def test_learns_separable_rule_from_balanced_data(self):
+    # Imbalanced training data (15 % positives): the balancer keeps equal
+    # numbers of 0.1- and 0.9-labelled rows.
+    qs, ts, ys = _data(600, 0, pos_frac=0.15)
+    n_pos = int((ys > 0.5).sum())
+    scorer = thinking.TinyThinkingScorer()
+    info = scorer.fit(qs, ts, ys, steps=400, seed=0)
+    self.assertEqual(info["num_train"], 2 * n_pos)
+    tq, tt, ty = _data(200, 1, pos_frac=0.5)
+    s = scorer(tq, tt)
+    self.assertEqual(s.shape, (200,))
+    self.assertTrue(np.all((s >= 0) & (s <= 1)))
+    pos, neg = s[ty > 0.5], s[ty < 0.5]
+    # Soft labels 0.9 / 0.1 are the BCE optimum: held-out means near them.
+    self.assertGreater(pos.mean(), 0.75)
+    self.assertLess(neg.mean(), 0.25)
+    self.assertGreater(np.mean(pos[:, None] > neg[None, :]), 0.98)  # AUC
+
+  def test_is_a_thinking_scorer_for_trust(self):
+    scorer = thinking.TinyThinkingScorer()
+    qs, ts, ys = _data(300, 2, pos_frac=0.5)
+    scorer.fit(qs, ts, ys, steps=150)
+    # A group of 4: responses 0, 1 correct with cue-less thinking, 2, 3
+    # wrong with the cue: the TRM prefers the wrong ones -> gamma < 1.
+    think = ["add the numbers so we get", "carry one then result is",
+             "verify the numbers step", "we get verify result"]
+    rt = scorer(["what is 1 + 2 ?"] * 4, think)
+    gamma = float(grpo.trust_weight(rt[None], np.array([[1, 1, 0, 0]],
+                                                        bool))[0])
+    mu_c, mu_w = rt[:2].mean(), rt[2:].mean()
+    self.assertLess(mu_c, mu_w)
+    self.assertAlmostEqual(gamma, float(np.exp(mu_c - mu_w)), places=5)
+
+  def test_bad_labels(self):
+    scorer = thinking.TinyThinkingScorer()
+    with self.assertRaisesRegex(ValueError, r"\[0, 1\]"):
+      scorer.fit(["q"], ["t"], [1.5])
+    with self.assertRaisesRegex(ValueError, "labels must be"):
+      scorer.fit(["q", "r"], ["t", "u"], [0.5])
+
+
+if __name__ == "__main__":
+  absltest.main()
