@@ -7,6 +7,18 @@ The config is locked: an unknown `--config.x.y` is an error, as is a value of
 the wrong type. `config.experiment` names a module `experiments.<name>` whose
 `run(config, workdir) -> dict` is called. Re-running the same command resumes
 from the workdir's latest checkpoint.
+
+Multi-process (one mesh over the devices of several processes/hosts): run the
+same command in every process, adding
+
+    --coordinator_address=HOST:PORT --num_processes=N --process_id=I
+
+(`experiments/launch_local.py` does this for N processes on one machine), or
+`--auto_distributed` (or `JAXLAB_DISTRIBUTED=auto`) on a TPU VM pod slice or
+under Slurm/Open MPI, where `jax.distributed.initialize()` detects the
+cluster. CPU runs use gloo collectives. Only process 0 writes metrics, logs
+and results; when a process dies the others stop within
+`--heartbeat_timeout_s`, and re-running every process resumes.
 """
 
 import importlib
@@ -24,6 +36,26 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None,
                                "Directory for checkpoints, metrics, results.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None,
+    "HOST:PORT of process 0 for a multi-process run (with --num_processes "
+    "and --process_id); absent: a single process.")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Number of processes of a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index in [0, --num_processes).")
+_AUTO_DISTRIBUTED = flags.DEFINE_bool(
+    "auto_distributed", False,
+    "Call jax.distributed.initialize() without arguments so it detects a "
+    "TPU VM pod slice / Slurm / Open MPI cluster (also JAXLAB_DISTRIBUTED="
+    "auto). Off by default: a plain run is one process.")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_s", 60,
+    "Multi-process: a process silent this long is declared dead and the "
+    "whole run stops (bounded failure time).")
+_INIT_TIMEOUT = flags.DEFINE_integer(
+    "initialization_timeout_s", 300,
+    "Multi-process: how long to wait for every process to join.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -51,11 +83,32 @@ def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO
     logging.set_verbosity(logging.WARNING)
-  from jaxlab import parallel  # pylint: disable=g-import-not-at-top
-  parallel.maybe_initialize_distributed()  # before any JAX computation
+  # Before any JAX computation: joining a cluster is impossible afterwards.
+  from jaxlab.parallel import distributed  # pylint: disable=g-import-not-at-top
+  multi = distributed.initialize(
+      _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+      auto=_AUTO_DISTRIBUTED.value or distributed.auto_requested(),
+      heartbeat_timeout_s=_HEARTBEAT.value,
+      initialization_timeout_s=_INIT_TIMEOUT.value,
+      shutdown_timeout_s=_HEARTBEAT.value)
   from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
   workdir = trainer.check_workdir(_WORKDIR.value)
-  result = run_experiment(_CONFIG.value, workdir)
+  if not multi:
+    result = run_experiment(_CONFIG.value, workdir)
+  else:
+    try:
+      result = run_experiment(_CONFIG.value, workdir)
+    except (ValueError, FileNotFoundError, FloatingPointError) as e:
+      # A user error or a non-finite loss: every process usually hits the
+      # same one. Exit now rather than wait in JAX's shutdown barrier.
+      print(f"error: {e}", file=sys.stderr, flush=True)
+      sys.stdout.flush()
+      os._exit(2)  # pylint: disable=protected-access
+    except Exception as e:  # pylint: disable=broad-except
+      distributed.fail(e, resume_hint=f"checkpoints: {workdir}/checkpoints")
+      raise
+    if not distributed.is_main_process():
+      return
   result = {k: v for k, v in (result or {}).items()
             if isinstance(v, (int, float, str, bool, type(None)))}
   print(json.dumps(result, indent=2, sort_keys=True), flush=True)

@@ -8,6 +8,8 @@ import json
 import os
 from typing import Any
 
+import jax
+
 from jaxlab.train import metrics as metrics_lib
 from jaxlab.train import trainer
 
@@ -43,7 +45,8 @@ def run(config, workdir: str) -> dict[str, Any]:
   losses = [r["loss"] for r in rows if "loss" in r]
   if losses:
     out["first_logged_loss"] = losses[0]
-  if not out["preempted"]:
+  # Only process 0 writes: every process of a multi-host run shares WORKDIR.
+  if not out["preempted"] and jax.process_index() == 0:
     out["plot"] = plot_loss(workdir)
     with open(os.path.join(workdir, "results.json"), "w") as f:
       json.dump(out, f, indent=2)

@@ -79,41 +79,86 @@ def lazy_padded_examples(texts: Sequence[str], tokenizer, *, seq_len: int
   return grain.MapDataset.source(texts).map(one)
 
 
+class _ProcessRows(grain.MapDataset):
+  """This process's rows of each global batch of a (shuffled) stream.
+
+  Element `j` is stream element `(j // n) * global_batch + rows[j % n]` with
+  `n = len(rows)`: batches of `n` consecutive elements are this process's
+  rows of consecutive global batches. Random access, so a process reads only
+  its own examples and the iterator state is a plain index.
+  """
+
+  def __init__(self, parent: grain.MapDataset, global_batch: int,
+               rows: Sequence[int]):
+    super().__init__(parent)
+    self._global_batch = global_batch
+    self._rows = np.asarray(rows, np.int64)
+    self._length = (len(parent) // global_batch) * len(self._rows)
+
+  def __len__(self) -> int:
+    return self._length
+
+  def _index(self, index: int) -> int:
+    step, k = divmod(int(index), len(self._rows))
+    return step * self._global_batch + int(self._rows[k])
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    return self._parent[self._index(index)]
+
+  def _getitems(self, indices: Sequence[int]):
+    return self._parent._getitems([self._index(i) for i in indices])  # pylint: disable=protected-access
+
+  def __str__(self) -> str:
+    return f"ProcessRows(global_batch={self._global_batch}, n={len(self._rows)})"
+
+
 def batched_dataset(examples: Sequence[Any] | grain.MapDataset, *,
                     global_batch: int, seed: int, shuffle: bool = True,
                     repeat: bool = True, process_index: int | None = None,
                     process_count: int | None = None,
+                    local_rows: Sequence[int] | None = None,
                     transform: Callable[[Any], Any] | None = None
                     ) -> grain.MapDataset:
-  """This host's batches of `global_batch / process_count` examples.
+  """This process's batches: its rows of each global batch.
 
-  Split per host first (`ds[i::n]`), then shuffle with a fixed seed (a new
-  permutation each epoch), repeat, batch with `drop_remainder` so every
-  batch has a static shape. The result is a `MapDataset`, so `iter(ds)` is a
-  checkpointable `DatasetIterator`.
+  One global stream for every process count: the examples are shuffled with
+  a fixed seed (a new permutation each epoch) and repeated; global batch `s`
+  is stream elements `[s * global_batch, (s + 1) * global_batch)`. A process
+  reads only its rows of it: `local_rows` (indices within a global batch, in
+  the order `jax.make_array_from_process_local_data` expects, see
+  `parallel.mesh.process_batch_rows`), by default rows `process_index::
+  process_count`. So the assembled global batch, and the training run, are
+  identical whatever the number of processes. Batches keep a static shape
+  (`drop_remainder`). The result is a `MapDataset`, so `iter(ds)` is a
+  checkpointable `DatasetIterator` whose state is the number of batches read.
   """
   pi = jax.process_index() if process_index is None else process_index
   pc = jax.process_count() if process_count is None else process_count
-  if global_batch % pc:
-    raise ValueError(f"train.batch_size={global_batch} must be divisible by "
-                     f"the number of processes ({pc})")
-  local = global_batch // pc
+  if local_rows is None:
+    if global_batch % pc:
+      raise ValueError(f"train.batch_size={global_batch} must be divisible "
+                       f"by the number of processes ({pc})")
+    local_rows = range(pi, global_batch, pc)
+  local_rows = list(local_rows)
+  if not local_rows or min(local_rows) < 0 or max(local_rows) >= global_batch:
+    raise ValueError(f"local_rows must be non-empty indices in [0, "
+                     f"{global_batch}), got {local_rows}")
   ds = examples if isinstance(examples, grain.MapDataset) else (
       grain.MapDataset.source(examples))
-  if len(ds) < pc:
-    raise ValueError(f"dataset has {len(ds)} examples, fewer than "
-                     f"{pc} processes")
-  ds = ds[pi::pc]
   if transform is not None:
     ds = ds.map(transform)
-  if len(ds) < local:
-    raise ValueError(f"dataset has {len(ds)} examples per process, fewer "
-                     f"than one batch ({local}); lower train.batch_size")
+  if len(ds) < global_batch:
+    raise ValueError(f"dataset has {len(ds)} examples, fewer than one batch "
+                     f"({global_batch}); lower train.batch_size")
   if shuffle:
     ds = ds.seed(seed).shuffle()
   if repeat:
     ds = ds.repeat()
-  return ds.batch(local, drop_remainder=True)
+  if local_rows != list(range(global_batch)):
+    ds = _ProcessRows(ds, global_batch, local_rows)
+  return ds.batch(len(local_rows), drop_remainder=True)
 
 
 def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 import math
 from typing import Any
 
-from absl import logging
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from flax import nnx
@@ -37,28 +36,20 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("lora_rank", None),
 )
 
-_distributed_initialized = False
-
 
 def maybe_initialize_distributed() -> None:
-  """Calls `jax.distributed.initialize()` when running multi-process.
+  """Joins a multi-process run when one was asked for; else does nothing.
 
-  On a TPU VM pod slice, under Slurm/MPI, or with the JAX_COORDINATOR_ADDRESS
-  environment set, JAX auto-detects the cluster. On a single host that
-  detection fails with a ValueError/RuntimeError, which is the normal case and
-  ignored (the Flax gemma example does the same). Must run before any other
-  JAX computation.
+  `experiments.main` sets up explicit multi-process runs from its flags
+  (`jaxlab.parallel.distributed.initialize`). Here, for library use, only
+  the opt-in auto-detection applies: with `JAXLAB_DISTRIBUTED=auto` in the
+  environment, `jax.distributed.initialize()` detects a TPU pod slice /
+  Slurm / Open MPI cluster. Must run before any other JAX computation.
   """
-  global _distributed_initialized
-  if _distributed_initialized:
+  from jaxlab.parallel import distributed  # pylint: disable=g-import-not-at-top
+  if jax.distributed.is_initialized() or not distributed.auto_requested():
     return
-  _distributed_initialized = True
-  try:
-    jax.distributed.initialize()
-    logging.info("jax.distributed initialised: process %d of %d",
-                 jax.process_index(), jax.process_count())
-  except (ValueError, RuntimeError) as e:  # single host: nothing to join
-    logging.info("single-process run (jax.distributed: %s)", e)
+  distributed.initialize(auto=True)
 
 
 def mesh_shape(mesh_config: Mapping[str, int],
@@ -189,6 +180,22 @@ def shard_params(module_or_state: Any, mesh: jax.sharding.Mesh) -> Any:
   shardings = nnx.get_named_sharding(state, mesh)
   state = jax.device_put(state, shardings)
   return nnx.merge(graphdef, state) if is_module else state
+
+
+def process_batch_rows(sharding: jax.sharding.Sharding,
+                       shape: Sequence[int], axis: int = 0) -> list[int]:
+  """Indices along `axis` of a global array held by this process's devices.
+
+  `jax.make_array_from_process_local_data(sharding, local)` takes `local` to
+  be exactly these rows of the global array, in ascending order. Feeding
+  each process these rows of the single-process batch makes a multi-process
+  step see the same global batch as a single-process one.
+  """
+  rows = set()
+  for index in sharding.addressable_devices_indices_map(tuple(shape)).values():
+    start, stop, step = index[axis].indices(shape[axis])
+    rows.update(range(start, stop, step))
+  return sorted(rows)
 
 
 def describe(mesh: jax.sharding.Mesh) -> str:

@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from absl import logging
+from etils import epath
 import grain
 import jax
 import numpy as np
@@ -85,16 +86,28 @@ class Checkpointer:
               data_iter: Any = None) -> tuple[Any, dict[str, Any]]:
     """Restores into `abstract_state` (ShapeDtypeStructs with shardings).
 
-    `data_iter` is updated in place. Returns (state, meta).
+    `data_iter` is updated in place when the checkpoint holds this process's
+    iterator state, i.e. it was written by as many processes as run now;
+    otherwise it is left alone and `meta["data_restored"]` is False (the
+    caller positions it). All processes must call this together. Returns
+    (state, meta).
     """
     meta = self.check_compatible(step, abstract_state)
     args = {"state": ocp.args.StandardRestore(abstract_state),
             "meta": ocp.args.JsonRestore()}
-    if data_iter is not None:
+    data_restored = (data_iter is not None and
+                     epath.Path(self._data_file(step)).exists())
+    if data_restored:
       args["data"] = grain.checkpoint.CheckpointRestore(data_iter)
     out = self._mngr.restore(step, args=ocp.args.Composite(**args))
     logging.info("restored checkpoint step %d from %s", step, self.directory)
-    return out["state"], out["meta"]
+    return out["state"], dict(out["meta"], data_restored=data_restored)
+
+  def _data_file(self, step: int) -> str:
+    """This process's grain iterator file within checkpoint `step`."""
+    return os.path.join(self.directory, str(step), "data",
+                        f"process_{jax.process_index()}-of-"
+                        f"{jax.process_count()}.json")
 
   def reached_preemption(self, step: int) -> bool:
     """Whether JAX's multi-host preemption sync point was reached."""

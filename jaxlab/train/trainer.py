@@ -302,6 +302,10 @@ class _Preemption:
     self._old = None
 
   def __enter__(self):
+    if jax.process_count() > 1:
+      # Leave SIGTERM to JAX's preemption notifier: it makes every process
+      # reach the same sync step (`Checkpointer.reached_preemption`).
+      return self
     try:
       self._old = signal.signal(signal.SIGTERM, self._handle)
     except ValueError:  # not the main thread: rely on orbax's sync point
@@ -385,7 +389,15 @@ def train(config, workdir: str, *, model: Any = None,
                                      leading=1 if grad_accum > 1 else 0)
   eval_sh = parallel.batch_sharding(mesh, rules)
   seed = int(config.seed)
-  train_ds = _pipeline_dataset(train_source, batch_size, seed, train=True)
+  # Each process reads only its rows of every global batch (the rows its
+  # devices hold), so the global batch is the same for any process count.
+  micro = batch_size // grad_accum
+  rows = parallel.mesh.process_batch_rows(
+      batch_sh, (grad_accum, micro) if grad_accum > 1 else (micro,),
+      axis=1 if grad_accum > 1 else 0)
+  rows = [a * micro + r for a in range(grad_accum) for r in rows]
+  train_ds = _pipeline_dataset(train_source, batch_size, seed, train=True,
+                               local_rows=rows)
   data_iter = iter(train_ds)
   base_key = jax.random.key(seed)
 
@@ -394,11 +406,14 @@ def train(config, workdir: str, *, model: Any = None,
     if latest is not None:
       ts.state, meta = ckpt.restore(latest, ts.state, data_iter)
       start = int(meta["step"])
+      if not meta.get("data_restored", True):
+        # Saved by another number of processes: the iterator position is
+        # the step (one batch per step on the same global stream).
+        _seek(data_iter, start)
       saved_key = np.asarray(meta.get("rng", []), np.uint32)
       if saved_key.size:
         base_key = jax.random.wrap_key_data(saved_key)
-      print(f"Resuming from {ckpt.directory}/{latest} (step {start}).",
-            flush=True)
+      _log(f"Resuming from {ckpt.directory}/{latest} (step {start}).")
 
     flops_tok = (ts.spec.flops_per_token(int(tcfg.seq_len))
                  if ts.spec is not None and ts.spec.flops_per_token else None)
@@ -416,7 +431,9 @@ def train(config, workdir: str, *, model: Any = None,
                                  grad_accum=grad_accum, batch_sharding=batch_sh)
     eval_step = make_eval_step(ts, loss_fn, config.loss, batch_sharding=eval_sh)
     eval_batch = int(_get(config, "train.eval_batch_size", batch_size))
-    eval_ds = (_pipeline_dataset(eval_source, eval_batch, seed, train=False)
+    eval_ds = (_pipeline_dataset(
+        eval_source, eval_batch, seed, train=False,
+        local_rows=parallel.mesh.process_batch_rows(eval_sh, (eval_batch,)))
                if eval_source is not None else None)
     max_eval = int(_get(config, "train.eval_batches", 0) or 0)
 
@@ -444,8 +461,9 @@ def train(config, workdir: str, *, model: Any = None,
     sleep_s = float(_get(config, "train.debug_step_sleep_s", 0.0) or 0.0)
     state, last, saved_at = ts.state, {}, latest
     preempted = False
-    print(f"Training {steps} steps on mesh ({parallel.mesh.describe(mesh)}); "
-          f"workdir {workdir}", flush=True)
+    _log(f"Training {steps} steps on mesh ({parallel.mesh.describe(mesh)})"
+         + (f" over {jax.process_count()} processes"
+            if jax.process_count() > 1 else "") + f"; workdir {workdir}")
     with _Preemption() as preempt:
       for step in range(start + 1, steps + 1):
         local = next(data_iter)
@@ -488,8 +506,7 @@ def train(config, workdir: str, *, model: Any = None,
           saved_at = step
         if stop:
           preempted = True
-          print(f"SIGTERM: saved checkpoint at step {step}; exiting.",
-                flush=True)
+          _log(f"SIGTERM: saved checkpoint at step {step}; exiting.")
           break
     ckpt.close()
     writer.close()
@@ -505,7 +522,25 @@ def train(config, workdir: str, *, model: Any = None,
   return result
 
 
-def _pipeline_dataset(source, batch: int, seed: int, *, train: bool):
+def _pipeline_dataset(source, batch: int, seed: int, *, train: bool,
+                      local_rows=None):
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
   return pipeline.batched_dataset(source, global_batch=batch, seed=seed,
-                                  shuffle=train, repeat=train)
+                                  shuffle=train, repeat=train,
+                                  local_rows=local_rows)
+
+
+def _seek(data_iter, step: int) -> None:
+  """Positions a batch iterator after `step` batches (grain index state)."""
+  state = data_iter.get_state()
+  if not isinstance(state, dict) or "next_index" not in state:
+    raise ValueError("cannot resume the data iterator of a checkpoint written "
+                     "by another number of processes: unknown iterator state "
+                     f"{state!r}")
+  data_iter.set_state(dict(state, next_index=int(step)))
+
+
+def _log(msg: str) -> None:
+  """Prints a progress message on process 0 only."""
+  if jax.process_index() == 0:
+    print(msg, flush=True)
