@@ -1,15 +1,22 @@
 """MathFimer miniature (spec H, "CPU miniature"): see configs/mathfimer.py.
 
-Writes WORKDIR/results.json and table.md: held-out exact match and steps per
-solution of solvers trained on coarse / expanded (rounds 1..k) / fine data,
-with the expansion insertion and rejection rates.
+Three disjoint problem pools: `num_fim` fine solutions train the FIM model
+(the paper's FIM model is trained on other data than the one it expands),
+`num_train` problems give the coarse / expanded / fine solver data, and
+`num_test` are held out. Writes WORKDIR/results.json and table.md: held-out
+exact match and steps per solution of solvers trained on coarse / expanded
+(rounds 1..k) / fine data, the fraction of correct computation steps in each
+training set, and per round the insertion and rejection rates and the
+fraction of inserted steps that are correct arithmetic.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
+import time
 
 from flax import nnx
 import numpy as np
@@ -58,14 +65,38 @@ def evaluate_solver(model, tok, cfg, test) -> dict[str, float]:
           "gen_steps": float(np.mean(steps))}
 
 
+def correct_step_frac(items) -> float:
+  """Fraction of computation steps (all but the answer line) that are right.
+
+  Steps that do not parse as `a op b = c` count as wrong.
+  """
+  flags = [bool(arithmetic.step_is_correct(s)) for _, steps in items
+           for s in steps[:-1]]
+  return float(np.mean(flags)) if flags else float("nan")
+
+
+def inserted_steps(before, after) -> list[str]:
+  """Steps of `after` not in `before` (insertions only add steps)."""
+  out = []
+  for (_, b), (_, a) in zip(before, after):
+    out.extend((collections.Counter(a) - collections.Counter(b)).elements())
+  return out
+
+
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   cfg = config
   d = dict(cfg.data)
+  n_fim = int(d.get("num_fim", d["num_train"]))
   problems = arithmetic.make_problems(
-      d["num_train"] + d["num_test"], min_ops=d["min_ops"],
+      n_fim + d["num_train"] + d["num_test"], min_ops=d["min_ops"],
       max_ops=d["max_ops"], seed=d["seed"])
-  train, test = problems[:d["num_train"]], problems[d["num_train"]:]
+  fim_pool = problems[:n_fim]
+  train = problems[n_fim:n_fim + d["num_train"]]
+  test = problems[n_fim + d["num_train"]:]
+  t0 = time.time()
+  log = lambda msg: print(f"[mathfimer {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
+                          flush=True)
   crng = random.Random(d["seed"] + 1)
   coarse = [arithmetic.coarsen(p, drop_frac=d["drop_frac"], rng=crng)
             for p in train]
@@ -73,6 +104,7 @@ def run(config, workdir: str) -> dict:
                                     min_chars=cfg.fim.min_step_chars)
   fine_items = [(p.question, split(p)) for p in train]
   coarse_items = [(p.question, split(p)) for p in coarse]
+  fim_items = [(p.question, split(p)) for p in fim_pool]
   fmt = fim.FimFormat()
   rows: dict[str, list[dict]] = {}
   expansion: list[list[dict]] = []
@@ -81,32 +113,42 @@ def run(config, workdir: str) -> dict:
     fmt.add_to_tokenizer(tok)
     # 1. FIM model on the fine solutions.
     examples, fim_counts = fim.build_fim_dataset(
-        fine_items, rounds=cfg.fim.masks_per_solution, seed=seed)
+        fim_items, rounds=cfg.fim.masks_per_solution, seed=seed)
     fim_model = _model(tok, cfg, seed)
     enc = fim.encode_batch(fmt, tok, examples, max_len=cfg.fim_train.max_len)
     sg.train_lm(fim_model, enc, seed=seed, **_train_kw(cfg.fim_train))
+    log(f"seed {seed}: FIM model trained on {len(examples)} examples")
     # 2. Expand the coarse data k rounds (stats per round).
     fill = fim.make_fill_fn(fim_model, tok,
                             max_new_tokens=cfg.fim.max_new_tokens)
-    datasets = {"coarse": coarse_items, "fine": fine_items}
+    datasets = {"coarse": coarse_items}
     current, hist = coarse_items, []
     for r in range(cfg.fim.rounds):
       steps, st = fim.expand(current, fill, rounds=1, fmt=fmt,
                              eta=cfg.fim.eta)
-      current = [(q, s) for (q, _), s in zip(current, steps)]
+      prev, current = current, [(q, s) for (q, _), s in zip(current, steps)]
+      new = inserted_steps(prev, current)
+      st[0]["inserted_correct_frac"] = (
+          float(np.mean([bool(arithmetic.step_is_correct(x)) for x in new]))
+          if new else float("nan"))
       datasets[f"expanded_r{r + 1}"] = current
       hist.append(st[0])
+      log(f"seed {seed}: expansion round {r + 1}: {st[0]}")
     expansion.append(hist)
-    # Expanded steps should be correct arithmetic: count verifiable ones.
+    datasets["fine"] = fine_items  # the ceiling: the steps that were removed
     # 3. Solvers.
     for name, items in datasets.items():
       solver = train_solver(tok, cfg, seed, items)
       res = evaluate_solver(solver, tok, cfg, test)
       res["train_steps_per_solution"] = float(np.mean([len(s)
                                                        for _, s in items]))
+      res["train_correct_step_frac"] = correct_step_frac(items)
       rows.setdefault(name, []).append(res)
+      log(f"seed {seed}: solver on {name}: {res}")
   summary = {"fim_examples": fim_counts["examples"],
-             "fim_skipped_short": fim_counts["skipped_short"]}
+             "fim_skipped_short": fim_counts["skipped_short"],
+             "num_fim": n_fim, "num_train": len(train), "num_test": len(test),
+             "seeds": list(cfg.seeds)}
   for name, rs in rows.items():
     for k in rs[0]:
       vals = [r[k] for r in rs]
@@ -114,29 +156,35 @@ def run(config, workdir: str) -> dict:
       summary[f"{name}/{k}_std"] = float(np.std(vals))
   for r in range(cfg.fim.rounds):
     for k in ("insertion_rate", "rejection_rate", "rejected_similar",
-              "rejected_empty", "gaps", "skipped_short", "steps_after"):
+              "rejected_empty", "gaps", "skipped_short", "steps_after",
+              "inserted_correct_frac"):
       vals = [h[r][k] for h in expansion]
       summary[f"round{r + 1}/{k}_mean"] = float(np.mean(vals))
       summary[f"round{r + 1}/{k}_std"] = float(np.std(vals))
   names = list(rows)
   lines = [f"mean ± std over {len(cfg.seeds)} seed(s)", "",
-           "| train data | steps/solution | held-out EM (%) | generated steps |",
-           "|---|---|---|---|"]
+           "| train data | steps/solution | correct steps (%) | held-out EM (%) "
+           "| generated steps |",
+           "|---|---|---|---|---|"]
   for n in names:
     g = lambda k: (summary[f"{n}/{k}_mean"], summary[f"{n}/{k}_std"])  # pylint: disable=cell-var-from-loop
-    (s, ss), (e, es), (gs, gss) = (g("train_steps_per_solution"),
-                                   g("exact_match"), g("gen_steps"))
-    lines.append(f"| {n} | {s:.2f} ± {ss:.2f} | {100 * e:.1f} ± "
-                 f"{100 * es:.1f} | {gs:.2f} ± {gss:.2f} |")
-  lines += ["", "| round | insertion rate | rejection rate (similar+empty) |",
-            "|---|---|---|"]
+    (s, ss), (c, cs), (e, es), (gs, gss) = (
+        g("train_steps_per_solution"), g("train_correct_step_frac"),
+        g("exact_match"), g("gen_steps"))
+    lines.append(f"| {n} | {s:.2f} ± {ss:.2f} | {100 * c:.1f} ± "
+                 f"{100 * cs:.1f} | {100 * e:.1f} ± {100 * es:.1f} | "
+                 f"{gs:.2f} ± {gss:.2f} |")
+  lines += ["", "| round | insertion rate | rejection rate (similar+empty) "
+            "| inserted steps correct |", "|---|---|---|---|"]
   for r in range(cfg.fim.rounds):
     i_m, i_s = (summary[f"round{r + 1}/insertion_rate_mean"],
                 summary[f"round{r + 1}/insertion_rate_std"])
     j_m, j_s = (summary[f"round{r + 1}/rejection_rate_mean"],
                 summary[f"round{r + 1}/rejection_rate_std"])
+    c_m, c_s = (summary[f"round{r + 1}/inserted_correct_frac_mean"],
+                summary[f"round{r + 1}/inserted_correct_frac_std"])
     lines.append(f"| {r + 1} | {i_m:.2f} ± {i_s:.2f} | {j_m:.2f} ± "
-                 f"{j_s:.2f} |")
+                 f"{j_s:.2f} | {c_m:.2f} ± {c_s:.2f} |")
   with open(os.path.join(workdir, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   with open(os.path.join(workdir, "results.json"), "w") as f:

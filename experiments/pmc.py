@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from flax import nnx
 import jax
@@ -88,6 +89,9 @@ def run_unlearning(cfg, workdir: str) -> dict:
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
+  t0 = time.time()
+  log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
+                          flush=True)
   for seed in cfg.seeds:
     mcfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, **dict(cfg.model))
     base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
@@ -99,6 +103,8 @@ def run_unlearning(cfg, workdir: str) -> dict:
     logs = sg.train_lm(base, data, seed=seed, log_every=100, **p)
     extra[f"pretrain_final_loss_seed{seed}"] = logs[-1]["loss"]
     per_seed["original"].append(_eval(base, tok, fs, cfg, seed))
+    log(f"seed {seed}: pretrained (loss {logs[-1]['loss']:.4f}): "
+        f"{per_seed['original'][-1]}")
     f_prompts = _prompts(fs.forget)
     r_prompts = _prompts(fs.retain)
     r_answers = [x.answer for x in fs.retain]
@@ -127,6 +133,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
                               fixed_forget_answers=answers,
                               ref_forget_nll=ref, config=ucfg)
       per_seed[method].append(_eval(model, tok, fs, cfg, seed))
+      log(f"seed {seed}: {method}: {per_seed[method][-1]}")
   summary = {}
   for m, rows in per_seed.items():
     for k in METRICS:

@@ -86,7 +86,8 @@ def default_config() -> ml_collections.ConfigDict:
 def run_pmc(model, tokenizer, *, forget_questions: Sequence[str],
             retain_prompts: Sequence[str], retain_answers: Sequence[str],
             config: ml_collections.ConfigDict, prompt_fn=None,
-            eval_fn=None, eval_every: int = 0) -> dict[str, Any]:
+            eval_fn=None, eval_every: int = 0,
+            generate_fn=None) -> dict[str, Any]:
   """PMC-unlearns `model` in place (spec B.2-B.6).
 
   Args:
@@ -94,6 +95,7 @@ def run_pmc(model, tokenizer, *, forget_questions: Sequence[str],
       empty ones are skipped and counted.
     retain_prompts, retain_answers: the retain QA pairs (prompt-formatted).
     prompt_fn: question -> prompt string (default identity).
+    generate_fn: replaces `sampler.generate` (tests script the samples).
 
   Returns:
     dict with `history`, `cache`, `cache_stats`, `references`,
@@ -105,12 +107,14 @@ def run_pmc(model, tokenizer, *, forget_questions: Sequence[str],
   refs = sg.generate_text(model, tokenizer, prompts,
                           max_new_tokens=int(config.ref_max_new_tokens),
                           temperature=0.0,
-                          batch_size=int(config.sample_batch_size))
+                          batch_size=int(config.sample_batch_size),
+                          generate_fn=generate_fn)
   out = sg.run_self_generated(
       model, tokenizer, forget_prompts=prompts, retain_prompts=retain_prompts,
       retain_answers=retain_answers,
       score_fn=make_score_fn(refs, min_len=int(config.min_len)),
-      config=config, eval_fn=eval_fn, eval_every=eval_every)
+      config=config, eval_fn=eval_fn, eval_every=eval_every,
+      generate_fn=generate_fn)
   # A reference without tokens gives recall 0 for every sample: such an item
   # is "done" at once. Count them so a broken reference model shows up.
   out.update({"references": refs, "skipped_empty_questions": skipped,

@@ -15,7 +15,9 @@ train a model on text the model itself produced:
   4. update the per-item `MonotoneCache`: keep the new sample only if its
      score is <= the cached score, so an item's score never increases, and
      stop sampling an item once its score is 0;
-  5. take one optimiser step on the registered loss (default `unlearn_pmc`):
+  5. take one optimiser step on the registered loss (default `unlearn_pmc`)
+     with the generic trainer's update (`StepRunner`: `trainer.build` +
+     `trainer.make_train_step`, AdamW from `jaxlab.train.optim`):
      token-mean NLL of the cached answers given their prompts (prompt tokens
      masked) + lam * NLL of paired retain QA pairs, item b paired with retain
      row (b + U) mod |D_r|, U uniform.
@@ -23,21 +25,22 @@ train a model on text the model itself produced:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 
+from jaxlab import parallel
 from jaxlab.decoding import sampler as sampler_lib
 from jaxlab.objectives import unlearning  # registers unlearn_* losses
 from jaxlab.train import losses as losses_lib
+from jaxlab.train import trainer as trainer_lib
 
 
 # -- prompt-masked batches -------------------------------------------------------
@@ -234,33 +237,104 @@ def default_config() -> ml_collections.ConfigDict:
       "lr": 1e-5,
       "weight_decay": 0.01,
       "warmup_steps": 0,
+      "clip_norm": 1.0,  # HF Trainer's default max_grad_norm
       "sample_batch_size": 64,
       "seed": 0,
   })
 
 
-def make_optimizer(config) -> optax.GradientTransformation:
-  sched = (optax.linear_schedule(0.0, config.lr, config.warmup_steps)
-           if config.warmup_steps else config.lr)
-  if config.warmup_steps:
-    sched = optax.join_schedules(
-        [sched, optax.constant_schedule(config.lr)], [config.warmup_steps])
-  return optax.adamw(sched, weight_decay=config.weight_decay)
+def optim_config(*, lr: float, warmup_steps: int = 0,
+                 weight_decay: float = 0.0, schedule: str = "constant",
+                 clip_norm: float = 1.0, end_lr_frac: float = 0.0
+                 ) -> ml_collections.ConfigDict:
+  """A `config.optim` for `jaxlab.train.optim.make_optimizer` (AdamW)."""
+  return ml_collections.ConfigDict({
+      "lr": float(lr), "warmup_steps": int(warmup_steps),
+      "schedule": schedule, "end_lr_frac": float(end_lr_frac),
+      "weight_decay": float(weight_decay), "clip_norm": float(clip_norm),
+      "grad_accum": 1})
 
 
-def make_train_step(loss_name: str, loss_config: Any):
-  """`step(model, optimizer, batch) -> metrics`, one jitted AdamW update."""
-  loss_fn = losses_lib.get(loss_name)
+_STEP_CACHE: dict[Any, Callable] = {}
 
-  @nnx.jit
-  def step(model, optimizer, batch):
-    def f(m):
-      return loss_fn(m, batch, rng=None, config=loss_config)
-    (loss, metrics), grads = nnx.value_and_grad(f, has_aux=True)(model)
-    optimizer.update(model, grads)
-    return {"loss": loss, **metrics}
 
-  return step
+class StepRunner:
+  """The generic trainer's state and jitted step, driven by an outer loop.
+
+  Why not `trainer.train`: PMC samples from the *current* weights between two
+  updates and builds the next batch from those samples (the monotone cache),
+  so its data is not a fixed source that the trainer's grain pipeline could
+  iterate, and the in-experiment sub-trainings (pre-training the tiny LM,
+  FIM model, solvers) need no checkpoints or metric files. So the outer loop
+  lives here, but each update is the trainer's: `trainer.build` (optimizer
+  from `jaxlab.train.optim`, state born on a mesh), `trainer.make_train_step`
+  (loss from the `jaxlab.train.losses` registry, state donated).
+
+  The default mesh is one device: the loop alternates with the KV-cache
+  sampler, and the tiny models of the miniatures gain nothing from sharding.
+  Pass `mesh` to shard the update like the trainer does (batch rows must then
+  divide by mesh.data * mesh.fsdp).
+  """
+
+  def __init__(self, model: nnx.Module, *, loss: str | Callable,
+               loss_config: Any, optim: ml_collections.ConfigDict,
+               steps: int, seed: int = 0,
+               mesh: jax.sharding.Mesh | None = None):
+    self._target = model
+    self.mesh = mesh or parallel.make_mesh(
+        {"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
+    cfg = ml_collections.ConfigDict({
+        "seed": int(seed), "optim": optim,
+        "train": {"steps": max(int(steps), 1)}})
+    self.ts = trainer_lib.build(cfg, model=model, mesh=self.mesh)
+    loss_fn = losses_lib.get(loss) if isinstance(loss, str) else loss
+    batch_sh = parallel.batch_sharding(self.mesh, self.ts.rules)
+    # Experiments build many runners for the same model shape, loss and
+    # optimizer (one per seed and method); reusing the jitted step reuses
+    # its compilation, which dominates the miniatures' CPU time. The cached
+    # step merges with the first runner's graphdef, whose optax transform
+    # is built from the same optim config and step count, so it computes
+    # the same update.
+    cache_key = (loss,
+                 repr(loss_config), optim.to_json_best_effort()
+                 if hasattr(optim, "to_json_best_effort") else repr(optim),
+                 int(steps), nnx.graphdef(model), self.mesh)
+    self._step = _STEP_CACHE.get(cache_key)
+    if self._step is None:
+      with self._ctx():
+        self._step = trainer_lib.make_train_step(
+            self.ts, loss_fn, loss_config, grad_accum=1,
+            batch_sharding=batch_sh)
+      _STEP_CACHE[cache_key] = self._step
+    self._key = jax.random.key(int(seed))
+    self._state = self.ts.state
+    self._model = None
+
+  def _ctx(self):
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.set_mesh(self.mesh))
+    stack.enter_context(nnx.logical_axis_rules(self.ts.rules))
+    return stack
+
+  def step(self, batch: dict[str, np.ndarray], step: int
+           ) -> dict[str, float]:
+    """One optimizer update on `batch`; returns float metrics."""
+    self._model = None  # the old state's buffers are donated below
+    with self._ctx():
+      self._state, metrics = self._step(
+          self._state, batch, jax.random.fold_in(self._key, step))
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+  def model(self) -> nnx.Module:
+    """The current weights (for sampling); invalid after the next `step`."""
+    if self._model is None:
+      self._model = nnx.merge(self.ts.graphdef, self._state)[0]
+    return self._model
+
+  def write_back(self) -> nnx.Module:
+    """Copies the trained weights into the model given at construction."""
+    nnx.update(self._target, nnx.state(self.model()))
+    return self._target
 
 
 def forget_retain_batch(tokenizer, forget_prompts, forget_answers,
@@ -327,8 +401,13 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
   loss_cfg = ml_collections.ConfigDict(
       {"lam": float(config.lam), "beta": float(config.beta),
        "gamma": float(config.gamma)})
-  step_fn = make_train_step(config.loss, loss_cfg)
-  optimizer = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
+  runner = StepRunner(
+      model, loss=config.loss, loss_config=loss_cfg,
+      optim=optim_config(lr=config.lr, warmup_steps=config.warmup_steps,
+                         weight_decay=config.weight_decay,
+                         schedule="constant",
+                         clip_norm=config.get("clip_norm", 1.0)),
+      steps=int(config.steps), seed=int(config.seed))
   cache = MonotoneCache()
   history = []
   order = np.array([], np.int64)
@@ -341,7 +420,7 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
     if score_fn is not None:
       key, sub = jax.random.split(key)
       record.update(refresh_cache(
-          model, tokenizer, cache, idx, forget_prompts, score_fn,
+          runner.model(), tokenizer, cache, idx, forget_prompts, score_fn,
           num_samples=int(config.num_samples),
           temperature=float(config.temperature),
           top_p=float(config.top_p), max_new_tokens=int(config.max_new_tokens),
@@ -360,13 +439,14 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
         [retain_answers[int(i)] for i in r_idx], max_len=int(config.max_len))
     if ref_forget_nll is not None:
       batch["forget_ref_nll"] = np.asarray(ref_forget_nll, np.float32)[idx]
-    metrics = step_fn(model, optimizer, jax.tree.map(jnp.asarray, batch))
-    record.update({k: float(v) for k, v in metrics.items()})
+    record.update(runner.step(batch, step))
     if not math.isfinite(record["loss"]):
       raise FloatingPointError(f"non-finite loss at step {step}: {record}")
     if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+      runner.write_back()
       record.update(eval_fn(step))
     history.append(record)
+  runner.write_back()
   return {"history": history, "cache": cache, "cache_stats": dict(cache.stats)}
 
 
@@ -375,22 +455,25 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
 
 def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
              batch_size: int, lr: float, warmup_steps: int = 0,
-             weight_decay: float = 0.0, seed: int = 0,
+             weight_decay: float = 0.0, clip_norm: float = 1.0, seed: int = 0,
              log_every: int = 0) -> list[dict[str, float]]:
   """Masked next-token training (`lm` loss) on `inputs/targets/loss_mask`.
 
-  `data` holds `[N, T]` arrays (e.g. `encode_pairs` with `mask` renamed, or
-  `fim.encode_batch`); minibatches are drawn by epoch-wise shuffling.
-  Warmup then cosine decay to 0. Returns the logged losses.
+  `data` holds `[N, T]` arrays (e.g. `encode_for_lm` or `fim.encode_batch`);
+  minibatches are drawn by epoch-wise shuffling. The update is the
+  trainer's (`StepRunner`): AdamW from `jaxlab.train.optim`, linear warmup
+  then cosine decay to 0, global-norm clipping. Trains `model` in place and
+  returns the logged losses.
   """
   n = len(data["inputs"])
   if n == 0:
     raise ValueError("train_lm got an empty data set")
-  sched = optax.warmup_cosine_decay_schedule(
-      0.0, lr, max(warmup_steps, 1), max(steps, warmup_steps + 1))
-  optimizer = nnx.Optimizer(
-      model, optax.adamw(sched, weight_decay=weight_decay), wrt=nnx.Param)
-  step_fn = make_train_step("lm", None)
+  runner = StepRunner(
+      model, loss="lm", loss_config=None,
+      optim=optim_config(lr=lr, warmup_steps=warmup_steps,
+                         weight_decay=weight_decay, schedule="cosine",
+                         clip_norm=clip_norm),
+      steps=steps, seed=seed)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   logs = []
@@ -398,11 +481,11 @@ def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
     while len(order) < batch_size:
       order = np.concatenate([order, rng.permutation(n)])
     idx, order = order[:batch_size], order[batch_size:]
-    batch = {k: jnp.asarray(data[k][idx])
-             for k in ("inputs", "targets", "loss_mask")}
-    m = step_fn(model, optimizer, batch)
+    m = runner.step({k: data[k][idx]
+                     for k in ("inputs", "targets", "loss_mask")}, step)
     if log_every and (step % log_every == 0 or step == steps - 1):
-      logs.append({"step": step, "loss": float(m["loss"])})
+      logs.append({"step": step, "loss": m["loss"]})
+  runner.write_back()
   return logs
 
 

@@ -6,7 +6,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from experiments import mathfimer as mathfimer_exp
 from jaxlab.data import tokenizers
+from jaxlab.data.synthetic import arithmetic
 from jaxlab.objectives import fim
 
 
@@ -148,6 +150,24 @@ class ExpandTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "returned 0 middles"):
       fim.expand_round(items, lambda ps: [])
     np.testing.assert_equal(fim.clean_middle("\n  x y \nz"), "x y")
+
+
+class ArithmeticCheckTest(parameterized.TestCase):
+
+  @parameterized.parameters(("7 * 3 = 21", True), ("21 - 4 = 17", True),
+                            ("21 - 4 = 18", False), ("2 + 2 = 4", True),
+                            ("answer: 4", None), ("2 + x = 4", None),
+                            ("2 / 2 = 1", None), ("", None))
+  def test_step_is_correct(self, step, want):
+    self.assertEqual(arithmetic.step_is_correct(step), want)
+
+  def test_experiment_helpers(self):
+    before = [("Q", ["1 + 2 = 3", "answer: 6"])]
+    after = [("Q", ["1 + 2 = 3", "3 * 2 = 6", "3 * 2 = 7", "answer: 6"])]
+    self.assertEqual(mathfimer_exp.inserted_steps(before, after),
+                     ["3 * 2 = 6", "3 * 2 = 7"])
+    # Computation steps only (the answer line is excluded): 2 of 3 right.
+    self.assertAlmostEqual(mathfimer_exp.correct_step_frac(after), 2 / 3)
 
 
 if __name__ == "__main__":

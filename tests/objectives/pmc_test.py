@@ -4,6 +4,7 @@ import types
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import chex
 from flax import nnx
 import numpy as np
 
@@ -12,6 +13,8 @@ from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.models import decoder
 from jaxlab.objectives import pmc
 from jaxlab.objectives import self_generated as sg
+from jaxlab.train import losses as losses_lib
+from jaxlab.train import optim as optim_lib
 
 
 class CacheAndSelectionTest(parameterized.TestCase):
@@ -104,6 +107,39 @@ class EncodeTest(absltest.TestCase):
     np.testing.assert_array_equal(b["mask"][0], [0, 0, 1, 1])
 
 
+class StepRunnerTest(absltest.TestCase):
+
+  def test_matches_a_hand_written_update_and_reuses_the_step(self):
+    tok = tokenizers.ByteTokenizer()
+    cfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, dim=32,
+                                num_layers=1, num_heads=2, num_kv_heads=1,
+                                mlp_dim=64)
+    data = sg.encode_for_lm(tok, ["Q: a\nA: ", "Q: bb\nA: "],
+                            ["one two", "three"], max_len=24)
+    ocfg = sg.optim_config(lr=1e-2, warmup_steps=1, weight_decay=0.1,
+                           schedule="cosine", clip_norm=0.5)
+    ref = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(ref, optim_lib.make_optimizer(ocfg, 3),
+                        wrt=nnx.Param)
+    loss_fn = losses_lib.get("lm")
+    for _ in range(3):
+      grads = nnx.grad(lambda m: loss_fn(m, data, rng=None)[0])(ref)
+      opt.update(ref, grads)
+    want = nnx.state(ref, nnx.Param)
+    runners = []
+    for _ in range(2):  # the second runner reuses the compiled step
+      model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
+      runner = sg.StepRunner(model, loss="lm", loss_config=None, optim=ocfg,
+                             steps=3, seed=0)
+      for step in range(3):
+        runner.step(dict(data), step)
+      runner.write_back()
+      got = nnx.state(model, nnx.Param)
+      chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)
+      runners.append(runner)
+    self.assertIs(runners[0]._step, runners[1]._step)  # pylint: disable=protected-access
+
+
 class LoopTest(absltest.TestCase):
 
   def test_pmc_loop_with_scripted_sampler(self):
@@ -175,6 +211,40 @@ class LoopTest(absltest.TestCase):
       sg.run_self_generated(model, tok, forget_prompts=["a"],
                             retain_prompts=["b"], retain_answers=["c"],
                             score_fn=None, config=config)
+
+  def test_run_pmc_skips_and_counts_empty_questions(self):
+    tok = tokenizers.ByteTokenizer()
+    cfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, dim=32,
+                                num_layers=1, num_heads=2, num_kv_heads=1,
+                                mlp_dim=64)
+    model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
+    seen = []
+
+    def fake_generate(model, ids, *, temperature, key, **kw):
+      del model, key, kw
+      texts = [tok.decode(i) for i in ids]
+      seen.append((temperature, texts))
+      # Greedy reference "ref words"; samples share nothing with it.
+      ans = "ref words" if temperature == 0 else "other"
+      return types.SimpleNamespace(
+          tokens=[tok.encode(ans, add_eos=True) for _ in ids])
+
+    config = pmc.default_config()
+    config.update(num_samples=2, batch_size=2, steps=1, max_len=32, seed=0)
+    out = pmc.run_pmc(model, tok, forget_questions=["", "Q one", "  ", "Q 2"],
+                      retain_prompts=["r"], retain_answers=["kept"],
+                      config=config, generate_fn=fake_generate)
+    self.assertEqual(out["skipped_empty_questions"], 2)
+    self.assertEqual(out["kept_indices"], [1, 3])
+    self.assertEqual(out["references"], ["ref words", "ref words"])
+    self.assertEqual(out["empty_references"], 0)
+    # References come from greedy decoding of the kept questions only.
+    self.assertEqual(seen[0], (0.0, ["Q one", "Q 2"]))
+    self.assertEqual(out["cache"].scores(), {0: 0.0, 1: 0.0})
+    with self.assertRaisesRegex(ValueError, "no non-empty question"):
+      pmc.run_pmc(model, tok, forget_questions=["", " "],
+                  retain_prompts=["r"], retain_answers=["kept"],
+                  config=config, generate_fn=fake_generate)
 
 
 if __name__ == "__main__":

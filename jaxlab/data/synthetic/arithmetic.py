@@ -78,6 +78,26 @@ def coarsen(problem: Problem, *, drop_frac: float = 0.4,
   return dataclasses.replace(problem, steps=steps)
 
 
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
+        "*": lambda a, b: a * b}
+
+
+def step_is_correct(step: str) -> bool | None:
+  """True/False for a computation step `a op b = c`; None if not one.
+
+  Used to check inserted (model-written) steps: a FIM step that parses but
+  computes the wrong value is False.
+  """
+  parts = step.strip().split()
+  if len(parts) != 5 or parts[1] not in _OPS or parts[3] != "=":
+    return None
+  try:
+    a, b, c = int(parts[0]), int(parts[2]), int(parts[4])
+  except ValueError:
+    return None
+  return _OPS[parts[1]](a, b) == c
+
+
 def extract_answer(solution: str) -> str | None:
   """The value on the last `answer:` line, or None."""
   for line in reversed(solution.strip().split("\n")):
