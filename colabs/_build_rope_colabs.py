@@ -32,8 +32,10 @@ def rope_extension() -> nbformat.NotebookNode:
           "$\\ln S$ evenly over the band $[d_l, d_h]$; MrRoPE-Pro "
           "progressively (slow-to-steep); YaRN in its rotation-count form is "
           "regressive. Then we train a tiny LM at a short length on a "
-          "passkey corpus and evaluate it training-free at 4-16x under every "
-          "scaling. Spec: `papers/A-G.md` section D."),
+          "copy-style passkey corpus (`#` + 3 distinct digits hidden in "
+          "filler; the prompt ends with `#`) and evaluate it training-free "
+          "at longer lengths under every scaling. Spec: `papers/A-G.md` "
+          "section D."),
       v4.new_code_cell(SETUP),
       v4.new_code_cell("""\
 import numpy as np
@@ -57,13 +59,18 @@ from IPython.display import Image, display
 display(Image(exp.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""),
       v4.new_markdown_cell(
           "## Train short, test long\n\nOne model per seed; every method "
-          "reuses the same parameters (`long_context.with_rope_scaling`)."),
+          "reuses the same parameters (`long_context.with_rope_scaling`). "
+          "The learning curve (held-out exact match at the training length) "
+          "must be near 1 before the long-length table means anything."),
       v4.new_code_cell("""\
 from configs import rope_extension as cfg_mod
 config = cfg_mod.get_config(ARG)
 result = exp.run(config, WORKDIR)
+for rec in result["per_seed"]:
+  print("seed", rec["seed"], "learning curve (step, exact):",
+        [(r["step"], round(r["answer_exact"], 2)) for r in rec["learning_curve"]])
 print(result["table_markdown"])
-for p in result["plots"][:2]:
+for p in result["plots"][:2] + result["plots"][3:]:
   display(Image(p))"""),
       v4.new_code_cell("""\
 last = len(result["lengths"]) - 1

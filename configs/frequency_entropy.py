@@ -14,8 +14,9 @@ the spec's selection rules (a, b, c, a+b at the paper's thresholds) and for
 equal-size quantile selections (lowest/highest `fraction` of RoPE-layer
 pairs, and a random control). Spec C "CPU-only miniature": 4 layers,
 d=128, head_dim 32, L=512, F=128, H=64. Args: `tiny` (3 layers, d=64,
-L=256, F=64, H=32; a few minutes on 2 CPU cores), `smoke` (seconds;
-plumbing only, used by the colab test), `steps=N`.
+L=256, F=64, H=32, 600 steps; about 3-5 minutes on 2 shared CPU cores),
+`smoke` (seconds; plumbing only, used by the colab test), `steps=N`;
+another training seed with `--config.seed=N`.
 """
 
 import ml_collections
@@ -28,7 +29,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base_config()
   c.experiment = "frequency_entropy"
   c.model.update(dim=128, num_layers=4, num_heads=4, num_kv_heads=2,
-                 mlp_dim=384, nope_layers=(3,), max_position_embeddings=512)
+                 mlp_dim=384, nope_layers=(3,), max_position_embeddings=512,
+                 vocab_size=320)  # bytes + specials, rounded up to 64
   c.data.num_docs = 6000
   c.train.update(steps=1500, batch_size=16, seq_len=512, log_every=100,
                  eval_every=0, eval_batch_size=16, eval_batches=2,
@@ -51,18 +53,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if args.tiny:
     c.model.update(dim=64, num_layers=3, num_heads=2, num_kv_heads=1,
                    mlp_dim=128, nope_layers=(2,), max_position_embeddings=256)
-    c.data.num_docs = 1500
-    c.train.update(steps=250, batch_size=8, seq_len=256, log_every=50,
+    c.data.num_docs = 6000
+    c.train.update(steps=600, batch_size=8, seq_len=256, log_every=100,
                    eval_batch_size=8, checkpoint_every=0)
-    c.optim.update(lr=3e-3, warmup_steps=25)
-    c.fe.update(frame=64, hop=32, num_eval_seqs=4,
-                alphas=(0.0, 0.1, 0.5, 1.0))
+    c.optim.update(lr=3e-3, warmup_steps=50)
+    c.fe.update(frame=64, hop=32, num_eval_seqs=8,
+                alphas=(0.0, 0.1, 0.5, 0.9, 1.0))
   if args.smoke:  # seconds-long plumbing check (colab tests); not a result
     c.model.update(dim=32, num_layers=2, num_heads=1, num_kv_heads=1,
                    mlp_dim=64, nope_layers=(1,), max_position_embeddings=128)
-    c.data.num_docs = 200
+    c.data.num_docs = 400  # >= 8 held-out rows of 128 tokens
     c.train.update(steps=5, batch_size=8, seq_len=128, log_every=5,
-                   eval_batch_size=8, checkpoint_every=0)
+                   eval_batch_size=8, eval_batches=1, checkpoint_every=0)
     c.fe.update(frame=32, hop=16, num_eval_seqs=2, alphas=(0.1, 1.0))
   if args.steps:
     c.train.steps = args.steps

@@ -1,12 +1,21 @@
 """Experiment "rope_extension": train short, evaluate long under every scaling.
 
 For each seed: train a tiny byte-level decoder at `task.train_len` on a
-passkey corpus (`PasskeySource`), then, training-free, rebind its parameters
-to every `rope_scaling` in `config.methods` (`long_context.with_rope_scaling`)
-and measure passkey exact-match accuracy over a depth grid and chunked
-perplexity at each `train_len * factor`. Writes `results.json` (per-seed
-values and mean +- std tables) and `passkey.png` / `perplexity.png` /
-`cumulative_scale.png`.
+copy-style passkey corpus (`PasskeySource`), then, training-free, rebind its
+parameters to every `rope_scaling` in `config.methods`
+(`long_context.with_rope_scaling`) and measure passkey exact-match accuracy
+over a depth grid and chunked perplexity at each `train_len * factor`.
+Writes `results.json` (per-seed values, learning curves and mean +- std
+tables) and `passkey.png` / `perplexity.png` / `cumulative_scale.png`.
+
+The task is chosen so that a 2-layer decoder learns it in a few thousand
+CPU steps (an induction / copy task): the needle is a marker token followed
+by `digits` distinct digits, `#472. `, hidden at a random depth in filler
+sentences (lower-case, digit-free, no `#`); the prompt ends with the same
+marker `#`, so the answer is "the tokens that followed the previous `#`".
+The answer digits carry `answer_weight` times the loss weight of a filler
+token, so retrieval is learned early while the filler still trains a
+language model whose perplexity is measured at long lengths.
 """
 
 import copy
@@ -14,7 +23,9 @@ import json
 import os
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
 from jaxlab.data.tokenizers import ByteTokenizer
@@ -22,42 +33,69 @@ from jaxlab.evals import long_context as lc
 from jaxlab.nn import rope
 from jaxlab.train import trainer
 
-# Lower-case filler so "KEY" only appears in the needle and the question.
+# Lower-case, digit-free filler, so "#" and digits only occur in the needle
+# and the question.
 SENTENCES = (
     "the cat sat on the mat.", "a bird sang in the tree.",
     "rain fell on the old roof.", "we walked along the river.",
-    "the shop opens at nine.", "snow covered the quiet hill.",
-    "a train left the station.", "the lamp glowed all night.",
-    "she read a long letter.", "the wind moved the grass.",
-    "two boats sailed north.", "bread was baked at dawn.",
-    "the clock struck twelve.", "he painted the door blue.",
-    "a fox ran past the fence.", "the soup was warm and thick.")
-NEEDLE = "KEY {value}. "
-QUESTION = "Q: KEY? "
+    "snow covered the quiet hill.", "a train left the station.",
+    "the lamp glowed all night.", "the wind moved the grass.")
+MARKER = "#"
+NEEDLE = MARKER + "{value}. "
+QUESTION = MARKER
 
 
-def _filler(rng: np.random.Generator, n: int = 40) -> str:
+def _filler(rng: np.random.Generator, n: int) -> str:
   return " ".join(SENTENCES[i] for i in rng.integers(0, len(SENTENCES), n))
 
 
 def passkey(tok, *, length: int, depth: float, rng: np.random.Generator,
-            digits: int = 5) -> lc.RetrievalExample:
-  """A passkey prompt with random filler (the experiment's task)."""
-  return lc.passkey_example(tok, length=length, depth=depth, rng=rng,
-                            digits=digits, prefix="", filler=_filler(rng),
-                            needle=NEEDLE, question=QUESTION)
+            digits: int = 3) -> lc.RetrievalExample:
+  """A prompt of `length` tokens ending in the marker; answer: the key.
+
+  The key has `digits` distinct digits, so copying it token by token (an
+  induction head: "what followed the previous occurrence of this token")
+  is unambiguous.
+  """
+  value = "".join(str(d) for d in rng.permutation(10)[:digits])
+  prompt, start = lc.build_prompt(
+      tok, length=length, depth=depth, needle=NEEDLE.format(value=value),
+      question=QUESTION, filler=_filler(rng, length // 20 + 2))
+  answer_ids = np.asarray(tok.encode(value), np.int32)
+  return lc.RetrievalExample(prompt, answer_ids, value, length, depth, start)
 
 
-def document(tok, length: int, rng: np.random.Generator,
-             digits: int) -> np.ndarray:
-  """`length + 1` tokens: a passkey prompt at a random depth + its answer."""
-  ex = passkey(tok, length=length + 1 - digits, depth=float(rng.uniform()),
-               rng=rng, digits=digits)
-  return np.concatenate([ex.prompt_ids, ex.answer_ids]).astype(np.int32)
+def document(tok, length: int, rng: np.random.Generator, digits: int,
+             min_prompt: int = 16) -> tuple[np.ndarray, int]:
+  """`length + 1` tokens holding one passkey episode, and where its answer is.
+
+  The episode (prompt + answer) has a random length, and filler sentences
+  follow it up to `length + 1` tokens. Varying where the question sits
+  matters: with the question always at the last position, a tiny model
+  learns retrieval *at that absolute position* only (measured: exact match
+  1.0 with the question at position 61, 0.0 at position 60 for a needle at
+  depth 0), which would confound the length-extrapolation test.
+
+  Returns:
+    (ids `[length + 1]` int32, index of the first answer token in ids).
+  """
+  plen = int(rng.integers(min(min_prompt, length + 1 - digits),
+                          length + 2 - digits))
+  ex = passkey(tok, length=plen, depth=float(rng.uniform()), rng=rng,
+               digits=digits)
+  tail = np.asarray(tok.encode(". " + _filler(rng, length // 20 + 2)),
+                    np.int32)
+  ids = np.concatenate([ex.prompt_ids, ex.answer_ids, tail])[:length + 1]
+  return ids.astype(np.int32), plen
 
 
 class PasskeySource:
-  """Random-access LM examples (inputs/targets/loss_mask) of passkey docs."""
+  """Random-access LM examples of passkey docs.
+
+  Each example: `inputs`/`targets` `[length]`, `loss_mask` (1 on filler
+  targets, `answer_weight` on the answer digits) and `answer_mask` (1 on
+  the answer digits only, for the accuracy metrics).
+  """
 
   def __init__(self, tok, *, num: int, length: int, digits: int, seed: int,
                answer_weight: float = 1.0):
@@ -68,30 +106,79 @@ class PasskeySource:
     return self.num
 
   def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-    doc = document(self.tok, self.length, np.random.default_rng(
+    doc, start = document(self.tok, self.length, np.random.default_rng(
         [self.seed, int(i)]), self.digits)
-    # The answer digits weigh `answer_weight` times a filler token: the
-    # retrieval signal is 5 of ~100 targets, and upweighting it shortens
-    # the CPU training run (a choice of this miniature, not of the paper).
-    mask = np.ones(self.length, np.float32)
-    mask[-self.digits:] = self.answer_weight
-    return {"inputs": doc[:-1], "targets": doc[1:], "loss_mask": mask}
+    answer = np.zeros(self.length, np.float32)
+    answer[start - 1:start - 1 + self.digits] = 1.0  # targets = ids[1:]
+    # The answer is `digits` of `length` targets; upweighting it makes
+    # retrieval the dominant signal (a choice of this miniature, not of the
+    # paper) while the filler still trains the LM.
+    mask = 1.0 + (self.answer_weight - 1.0) * answer
+    return {"inputs": doc[:-1], "targets": doc[1:], "loss_mask": mask,
+            "answer_mask": answer}
+
+
+def passkey_loss(model, batch, *, rng, config=None):
+  """Weighted next-token NLL, plus answer accuracy metrics (learning curve).
+
+  loss = sum_t w_t nll_t / sum_t w_t with w = `loss_mask`; metrics
+  `answer_nll`, `answer_acc` (fraction of answer digits whose argmax is
+  right) and `answer_exact` (all digits right, teacher-forced = greedy).
+  """
+  del rng, config
+  logits = model(batch["inputs"]).astype(jnp.float32)
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits,
+                                                        batch["targets"])
+  w = batch["loss_mask"].astype(jnp.float32)
+  ans = batch["answer_mask"].astype(jnp.float32)
+  correct = (jnp.argmax(logits, -1) == batch["targets"]).astype(jnp.float32)
+  n_ans = jnp.maximum(ans.sum(), 1.0)
+  row_ok = jnp.all((correct > 0) | (ans == 0), axis=-1).astype(jnp.float32)
+  metrics = {
+      "answer_nll": jnp.sum(nll * ans) / n_ans,
+      "answer_acc": jnp.sum(correct * ans) / n_ans,
+      "answer_exact": jnp.mean(row_ok),
+      "filler_nll": jnp.sum(nll * (1 - ans)) / jnp.maximum(
+          (1 - ans).sum(), 1.0),
+  }
+  return jnp.sum(nll * w) / jnp.maximum(w.sum(), 1.0), metrics
 
 
 def train_model(config, workdir: str, seed: int, tok):
-  """Trains one seed (resumable per seed) and returns the model."""
+  """Trains one seed (resumable per seed); returns (model, final metrics)."""
   cfg = copy.deepcopy(config)
   t = config.task
   with cfg.unlocked():
     cfg.seed = int(seed)
     cfg.train.seq_len = int(t.train_len)
+  kw = dict(length=int(t.train_len), digits=int(t.digits),
+            answer_weight=float(t.answer_weight))
   source = PasskeySource(tok, num=int(t.train_examples),
-                         length=int(t.train_len), digits=int(t.digits),
-                         seed=int(t.data_seed) + 1000 * int(seed),
-                         answer_weight=float(t.answer_weight))
-  res = trainer.train(cfg, workdir, train_source=source)
+                         seed=int(t.data_seed) + 1000 * int(seed), **kw)
+  held_out = PasskeySource(tok, num=int(config.train.eval_batch_size) *
+                           int(config.train.eval_batches),
+                           seed=int(t.data_seed) + 999_999, **kw)
+  res = trainer.train(cfg, workdir, train_source=source, eval_source=held_out,
+                      loss_fn=passkey_loss)
   model, _ = nnx.merge(res["train_state"].graphdef, res["train_state"].state)
-  return model, float(res.get("loss", float("nan")))
+  final = {k: float(v) for k, v in res.items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool)}
+  return model, final
+
+
+def learning_curve(workdir: str) -> list[dict[str, float]]:
+  """Held-out answer metrics per eval step from the trainer's metrics.jsonl."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  rows = []
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        r = json.loads(line)
+        if "eval/answer_exact" in r:
+          rows.append({"step": int(r["step"]),
+                       **{k[5:]: float(v) for k, v in r.items()
+                          if k.startswith("eval/")}})
+  return rows
 
 
 def evaluate_seed(model, config, tok) -> dict[str, Any]:
@@ -99,7 +186,7 @@ def evaluate_seed(model, config, tok) -> dict[str, Any]:
   train_len = int(t.train_len)
   lengths = [train_len * int(f) for f in t.eval_factors]
   rng = np.random.default_rng(int(t.data_seed) + 7)
-  docs = {n: np.stack([document(tok, n - 1, rng, int(t.digits))
+  docs = {n: np.stack([document(tok, n - 1, rng, int(t.digits))[0]
                        for _ in range(int(t.eval_docs))]) for n in lengths}
   grids = {n: lc.retrieval_grid(passkey, tok, lengths=[n - int(t.digits)],
                                 depths=list(t.depths),
@@ -122,6 +209,10 @@ def evaluate_seed(model, config, tok) -> dict[str, Any]:
       "perplexity": lambda m, n: lc.chunked_perplexity(
           m, docs[n], chunk_len=n, batch_size=bs)["perplexity"],
   }
+  for d in t.depths:  # exact match per needle depth
+    tasks[f"passkey@{float(d):g}"] = (
+        lambda m, n, d=float(d): retrieval(m, n)["cells"][
+            (n - int(t.digits), d)]["exact"])
   return lc.train_short_test_long(model, train_len=train_len,
                                   eval_lengths=lengths, tasks=tasks,
                                   methods=tuple(config.methods))
@@ -143,12 +234,17 @@ def summarize(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown_table(summary: dict[str, Any], lengths: list[int],
                    train_len: int) -> str:
+  """Mean ± std tables (passkey exact match, digit accuracy, perplexity)."""
   head = "| method | " + " | ".join(
       f"{n} ({n // train_len}x)" for n in lengths) + " |"
   lines = []
-  for metric, fmt in (("passkey", "{:.2f} ± {:.2f}"),
-                      ("perplexity", "{:.2f} ± {:.2f}")):
-    lines += [f"**{metric}**", "", head,
+  for metric, title, fmt in (
+      ("passkey", "passkey exact match", "{:.2f} ± {:.2f}"),
+      ("passkey_token_acc", "passkey digit accuracy", "{:.2f} ± {:.2f}"),
+      ("perplexity", "perplexity", "{:.2f} ± {:.2f}")):
+    if metric not in summary:
+      continue
+    lines += [f"**{title}**", "", head,
               "|---" * (len(lengths) + 1) + "|"]
     for method, v in summary[metric].items():
       cells = [fmt.format(m, s) for m, s in zip(v["mean"], v["std"])]
@@ -171,6 +267,30 @@ def _plot_metric(summary, metric, lengths, path, log_y=False):
   ax.set_xlabel("evaluation length (tokens)")
   ax.set_ylabel(metric)
   ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def plot_learning_curves(per_seed, path: str) -> str:
+  """Held-out answer exact match / digit accuracy vs step, one line per seed."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(5, 3.2))
+  for rec in per_seed:
+    curve = rec.get("learning_curve") or []
+    if curve:
+      steps = [r["step"] for r in curve]
+      ax.plot(steps, [r["answer_exact"] for r in curve], marker="o",
+              label=f"seed {rec['seed']} exact")
+      ax.plot(steps, [r["answer_acc"] for r in curve], ls="--",
+              label=f"seed {rec['seed']} digit acc.")
+  ax.set_xlabel("training step")
+  ax.set_ylabel("held-out answer accuracy (1x)")
+  ax.set_ylim(0, 1.02)
+  ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -214,8 +334,10 @@ def run(config, workdir: str) -> dict[str, Any]:
       with open(done) as f:
         rec = json.load(f)
     else:
-      model, loss = train_model(config, seed_dir, seed, tok)
-      rec = {"seed": int(seed), "final_loss": loss,
+      model, final = train_model(config, seed_dir, seed, tok)
+      rec = {"seed": int(seed), "final_loss": final.get("loss", float("nan")),
+             "final_train_metrics": final,
+             "learning_curve": learning_curve(seed_dir),
              **evaluate_seed(model, config, tok)}
       with open(done, "w") as f:
         json.dump(rec, f, indent=1)
@@ -246,7 +368,9 @@ def run(config, workdir: str) -> dict[str, Any]:
           _plot_metric(summary, "perplexity", lengths,
                        os.path.join(workdir, "perplexity.png"), log_y=True),
           plot_cumulative_scale(os.path.join(workdir,
-                                             "cumulative_scale.png"))],
+                                             "cumulative_scale.png")),
+          plot_learning_curves(per_seed, os.path.join(
+              workdir, "learning_curve.png"))],
   }
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(out, f, indent=1)
