@@ -1,24 +1,11 @@
 """Executes the Trust-GRPO and chart-to-code colabs on their tiny preset."""
 
-import os
-
 from absl.testing import absltest
-import nbformat
-from nbclient import NotebookClient
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-
+from jaxlab.testing import notebooks
 
 def _run(name):
-  path = os.path.join(ROOT, "colabs", name)
-  nb = nbformat.read(path, as_version=4)
-  os.environ["JAXLAB_COLAB_PRESET"] = "tiny"
-  NotebookClient(nb, timeout=600, kernel_name="python3",
-                 resources={"metadata": {"path": os.path.join(ROOT, "colabs")}}
-                 ).execute()
-  return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                 for o in c.get("outputs", []))
+  return notebooks.run_notebook(name, JAXLAB_COLAB_PRESET="tiny")
 
 
 class GrpoColabsTest(absltest.TestCase):

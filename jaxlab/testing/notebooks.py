@@ -1,0 +1,41 @@
+"""Executes the colabs in tests (nbclient) and returns what they printed."""
+
+import contextlib
+import os
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+COLABS = os.path.join(ROOT, "colabs")
+
+
+@contextlib.contextmanager
+def _environ(**env: str):
+  """Sets environment variables for the kernel, restoring them afterwards."""
+  old = {k: os.environ.get(k) for k in env}
+  os.environ.update(env)
+  try:
+    yield
+  finally:
+    for k, v in old.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
+
+
+def run_notebook(name: str, *, timeout_s: int = 600, **env: str) -> str:
+  """Runs `colabs/<name>` top to bottom; returns its concatenated text output.
+
+  `env` (e.g. `JAXLAB_COLAB_PRESET="tiny"`) reaches the kernel, which is how
+  a notebook picks its CPU-sized preset. A failing cell raises
+  `nbclient.exceptions.CellExecutionError` with the cell's traceback.
+  """
+  nb = nbformat.read(os.path.join(COLABS, name), as_version=4)
+  with _environ(**env):
+    NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                   resources={"metadata": {"path": COLABS}}).execute()
+  return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                 for o in c.get("outputs", []))
