@@ -13,6 +13,7 @@ from typing import Any
 
 from flax import nnx
 
+from jaxlab import registry
 from jaxlab.models import decoder as decoder_lib
 
 
@@ -26,25 +27,14 @@ class ModelSpec:
 
 
 Builder = Callable[..., ModelSpec]
-_BUILDERS: dict[str, Builder] = {}
-
-
-def register(name: str) -> Callable[[Builder], Builder]:
-  def wrap(fn):
-    _BUILDERS[name] = fn
-    return fn
-  return wrap
-
-
-def available() -> tuple[str, ...]:
-  return tuple(sorted(_BUILDERS))
+_BUILDERS: registry.Registry[Builder] = registry.Registry("model")
+register = _BUILDERS.register
+available = _BUILDERS.names
 
 
 def get_spec(model_cfg: Mapping[str, Any], **kw) -> ModelSpec:
   name = model_cfg.get("name", "decoder")
-  if name not in _BUILDERS:
-    raise ValueError(f"model.name={name!r}; valid: {', '.join(available())}")
-  return _BUILDERS[name](model_cfg, **kw)
+  return _BUILDERS.get(name)(model_cfg, **kw)
 
 
 def decoder_config(model_cfg: Mapping[str, Any], *,

@@ -41,26 +41,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab import registry
+
 # name -> fn(*, head_dim, base, factor, original_max_position, beta_fast,
 #            beta_slow, **options) -> (inv_freq [head_dim//2] float64, scale)
 ScalingFn = Callable[..., tuple[np.ndarray, float]]
-_SCALINGS: dict[str, ScalingFn] = {}
-
-
-def register(name: str) -> Callable[[ScalingFn], ScalingFn]:
-  """Registers a RoPE scaling function under `name`."""
-
-  def wrap(fn: ScalingFn) -> ScalingFn:
-    if name in _SCALINGS:
-      raise ValueError(f"RoPE scaling {name!r} is already registered")
-    _SCALINGS[name] = fn
-    return fn
-
-  return wrap
-
-
-def available() -> tuple[str, ...]:
-  return tuple(sorted(_SCALINGS))
+_SCALINGS: registry.Registry[ScalingFn] = registry.Registry(
+    "RoPE scaling method")
+register = _SCALINGS.register
+available = _SCALINGS.names
 
 
 def default_inv_freq(head_dim: int, base: float) -> np.ndarray:

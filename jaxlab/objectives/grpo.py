@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab import registry
+
 Array = jax.Array
 
 # ----------------------------------------------------------------------------
@@ -39,22 +41,10 @@ Array = jax.Array
 # ----------------------------------------------------------------------------
 
 AdvantageFn = Callable[..., Array]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-  def wrap(fn: AdvantageFn) -> AdvantageFn:
-    ADVANTAGE_ESTIMATORS[name] = fn
-    return fn
-  return wrap
-
-
-def get_advantage_estimator(name: str) -> AdvantageFn:
-  if name not in ADVANTAGE_ESTIMATORS:
-    raise ValueError(
-        f"unknown advantage estimator {name!r}; valid choices: "
-        f"{', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
-  return ADVANTAGE_ESTIMATORS[name]
+ADVANTAGE_ESTIMATORS: registry.Registry[AdvantageFn] = registry.Registry(
+    "advantage estimator")
+register_advantage = ADVANTAGE_ESTIMATORS.register
+get_advantage_estimator = ADVANTAGE_ESTIMATORS.get
 
 
 def _grouped(rewards: Array, group_size: int) -> Array:

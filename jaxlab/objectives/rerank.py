@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxlab import registry
 from jaxlab.train import losses
 
 
@@ -91,14 +92,8 @@ def native_sft_loss(z_yes_bg: jax.Array, z_no_bg: jax.Array) -> jax.Array:
 # Each returns `[B, G]`: column 0 is W+ (the positive), columns 1.. are W_i-.
 
 WeightFn = Callable[..., jax.Array]
-WEIGHTS: dict[str, WeightFn] = {}
-
-
-def register_weight(name: str) -> Callable[[WeightFn], WeightFn]:
-  def wrap(fn: WeightFn) -> WeightFn:
-    WEIGHTS[name] = fn
-    return fn
-  return wrap
+WEIGHTS: registry.Registry[WeightFn] = registry.Registry("rerank weight")
+register_weight = WEIGHTS.register
 
 
 def _pos_neg(w_pos_b: jax.Array, w_neg_bn: jax.Array) -> jax.Array:
@@ -155,14 +150,9 @@ def constant_tau_mask_weight(z_yes_bg, z_no_bg, *, temperature: float = 1.0,
 # Each returns the scalar g_D `[B, G]` whose gradient w.r.t. h is D.
 
 DirectionFn = Callable[[RerankHeads], jax.Array]
-DIRECTIONS: dict[str, DirectionFn] = {}
-
-
-def register_direction(name: str) -> Callable[[DirectionFn], DirectionFn]:
-  def wrap(fn: DirectionFn) -> DirectionFn:
-    DIRECTIONS[name] = fn
-    return fn
-  return wrap
+DIRECTIONS: registry.Registry[DirectionFn] = registry.Registry(
+    "rerank direction")
+register_direction = DIRECTIONS.register
 
 
 @register_direction("cl")
@@ -234,23 +224,16 @@ def multi_token_direction(heads: RerankHeads) -> jax.Array:
           jnp.mean(heads.z_label_neg, axis=-1))
 
 
-def _lookup(registry: dict[str, Any], kind: str, name: str):
-  if name not in registry:
-    raise ValueError(f"unknown rerank {kind} {name!r}; valid choices: "
-                     f"{', '.join(sorted(registry))}")
-  return registry[name]
-
-
 def weights(name: str, z_yes_bg, z_no_bg, *, temperature: float = 1.0,
             mask_tau: float = 0.1) -> jax.Array:
   """W `[B, G]` of the named registry entry."""
-  return _lookup(WEIGHTS, "weight", name)(
+  return WEIGHTS.get(name)(
       z_yes_bg, z_no_bg, temperature=temperature, mask_tau=mask_tau)
 
 
 def direction_score(name: str, heads: RerankHeads) -> jax.Array:
   """g_D `[B, G]` of the named direction."""
-  return _lookup(DIRECTIONS, "direction", name)(heads)
+  return DIRECTIONS.get(name)(heads)
 
 
 # -- unified surrogate (spec 6) ----------------------------------------------

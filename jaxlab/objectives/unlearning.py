@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxlab import registry
 from jaxlab.train import losses as losses_lib
 
 # Defaults. lam = 1.5 is the official Phi-1.5 config (spec B.8). beta and
@@ -46,27 +47,11 @@ DEFAULT_BETA = {"npo": 0.1, "simnpo": 2.5}
 DEFAULT_GAMMA = 0.0
 
 UnlearnFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
-_REGISTRY: dict[str, UnlearnFn] = {}
-
-
-def register(name: str) -> Callable[[UnlearnFn], UnlearnFn]:
-  def wrap(fn: UnlearnFn) -> UnlearnFn:
-    if name in _REGISTRY:
-      raise ValueError(f"unlearning objective {name!r} already registered")
-    _REGISTRY[name] = fn
-    return fn
-  return wrap
-
-
-def get(name: str) -> UnlearnFn:
-  if name not in _REGISTRY:
-    raise ValueError(f"unknown unlearning objective {name!r}; valid choices: "
-                     f"{', '.join(sorted(_REGISTRY))}")
-  return _REGISTRY[name]
-
-
-def available() -> tuple[str, ...]:
-  return tuple(sorted(_REGISTRY))
+_REGISTRY: registry.Registry[UnlearnFn] = registry.Registry(
+    "unlearning objective")
+register = _REGISTRY.register
+get = _REGISTRY.get
+available = _REGISTRY.names
 
 
 # -- building blocks ---------------------------------------------------------

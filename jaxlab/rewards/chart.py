@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab import registry
 from jaxlab.rewards import sandbox
 
 # ----------------------------------------------------------------------------
@@ -588,21 +589,9 @@ def text_reward(pred_code: str, gt_code: str, *,
 # ----------------------------------------------------------------------------
 
 Judge = Callable[[np.ndarray, np.ndarray], float]
-JUDGES: dict[str, Judge] = {}
-
-
-def register_judge(name: str) -> Callable[[Judge], Judge]:
-  def wrap(fn: Judge) -> Judge:
-    JUDGES[name] = fn
-    return fn
-  return wrap
-
-
-def get_judge(name: str) -> Judge:
-  if name not in JUDGES:
-    raise ValueError(f"unknown visual judge {name!r}; valid choices: "
-                     f"{', '.join(sorted(JUDGES))}")
-  return JUDGES[name]
+JUDGES: registry.Registry[Judge] = registry.Registry("visual judge")
+register_judge = JUDGES.register
+get_judge = JUDGES.get
 
 
 def _gray(img: np.ndarray) -> np.ndarray:

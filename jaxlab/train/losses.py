@@ -25,28 +25,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxlab import registry
+
 LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
-_LOSSES: dict[str, LossFn] = {}
-
-
-def register(name: str) -> Callable[[LossFn], LossFn]:
-  def wrap(fn: LossFn) -> LossFn:
-    if name in _LOSSES and _LOSSES[name] is not fn:
-      raise ValueError(f"loss {name!r} is already registered")
-    _LOSSES[name] = fn
-    return fn
-  return wrap
-
-
-def get(name: str) -> LossFn:
-  if name not in _LOSSES:
-    raise ValueError(f"unknown loss {name!r}; valid choices: "
-                     f"{', '.join(sorted(_LOSSES))}")
-  return _LOSSES[name]
-
-
-def available() -> tuple[str, ...]:
-  return tuple(sorted(_LOSSES))
+LOSSES: registry.Registry[LossFn] = registry.Registry("loss")
+register = LOSSES.register
+get = LOSSES.get
+available = LOSSES.names
 
 
 def masked_token_nll(logits_btv: jax.Array, targets_bt: jax.Array,
