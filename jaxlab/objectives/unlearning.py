@@ -34,7 +34,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxlab import registry
 from jaxlab.train import losses as losses_lib
@@ -57,13 +56,7 @@ available = _REGISTRY.names
 # -- building blocks ---------------------------------------------------------
 
 
-def sequence_nll(logits_btv: jax.Array, targets_bt: jax.Array,
-                 mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Per-sequence summed NLL `[B]` over `mask` and the token counts `[B]`."""
-  nll_bt = optax.softmax_cross_entropy_with_integer_labels(
-      logits_btv.astype(jnp.float32), targets_bt)
-  mask = mask_bt.astype(jnp.float32)
-  return jnp.sum(nll_bt * mask, axis=-1), jnp.sum(mask, axis=-1)
+sequence_nll = losses_lib.sequence_nll
 
 
 def batch_nll(nll_b: jax.Array, len_b: jax.Array) -> jax.Array:

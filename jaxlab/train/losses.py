@@ -34,13 +34,20 @@ get = LOSSES.get
 available = LOSSES.names
 
 
-def masked_token_nll(logits_btv: jax.Array, targets_bt: jax.Array,
-                     mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Sum of token NLL over `mask` and the number of masked-in tokens."""
+def sequence_nll(logits_btv: jax.Array, targets_bt: jax.Array,
+                 mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Per-sequence summed NLL `[B]` over `mask` and the token counts `[B]`."""
   nll_bt = optax.softmax_cross_entropy_with_integer_labels(
       logits_btv.astype(jnp.float32), targets_bt)
   mask = mask_bt.astype(jnp.float32)
-  return jnp.sum(nll_bt * mask), jnp.sum(mask)
+  return jnp.sum(nll_bt * mask, axis=-1), jnp.sum(mask, axis=-1)
+
+
+def masked_token_nll(logits_btv: jax.Array, targets_bt: jax.Array,
+                     mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Sum of token NLL over `mask` and the number of masked-in tokens."""
+  nll_b, count_b = sequence_nll(logits_btv, targets_bt, mask_bt)
+  return jnp.sum(nll_b), jnp.sum(count_b)
 
 
 @register("lm")
