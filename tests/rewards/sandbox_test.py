@@ -34,6 +34,12 @@ class SandboxTest(parameterized.TestCase):
     return {d for d in os.listdir(tmp) if d.startswith("jaxlab_sandbox_")}
 
   def test_benign_chart_renders(self):
+    # A private temp root: sandboxes of other test workers running in
+    # parallel must not show up in the "directory removed" check below.
+    root = tempfile.mkdtemp(prefix="sandbox_root_")
+    self.addCleanup(__import__("shutil").rmtree, root, True)
+    self.addCleanup(setattr, tempfile, "tempdir", tempfile.tempdir)
+    tempfile.tempdir = root
     before = self._sandbox_dirs()
     r = sandbox.render_chart(
         "import matplotlib.pyplot as plt\n"
