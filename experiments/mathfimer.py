@@ -27,6 +27,7 @@ from jaxlab.evals import text as text_metrics
 from jaxlab.models import decoder
 from jaxlab.objectives import fim
 from jaxlab.objectives import self_generated as sg
+from jaxlab.train import runner
 
 
 def _model(tok, cfg, seed):
@@ -49,7 +50,7 @@ def train_solver(tok, cfg, seed, items):
   data = sg.encode_for_lm(tok, [solver_prompt(q) for q, _ in items],
                           ["\n".join(s) for _, s in items],
                           max_len=cfg.solver_train.max_len)
-  sg.train_lm(model, data, seed=seed, **_train_kw(cfg.solver_train))
+  runner.train_lm(model, data, seed=seed, **_train_kw(cfg.solver_train))
   return model
 
 
@@ -116,7 +117,7 @@ def run(config, workdir: str) -> dict:
         fim_items, rounds=cfg.fim.masks_per_solution, seed=seed)
     fim_model = _model(tok, cfg, seed)
     enc = fim.encode_batch(fmt, tok, examples, max_len=cfg.fim_train.max_len)
-    sg.train_lm(fim_model, enc, seed=seed, **_train_kw(cfg.fim_train))
+    runner.train_lm(fim_model, enc, seed=seed, **_train_kw(cfg.fim_train))
     log(f"seed {seed}: FIM model trained on {len(examples)} examples")
     # 2. Expand the coarse data k rounds (stats per round).
     fill = fim.make_fill_fn(fim_model, tok,

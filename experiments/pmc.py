@@ -25,6 +25,7 @@ from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.models import decoder
 from jaxlab.objectives import pmc
 from jaxlab.objectives import self_generated as sg
+from jaxlab.train import runner
 
 METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
            "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
@@ -100,7 +101,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
                             max_len=cfg.pretrain.max_len)
     p = dict(cfg.pretrain)
     p.pop("max_len")
-    logs = sg.train_lm(base, data, seed=seed, log_every=100, **p)
+    logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
     extra[f"pretrain_final_loss_seed{seed}"] = logs[-1]["loss"]
     per_seed["original"].append(_eval(base, tok, fs, cfg, seed))
     log(f"seed {seed}: pretrained (loss {logs[-1]['loss']:.4f}): "
