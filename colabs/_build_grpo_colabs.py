@@ -41,11 +41,13 @@ def trust_notebook():
           "the TRM prefers wrong reasoning, so gamma = exp(0.2 - 0.8)."),
       v4.new_code_cell(
           "import numpy as np\nfrom jaxlab.objectives import grpo\n"
+          "from jaxlab.rewards import thinking\n"
           "rt = np.array([[0.2, 0.2, 0.8, 0.8]])\n"
           "correct = np.array([[True, True, False, False]])\n"
-          "print('gamma: %.4f' % float(grpo.trust_weight(rt, correct)[0]))\n"
-          "r, m = grpo.combine_trust_rewards(np.array([1., 1., 0., 0.]), "
-          "rt[0], 4, step=0, cfg=grpo.TrustConfig.paper(), total_steps=10)\n"
+          "print('gamma: %.4f' % float(thinking.trust_weight(rt, correct)[0]))\n"
+          "r, m = thinking.combine_trust_rewards(np.array([1., 1., 0., 0.]), "
+          "rt[0], 4, step=0, cfg=thinking.TrustConfig.paper(), "
+          "total_steps=10)\n"
           "print('combined rewards:', np.round(np.asarray(r), 4))\n"
           "print('advantages:', np.round(np.asarray("
           "grpo.group_advantages(r, 4)), 3))"),

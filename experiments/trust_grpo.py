@@ -39,7 +39,7 @@ from flax import nnx
 
 from jaxlab.decoding import sampler
 from jaxlab.models import decoder as decoder_lib
-from jaxlab.objectives import grpo
+from jaxlab.rewards import thinking as thinking_rewards
 from jaxlab.rl import learner as learner_lib
 
 PAD, BOS, EOS, HACK = 0, 1, 2, 3
@@ -114,11 +114,11 @@ def make_task(tk) -> Task:
               tk.trm_value_hackable)
 
 
-def trust_config(variant: str, tc) -> grpo.TrustConfig | None:
+def trust_config(variant: str, tc) -> thinking_rewards.TrustConfig | None:
   """TrustConfig of a variant; None = outcome-only."""
   if variant == "outcome":
     return None
-  paper = grpo.TrustConfig.paper(alpha=tc.alpha)
+  paper = thinking_rewards.TrustConfig.paper(alpha=tc.alpha)
   if tc.anneal_T:
     paper = paper.replace(anneal_T=tc.anneal_T, anneal_T_is_total_steps=False)
   if variant == "thinking":
@@ -227,12 +227,13 @@ def run_one(config, variant: str, seed: int) -> dict:
                "train_hack_rate_informative": float(hack[~hmask].mean())}
     if trust is None:
       return ro, metrics
-    r, m = grpo.combine_trust_rewards(ro, rt, g, step, trust,
-                                      total_steps=rl.steps)
+    r, m = thinking_rewards.combine_trust_rewards(ro, rt, g, step, trust,
+                                                  total_steps=rl.steps)
     correct = ro.reshape(-1, g) >= 0.5
     defined = correct.any(1) & (~correct).any(1)
     gamma = np.asarray(m["gamma"]) if trust.use_trust else np.asarray(
-        grpo.trust_weight(np.asarray(m["thinking"]).reshape(-1, g), correct))
+        thinking_rewards.trust_weight(
+            np.asarray(m["thinking"]).reshape(-1, g), correct))
     for p, qi in enumerate(qis):
       if defined[p]:
         sub = "hackable" if qi in task.hackable else "informative"

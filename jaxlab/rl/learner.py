@@ -6,7 +6,7 @@
 
 `reward_fn(batch: RolloutBatch, step: int) -> (rewards [P*G], metrics)`
 receives the whole rollout batch (all groups), so group-level rewards such as
-Trust-GRPO's gamma (`jaxlab.objectives.grpo.combine_trust_rewards`) plug in
+Trust-GRPO's gamma (`jaxlab.rewards.thinking.combine_trust_rewards`) plug in
 directly. Each rollout batch is used for `num_iterations` optimisation steps
 (mu in the GRPO paper; the PPO ratio moves away from 1 after the first),
 each over `num_minibatches` minibatches of whole rows. The optimizer comes

@@ -3,7 +3,6 @@
 import numpy as np
 from absl.testing import absltest
 
-from jaxlab.objectives import grpo
 from jaxlab.rewards import thinking
 
 
@@ -58,8 +57,8 @@ class TinyScorerTest(absltest.TestCase):
     think = ["add the numbers so we get", "carry one then result is",
              "verify the numbers step", "we get verify result"]
     rt = scorer(["what is 1 + 2 ?"] * 4, think)
-    gamma = float(grpo.trust_weight(rt[None], np.array([[1, 1, 0, 0]],
-                                                        bool))[0])
+    gamma = float(thinking.trust_weight(rt[None], np.array([[1, 1, 0, 0]],
+                                                            bool))[0])
     mu_c, mu_w = rt[:2].mean(), rt[2:].mean()
     self.assertLess(mu_c, mu_w)
     self.assertAlmostEqual(gamma, float(np.exp(mu_c - mu_w)), places=5)
