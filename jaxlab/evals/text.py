@@ -1,77 +1,64 @@
-"""Text-overlap metrics: ROUGE-1/2/L, Levenshtein, normalised exact match.
+"""Text-overlap metrics: ROUGE-1/2/L, edit distances, normalised exact match.
 
-ROUGE follows the `rouge_score` package (Lin 2004 as re-implemented by Google)
-token for token, so numbers are comparable with papers that report it (PMC's
-reward and metrics use ROUGE-L *recall*, spec B.3 and B.10):
+One implementation of each, from a maintained library:
 
-  tokens = lowercase -> every run of non-[a-z0-9] becomes a space -> split on
-           whitespace -> Porter-stem tokens longer than 3 characters
-           (optional) -> drop empty tokens;
-  ROUGE-L: P = LCS / |prediction|, R = LCS / |reference|, F = 2PR / (P + R),
-           and (0, 0, 0) when either side has no tokens;
-  ROUGE-n: clipped n-gram overlap over max(count, 1).
+* ROUGE is Google's `rouge_score` package (Lin 2004 as re-implemented for
+  the ROUGE-1.5.5 numbers papers report; PMC's reward and metrics use
+  ROUGE-L *recall*, spec B.3 and B.10). Its default tokenizer lowercases,
+  turns every run of non-[a-z0-9] into a space, splits on whitespace,
+  Porter-stems (NLTK) tokens longer than 3 characters when `use_stemmer`,
+  and drops empty tokens. ROUGE-L: P = LCS / |prediction|,
+  R = LCS / |reference|, F = 2PR / (P + R), (0, 0, 0) when either side has
+  no tokens; ROUGE-n: clipped n-gram overlap over max(count, 1).
+* Edit distances (Levenshtein, unit costs) and the longest common
+  subsequence are `rapidfuzz.distance`, over strings (characters) or any
+  sequences of hashable items (e.g. word lists).
 
-The stemmer is NLTK's `PorterStemmer` in its default (NLTK_EXTENSIONS) mode,
-the one `rouge_score` uses, imported only when `use_stemmer=True`.
+Argument order is ours throughout: `(prediction, reference)`; `rouge_score`
+itself takes `(target, prediction)`.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import re
 import string
 import unicodedata
 from collections.abc import Sequence
 
-_NON_ALPHANUM_RE = re.compile(r"[^a-z0-9]+")
-_SPACES_RE = re.compile(r"\s+")
-_VALID_TOKEN_RE = re.compile(r"^[a-z0-9]+$")
+from rapidfuzz.distance import LCSseq
+from rapidfuzz.distance import Levenshtein
+from rouge_score import rouge_scorer
+from rouge_score import tokenizers
+
+# rouge_score accepts "rouge1" ... "rouge9" (and "rougeL", "rougeLsum").
+_MAX_ROUGE_N = 9
 
 
-@functools.lru_cache(maxsize=1)
-def _porter():
-  try:
-    from nltk.stem import porter  # pylint: disable=g-import-not-at-top
-  except ImportError as e:  # pragma: no cover - nltk ships with rouge_score
-    raise ImportError(
-        "rouge with use_stemmer=True needs nltk (pip install nltk), or pass "
-        "use_stemmer=False") from e
-  return porter.PorterStemmer()
+@functools.lru_cache(maxsize=None)
+def _scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
+  return rouge_scorer.RougeScorer([rouge_type], use_stemmer=use_stemmer)
 
 
-@functools.lru_cache(maxsize=65536)
-def _stem(token: str) -> str:
-  return _porter().stem(token)
+@functools.lru_cache(maxsize=2)
+def _tokenizer(use_stemmer: bool) -> tokenizers.DefaultTokenizer:
+  return tokenizers.DefaultTokenizer(use_stemmer=use_stemmer)
 
 
 def rouge_tokenize(text: str, *, use_stemmer: bool = True) -> list[str]:
-  """The `rouge_score` default tokenizer (see module docstring)."""
-  text = _NON_ALPHANUM_RE.sub(" ", text.lower())
-  tokens = _SPACES_RE.split(text)
-  if use_stemmer:
-    # Stemming only words longer than 3 characters mirrors ROUGE-1.5.5.
-    tokens = [_stem(t) if len(t) > 3 else t for t in tokens]
-  return [t for t in tokens if _VALID_TOKEN_RE.match(t)]
+  """`rouge_score`'s default tokenizer (see the module docstring)."""
+  return _tokenizer(use_stemmer).tokenize(text)
 
 
-def _fmeasure(precision: float, recall: float) -> float:
-  if precision + recall > 0:
-    return 2 * precision * recall / (precision + recall)
-  return 0.0
+def _score(rouge_type: str, prediction: str, reference: str,
+           use_stemmer: bool) -> tuple[float, float, float]:
+  s = _scorer(rouge_type, use_stemmer).score(reference, prediction)[rouge_type]
+  return s.precision, s.recall, s.fmeasure
 
 
 def lcs_length(a: Sequence, b: Sequence) -> int:
-  """Length of the longest common subsequence (O(|a||b|) DP, O(|b|) memory)."""
-  if not a or not b:
-    return 0
-  prev = [0] * (len(b) + 1)
-  for x in a:
-    cur = [0] * (len(b) + 1)
-    for j, y in enumerate(b, start=1):
-      cur[j] = prev[j - 1] + 1 if x == y else max(prev[j], cur[j - 1])
-    prev = cur
-  return prev[-1]
+  """Length of the longest common subsequence of two sequences."""
+  return int(LCSseq.similarity(a, b))
 
 
 def rouge_l(prediction: str, reference: str, *,
@@ -80,13 +67,7 @@ def rouge_l(prediction: str, reference: str, *,
 
   recall = LCS / |reference tokens| is PMC's score s(x) (spec B.3).
   """
-  ref = rouge_tokenize(reference, use_stemmer=use_stemmer)
-  pred = rouge_tokenize(prediction, use_stemmer=use_stemmer)
-  if not ref or not pred:
-    return 0.0, 0.0, 0.0
-  lcs = lcs_length(ref, pred)
-  p, r = lcs / len(pred), lcs / len(ref)
-  return p, r, _fmeasure(p, r)
+  return _score("rougeL", prediction, reference, use_stemmer)
 
 
 def rouge_l_recall(prediction: str, reference: str, *,
@@ -94,22 +75,13 @@ def rouge_l_recall(prediction: str, reference: str, *,
   return rouge_l(prediction, reference, use_stemmer=use_stemmer)[1]
 
 
-def _ngrams(tokens: Sequence[str], n: int) -> collections.Counter:
-  return collections.Counter(
-      tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
-
-
 def rouge_n(prediction: str, reference: str, n: int, *,
             use_stemmer: bool = True) -> tuple[float, float, float]:
   """ROUGE-n `(precision, recall, fmeasure)` with clipped n-gram counts."""
-  if n <= 0:
-    raise ValueError(f"rouge_n needs n >= 1, got n={n}")
-  ref = _ngrams(rouge_tokenize(reference, use_stemmer=use_stemmer), n)
-  pred = _ngrams(rouge_tokenize(prediction, use_stemmer=use_stemmer), n)
-  overlap = sum(min(c, pred[g]) for g, c in ref.items())
-  p = overlap / max(sum(pred.values()), 1)
-  r = overlap / max(sum(ref.values()), 1)
-  return p, r, _fmeasure(p, r)
+  if not 1 <= n <= _MAX_ROUGE_N:
+    raise ValueError(f"rouge_n needs 1 <= n <= {_MAX_ROUGE_N} (rouge_score's "
+                     f"range), got n={n}")
+  return _score(f"rouge{n}", prediction, reference, use_stemmer)
 
 
 def rouge_1(prediction: str, reference: str, *, use_stemmer: bool = True):
@@ -123,23 +95,20 @@ def rouge_2(prediction: str, reference: str, *, use_stemmer: bool = True):
 def levenshtein(a: Sequence, b: Sequence) -> int:
   """Edit distance (unit-cost insert, delete, substitute) over any sequences.
 
-  Strings compare characters; lists of words give a word-level distance.
+  Strings compare characters (code points); lists of words give a
+  word-level distance.
   """
-  if len(a) < len(b):
-    a, b = b, a
-  prev = list(range(len(b) + 1))
-  for i, x in enumerate(a, start=1):
-    cur = [i] + [0] * len(b)
-    for j, y in enumerate(b, start=1):
-      cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
-    prev = cur
-  return prev[-1]
+  return int(Levenshtein.distance(a, b))
 
 
 def normalized_levenshtein(a: Sequence, b: Sequence) -> float:
   """levenshtein / max(|a|, |b|) in [0, 1]; 0 for two empty sequences."""
-  denom = max(len(a), len(b))
-  return levenshtein(a, b) / denom if denom else 0.0
+  return float(Levenshtein.normalized_distance(a, b))
+
+
+def edit_similarity(a: Sequence, b: Sequence) -> float:
+  """1 - levenshtein(a, b) / max(|a|, |b|); 1 for two empty sequences."""
+  return float(Levenshtein.normalized_similarity(a, b))
 
 
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")

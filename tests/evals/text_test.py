@@ -60,8 +60,17 @@ class RougeParityTest(parameterized.TestCase):
                      ["ponies", "cats"])
 
   def test_rouge_n_rejects_bad_n(self):
-    with self.assertRaisesRegex(ValueError, "n >= 1"):
-      text.rouge_n("a", "a", 0)
+    for n in (0, 10):
+      with self.assertRaisesRegex(ValueError, "1 <= n <= 9"):
+        text.rouge_n("a", "a", n)
+
+  def test_rouge_n_beyond_two_matches_rouge_score(self):
+    pred, ref = "a b c d e f g", "a b c d x f g a b c d"
+    want = rouge_scorer.RougeScorer(["rouge3"]).score(ref, pred)["rouge3"]
+    self.assertEqual(text.rouge_n(pred, ref, 3, use_stemmer=False),
+                     tuple(want))
+    # Hand count: pred trigrams 5, ref 9, shared abc bcd (clipped once each).
+    self.assertEqual(text.rouge_n(pred, ref, 3)[:2], (2 / 5, 2 / 9))
 
 
 class EditAndMatchTest(parameterized.TestCase):
@@ -78,10 +87,11 @@ class EditAndMatchTest(parameterized.TestCase):
     self.assertEqual(text.normalized_levenshtein("kitten", "sitting"), 3 / 7)
     self.assertEqual(text.normalized_levenshtein("", ""), 0.0)
 
-  def test_levenshtein_matches_recursive_definition(self):
+  def test_levenshtein_and_lcs_match_recursive_definitions(self):
+    """rapidfuzz vs the textbook recursions on chars, unicode and word lists."""
     rng = random.Random(0)
 
-    def ref(a, b):
+    def ref_lev(a, b):
       @functools.lru_cache(None)
       def d(i, j):
         if i == 0 or j == 0:
@@ -90,10 +100,43 @@ class EditAndMatchTest(parameterized.TestCase):
                    d(i - 1, j - 1) + (a[i - 1] != b[j - 1]))
       return d(len(a), len(b))
 
-    for _ in range(50):
-      a = "".join(rng.choice("abc") for _ in range(rng.randint(0, 7)))
-      b = "".join(rng.choice("abc") for _ in range(rng.randint(0, 7)))
-      self.assertEqual(text.levenshtein(a, b), ref(a, b))
+    def ref_lcs(a, b):
+      @functools.lru_cache(None)
+      def l(i, j):
+        if i == 0 or j == 0:
+          return 0
+        if a[i - 1] == b[j - 1]:
+          return l(i - 1, j - 1) + 1
+        return max(l(i - 1, j), l(i, j - 1))
+      return l(len(a), len(b))
+
+    # Latin, a combining accent, CJK, an astral-plane emoji, the empty string.
+    alphabets = ["abc", "ae\u0301é", "日本語", "😀😁a", "ß"]
+    words = ["the", "cat", "日本", "😀", ""]
+    for trial in range(120):
+      if trial % 3 == 2:
+        a = [rng.choice(words) for _ in range(rng.randint(0, 6))]
+        b = [rng.choice(words) for _ in range(rng.randint(0, 6))]
+      else:
+        alpha = "".join(rng.sample(alphabets, 2))
+        a = "".join(rng.choice(alpha) for _ in range(rng.randint(0, 8)))
+        b = "".join(rng.choice(alpha) for _ in range(rng.randint(0, 8)))
+      d = ref_lev(tuple(a), tuple(b))
+      self.assertEqual(text.levenshtein(a, b), d, (a, b))
+      self.assertEqual(text.lcs_length(a, b), ref_lcs(tuple(a), tuple(b)),
+                       (a, b))
+      n = max(len(a), len(b))
+      self.assertEqual(text.normalized_levenshtein(a, b), d / n if n else 0.0)
+      self.assertEqual(text.edit_similarity(a, b), 1 - d / n if n else 1.0)
+
+  def test_edit_distances_of_astral_and_empty_strings(self):
+    # One code point per emoji (not two UTF-16 units): one substitution.
+    self.assertEqual(text.levenshtein("a😀b", "a😁b"), 1)
+    self.assertEqual(text.levenshtein("", "😀😀"), 2)
+    self.assertEqual(text.lcs_length("", ""), 0)
+    self.assertEqual(text.lcs_length("ab😀c", "a😀bc"), 3)
+    self.assertEqual(text.edit_similarity("", ""), 1.0)
+    self.assertEqual(text.edit_similarity("", "x"), 0.0)
 
   @parameterized.parameters(
       ("The answer is 17.", "answer is 17", True),

@@ -6,6 +6,9 @@ import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from skimage import metrics as skmetrics
+
+from jaxlab.evals import text as text_metrics
 from jaxlab.rewards import chart
 from jaxlab.rewards import sandbox
 
@@ -104,6 +107,11 @@ class MatcherTest(parameterized.TestCase):
   def test_levenshtein(self, a, b, d):
     self.assertEqual(chart.levenshtein(a, b), d)
 
+  def test_one_edit_distance_implementation(self):
+    self.assertIs(chart.levenshtein, text_metrics.levenshtein)
+    self.assertIs(chart.edit_similarity, text_metrics.edit_similarity)
+    self.assertAlmostEqual(chart.edit_similarity("日本語", "日本"), 1 - 1 / 3)
+
   def test_edit_similarity_and_text_score(self):
     self.assertAlmostEqual(chart.edit_similarity("kitten", "sitting"),
                            1 - 3 / 7)
@@ -162,6 +170,30 @@ class VisualTest(absltest.TestCase):
         vals.append((2 * mx * my + c1) * (2 * cxy + c2) /
                     ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2)))
     self.assertAlmostEqual(chart.ssim(x, y), float(np.mean(vals)), places=8)
+
+  def test_ssim_matches_skimage(self):
+    """Our SSIM judge is skimage's uniform-window SSIM on luma."""
+    rng = np.random.default_rng(2)
+    luma = np.array([0.299, 0.587, 0.114])
+    for shape in ((64, 64, 3), (48, 40, 3), (10, 12), (32, 40, 4), (7, 9)):
+      a = rng.integers(0, 256, shape).astype(np.uint8)
+      b = np.clip(a + rng.normal(0, 40, shape), 0, 255)
+      ga, gb = a.astype(np.float64), b
+      if len(shape) == 3:
+        ga, gb = ga[..., :3] @ luma, gb[..., :3] @ luma
+      want = skmetrics.structural_similarity(
+          ga, gb, win_size=7, gaussian_weights=False,
+          use_sample_covariance=True, data_range=255.0)
+      self.assertAlmostEqual(chart.ssim(a, b), want, places=12, msg=shape)
+    # A side below the window: the largest odd window that fits (5 of 6).
+    x = rng.uniform(0, 255, (6, 8))
+    y = np.clip(x + rng.normal(0, 30, x.shape), 0, 255)
+    self.assertAlmostEqual(chart.ssim(x, y), skmetrics.structural_similarity(
+        x, y, win_size=5, data_range=255.0), places=12)
+    with self.assertRaisesRegex(ValueError, "at least 3 x 3"):
+      chart.ssim(np.zeros((2, 9)), np.zeros((2, 9)))
+    with self.assertRaisesRegex(ValueError, "shapes differ"):
+      chart.ssim(np.zeros((9, 9)), np.zeros((9, 8)))
 
   def test_judge_registry(self):
     self.assertIn("ssim", chart.JUDGES)
