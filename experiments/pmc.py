@@ -9,7 +9,6 @@ Writes WORKDIR/results.json, lottery.png, table.md.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -23,9 +22,11 @@ import numpy as np
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.models import decoder
+from jaxlab.models import registry as model_registry
 from jaxlab.objectives import pmc
 from jaxlab.objectives import self_generated as sg
 from jaxlab.train import runner
+from experiments import results as results_lib
 
 METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
            "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
@@ -48,6 +49,9 @@ def run_lottery(cfg, workdir: str) -> dict:
       else:
         a.plot(h.max(-1), label=f"seed {s}")
     tag = "with_retain" if use_retain else "no_retain"
+    out[f"lottery_{tag}_per_seed"] = [
+        {"seed": int(s), "forget_mass": float(f[0]), "top_colour": float(f[1])}
+        for s, f in zip(seeds, finals)]
     out[f"lottery_{tag}_forget_mass"] = float(np.mean([f[0] for f in finals]))
     out[f"lottery_{tag}_top_colour"] = float(np.mean([f[1] for f in finals]))
   ax[0].set(title="with retain set: mass on forget colours",
@@ -86,7 +90,7 @@ def _unlearn_config(cfg, method, seed):
 
 def run_unlearning(cfg, workdir: str) -> dict:
   tok = tokenizers.ByteTokenizer()
-  fs = facts_lib.make_fact_set(**dict(cfg.data))
+  fs = facts_lib.make_fact_set(**dict(cfg.facts))
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
@@ -94,7 +98,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
   log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
                           flush=True)
   for seed in cfg.seeds:
-    mcfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, **dict(cfg.model))
+    mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
     base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
     train = fs.train
     data = sg.encode_for_lm(tok, _prompts(train), [x.answer for x in train],
@@ -144,7 +148,66 @@ def run_unlearning(cfg, workdir: str) -> dict:
         summary[f"{m}/{k}_std"] = float(np.std(vals))
   _write_table(summary, ["original"] + methods, len(cfg.seeds), workdir)
   summary.update(extra)
+  summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
+                         "methods": per_seed}
   return summary
+
+
+METHOD_LABELS = {"original": "original", "pmc": "PMC", "ga": "GA",
+                 "gd": "GD", "npo": "NPO", "simnpo": "SimNPO", "idk": "IDK"}
+# The prefilling attack of the leak_prefill column: evaluate_unlearning's
+# prefill_mode="answer_prefix" with eval.prefix_words=3.
+TABLE_COLUMNS = (
+    ("uq", "UQ"), ("utility", "utility"),
+    ("recall_forget", "forget recall ↓"),
+    ("recall_forget_paraphrased", "paraphrased forget recall ↓"),
+    ("recall_retain", "retain recall"), ("recall_world", "world recall"),
+    ("leak_greedy", "leak greedy ↓"),
+    ("leak_prefill", "leak, prefilled with the answer's first 3 words ↓"),
+    ("leak_sampling", "leak sampling ↓"))
+
+
+def results_tables(out: dict) -> tuple[list, list]:
+  """The docs' tables and claimed comparisons from `run`'s results."""
+  tables = []
+  for tag, label in (("with_retain", "with retain set"),
+                     ("no_retain", "without retain set")):
+    recs = out.get(f"lottery_{tag}_per_seed")
+    if recs is None:
+      continue
+    if not tables:
+      tables.append(results_lib.Table(
+          "lottery", "Lottery machine (spec B.7) at the last round",
+          [results_lib.Column("forget_mass", "mass on forget colours", 3),
+           results_lib.Column("top_colour", "mass of the top colour", 3)],
+          row_label="setting"))
+    for r in recs:
+      tables[0].add_seed(label, r["seed"], {"forget_mass": r["forget_mass"],
+                                            "top_colour": r["top_colour"]})
+  comparisons = []
+  ps = out.get("per_seed")
+  if ps:
+    t = results_lib.Table(
+        "unlearning", "Tiny-LM TOFU-like unlearning (values × 100)",
+        [results_lib.Column(k, lab, decimals=1, scale=100)
+         for k, lab in TABLE_COLUMNS], row_label="method")
+    for m, rows in ps["methods"].items():
+      for seed, r in zip(ps["seeds"], rows):
+        t.add_seed(METHOD_LABELS.get(m, m), seed,
+                   {k: r[k] for k, _ in TABLE_COLUMNS if k in r})
+    tables.append(t)
+    methods = ps["methods"]
+    cmp = lambda col, a, b: results_lib.Comparison(  # pylint: disable=g-long-lambda
+        "unlearning", col, METHOD_LABELS[a], METHOD_LABELS[b])
+    wanted = [("recall_retain", "pmc", "original"),
+              ("recall_world", "pmc", "original"),
+              ("utility", "pmc", "original"),
+              ("utility", "pmc", "ga"), ("utility", "pmc", "gd"),
+              ("utility", "pmc", "npo"), ("recall_forget", "pmc", "npo"),
+              ("leak_prefill", "pmc", "idk")]
+    comparisons = [cmp(c, a, b) for c, a, b in wanted
+                   if a in methods and b in methods]
+  return tables, comparisons
 
 
 def _write_table(summary, methods, n_seeds, workdir):
@@ -171,11 +234,13 @@ def run(config, workdir: str) -> dict:
   if bad:
     raise ValueError(f"config.parts has unknown {sorted(bad)}; valid: "
                      "lottery, unlearn")
+  t0 = time.time()
   results = {}
   if "lottery" in parts:
     results.update(run_lottery(config, workdir))
   if "unlearn" in parts:
     results.update(run_unlearning(config, workdir))
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2, sort_keys=True)
+  tables, comparisons = results_tables(results)
+  results_lib.write(workdir, "pmc", tables=tables, comparisons=comparisons,
+                    extra=results, config=config, start_time=t0)
   return results
