@@ -13,7 +13,6 @@ fraction of inserted steps that are correct arithmetic.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import random
 import time
@@ -28,6 +27,7 @@ from jaxlab.models import decoder
 from jaxlab.objectives import fim
 from jaxlab.objectives import self_generated as sg
 from jaxlab.train import runner
+from experiments import results as results_lib
 
 
 def _model(tok, cfg, seed):
@@ -188,6 +188,43 @@ def run(config, workdir: str) -> dict:
                  f"{j_s:.2f} | {c_m:.2f} ± {c_s:.2f} |")
   with open(os.path.join(workdir, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
+  tables, comparisons = results_tables(list(cfg.seeds), rows, expansion)
+  results_lib.write(workdir, "mathfimer", tables=tables,
+                    comparisons=comparisons, extra=summary, config=config,
+                    start_time=t0)
   return summary
+
+
+ROW_LABELS = {"coarse": "coarse", "fine": "fine (ceiling)"}
+
+
+def results_tables(seeds, rows, expansion) -> tuple[list, list]:
+  """The docs' solver and expansion tables (per seed) and comparisons."""
+  col = results_lib.Column
+  solver = results_lib.Table(
+      "solvers", "Solvers trained on coarse / expanded / fine data",
+      [col("train_steps_per_solution", "steps / solution", 2),
+       col("train_correct_step_frac", "correct steps %", 1, 100),
+       col("exact_match", "held-out EM %", 1, 100),
+       col("gen_steps", "generated steps", 2)], row_label="solver trained on")
+  label = lambda n: ROW_LABELS.get(  # pylint: disable=g-long-lambda
+      n, n.replace("expanded_r", "expanded, round ")
+      if n.startswith("expanded_r") else n)
+  for name, rs in rows.items():
+    for seed, r in zip(seeds, rs):
+      solver.add_seed(label(name), seed, {c.key: r[c.key]
+                                          for c in solver.columns})
+  rounds = results_lib.Table(
+      "expansion", "Expansion rounds",
+      [col("insertion_rate", "insertion rate", 2),
+       col("rejection_rate", "rejection rate (similar + empty)", 2),
+       col("inserted_correct_frac", "inserted steps correct", 2)],
+      row_label="round")
+  for seed, hist in zip(seeds, expansion):
+    for r, st in enumerate(hist):
+      rounds.add_seed(str(r + 1), seed, {c.key: st[c.key]
+                                         for c in rounds.columns})
+  comparisons = [results_lib.Comparison("solvers", "exact_match", label(n),
+                                        "coarse")
+                 for n in rows if n != "coarse"]
+  return [solver, rounds], comparisons
