@@ -21,6 +21,7 @@ language model whose perplexity is measured at long lengths.
 import copy
 import json
 import os
+import time
 from typing import Any
 
 import jax.numpy as jnp
@@ -32,6 +33,7 @@ from jaxlab.data.tokenizers import ByteTokenizer
 from jaxlab.evals import long_context as lc
 from jaxlab.nn import rope
 from jaxlab.train import trainer
+from experiments import results as results_lib
 
 # Lower-case, digit-free filler, so "#" and digits only occur in the needle
 # and the question.
@@ -324,7 +326,98 @@ def plot_cumulative_scale(path: str, *, head_dim: int = 128,
   return path
 
 
+METHOD_LABELS = {"default": "none", "pi": "PI", "ntk": "NTK",
+                 "dynamic_ntk": "dynamic NTK", "yarn": "YaRN (HF ramp)",
+                 "yarn_rotation": "YaRN (rotation ramp)", "llama3": "Llama-3",
+                 "mrope_uni": "MrRoPE-Uni", "mrope_pro": "MrRoPE-Pro"}
+
+
+def results_tables(per_seed: list[dict[str, Any]],
+                   train_len: int) -> tuple[list, list]:
+  """Per-seed tables of the docs (one value per seed per cell), comparisons.
+
+  Tables: `passkey`, `digits`, `perplexity` (method x evaluation length),
+  `depth` (exact match by needle depth at the largest factor), `summary`
+  (the README's: exact match at 4x/8x/16x, perplexity at 8x/16x) and
+  `learning_curve` (held-out exact match at 1x by training step).
+  """
+  col = results_lib.Column
+  lengths = per_seed[0]["lengths"]
+  factors = [n // train_len for n in lengths]
+  label = lambda m: METHOD_LABELS.get(m, m)
+  tables = []
+  for tid, metric, title, dec in (
+      ("passkey", "passkey", "passkey exact match", 2),
+      ("digits", "passkey_token_acc",
+       "passkey digit accuracy (fraction of the digits right)", 2),
+      ("perplexity", "perplexity", "perplexity (byte level, whole window)",
+       2)):
+    t = results_lib.Table(
+        tid, title, [col(f"x{f}", f"{n} ({f}x)", dec)
+                     for n, f in zip(lengths, factors)], row_label="method")
+    for rec in per_seed:
+      for m in rec["methods"]:
+        t.add_seed(label(m), rec["seed"],
+                   {f"x{f}": v for f, v in zip(factors,
+                                               rec["metrics"][metric][m])})
+    tables.append(t)
+  depth_keys = [k for k in per_seed[0]["metrics"] if k.startswith("passkey@")]
+  if depth_keys:
+    t = results_lib.Table(
+        "depth", f"passkey exact match at {factors[-1]}x by needle depth",
+        [col(k, "depth " + k.split("@")[1], 2) for k in depth_keys],
+        row_label="method")
+    for rec in per_seed:
+      for m in rec["methods"]:
+        t.add_seed(label(m), rec["seed"],
+                   {k: rec["metrics"][k][m][-1] for k in depth_keys})
+    tables.append(t)
+  summary_cols = ([(f"pk{f}", "passkey", i, f"exact match {f}×")
+                   for i, f in enumerate(factors) if f >= 4] +
+                  [(f"ppl{f}", "perplexity", i, f"perplexity {f}×")
+                   for i, f in enumerate(factors) if f >= 8])
+  t = results_lib.Table(
+      "summary", "passkey exact match and perplexity beyond the training "
+      "length", [col(k, lab, 2 if k.startswith("pk") else 1)
+                 for k, _, _, lab in summary_cols], row_label="method")
+  for rec in per_seed:
+    for m in rec["methods"]:
+      t.add_seed(label(m), rec["seed"],
+                 {k: rec["metrics"][metric][m][i]
+                  for k, metric, i, _ in summary_cols})
+  tables.append(t)
+  summary_keys = {c.key for c in t.columns}
+  steps = sorted({r["step"] for rec in per_seed
+                  for r in rec.get("learning_curve") or []})
+  if steps:
+    t = results_lib.Table(
+        "learning_curve", "held-out exact match at 1x by training step",
+        [col(f"step{s}", str(s), 2) for s in steps], row_label="step")
+    for rec in per_seed:
+      t.add_seed("exact match", rec["seed"],
+                 {f"step{r['step']}": r["answer_exact"]
+                  for r in rec.get("learning_curve") or []})
+    tables.append(t)
+  methods = set(per_seed[0]["methods"])
+  big, mid = factors[-1], (factors[-2] if len(factors) > 1 else factors[-1])
+  wanted = [(f"pk{big}", "mrope_pro", "yarn"),
+            (f"ppl{big}", "mrope_pro", "yarn"),
+            (f"pk{big}", "mrope_pro", "mrope_uni"),
+            (f"ppl{big}", "mrope_pro", "mrope_uni"),
+            (f"pk{mid}", "mrope_uni", "llama3"),
+            (f"pk{big}", "mrope_uni", "llama3"),
+            (f"pk{big}", "yarn", "llama3"),
+            (f"pk{big}", "mrope_pro", "llama3"),
+            (f"ppl{mid}", "mrope_uni", "default"),
+            (f"ppl{big}", "mrope_uni", "default")]
+  comparisons = [results_lib.Comparison("summary", k, label(a), label(b))
+                 for k, a, b in wanted
+                 if a in methods and b in methods and k in summary_keys]
+  return tables, comparisons
+
+
 def run(config, workdir: str) -> dict[str, Any]:
+  t0 = time.time()
   tok = ByteTokenizer()
   per_seed, final_losses = [], []
   for seed in config.seeds:
@@ -372,6 +465,8 @@ def run(config, workdir: str) -> dict[str, Any]:
           plot_learning_curves(per_seed, os.path.join(
               workdir, "learning_curve.png"))],
   }
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(out, f, indent=1)
+  tables, comparisons = results_tables(per_seed, train_len)
+  results_lib.write(workdir, "rope_extension", tables=tables,
+                    comparisons=comparisons, extra=out, config=config,
+                    start_time=t0)
   return out
