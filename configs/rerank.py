@@ -62,7 +62,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.embedding = ml_collections.ConfigDict({
       "embed_dim": 16, "hidden": 64, "dim": 32,
       "pos_noise": 0.8, "hard_noise": 1.1,
-      "pretrain_steps": 300, "pretrain_lr": 3e-3,
+      "pretrain_steps": 300, "pretrain_lr": 3e-3, "pretrain_batch_size": 128,
   })
   c.task = ml_collections.ConfigDict({
       "tasks": "t2t,t2i,i2t,it2it",
@@ -84,17 +84,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                    "<Document>: {document}\nAnswer:"),
       "max_len": 104,
   })
+  # Sections reach their classes whole: DecoderConfig(**decoder),
+  # ViTConfig(**vit), RerankerConfig.from_tokenizer(**labels); vocabulary,
+  # context length, image size and the ViT's output width are derived.
   c.reranker = ml_collections.ConfigDict({
-      "dim": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
-      "mlp_dim": 128, "vit_dim": 64, "vit_layers": 1, "vit_heads": 4,
-      "vit_mlp_dim": 128, "patch_size": 4, "init_std": 0.02,
+      "decoder": {"dim": 64, "num_layers": 2, "num_heads": 4,
+                  "num_kv_heads": 2, "mlp_dim": 128, "init_std": 0.02},
+      "vit": {"dim": 64, "num_layers": 1, "num_heads": 4, "mlp_dim": 128,
+              "patch_size": 4, "init_std": 0.02},
       # Label tokens: byte-tokenizer specials by default; with an imported
       # model (init_from + data.tokenizer=sentencepiece) use its pieces,
       # e.g. "▁yes" / "▁no" and an existing special for the image slots.
-      "yes_token": "<yes>", "no_token": "<no>", "image_token": "<image>",
-      "label_tokens_pos": ("<yes>", "<true>", "<right>", "<correct>"),
-      "label_tokens_neg": ("<no>", "<false>", "<wrong>", "<incorrect>"),
-      "num_label_tokens": 8,       # multi_token direction: 4 yes-like + 4 no-like
+      "labels": {
+          "yes_token": "<yes>", "no_token": "<no>", "image_token": "<image>",
+          "label_tokens_pos": ("<yes>", "<true>", "<right>", "<correct>"),
+          "label_tokens_neg": ("<no>", "<false>", "<wrong>", "<incorrect>"),
+          # multi_token direction: 4 yes-like + 4 no-like
+          "num_label_tokens": 8,
+      },
   })
   c.loss = ml_collections.ConfigDict({
       "name": "rerank",
@@ -113,18 +120,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                  schedule="cosine")
   c.train.update(steps=400, batch_size=32, seq_len=104, log_every=10,
                  eval_every=0, checkpoint_every=0, keep_checkpoints=1,
-                 async_checkpoint=False, tensorboard=False, peak_flops=1.0)
+                 async_checkpoint=False, tensorboard=False, peak_flops=-1.0)
   if a.tiny:
     # Short prompts: single-token words/instructions, 4 patches per image.
     c.prompt.update(template="{system}{instruction}\nQ:{query}\nD:{document}"
                     "\nA:", max_len=48)
-    c.reranker.patch_size = 8
+    c.reranker.vit.patch_size = 8
     c.train.seq_len = 48
     c.task.update(train_examples=2048)
     c.train.update(steps=150)
     c.embedding.pretrain_steps = 200
-    c.reranker.update(dim=48, mlp_dim=96, vit_dim=48, vit_mlp_dim=96,
-                      num_heads=4, num_kv_heads=2)
+    c.reranker.decoder.update(dim=48, mlp_dim=96, num_heads=4,
+                              num_kv_heads=2)
+    c.reranker.vit.update(dim=48, mlp_dim=96)
     if not (a.probe or a.directions or a.native or a.all or a.negatives):
       # Smoke preset (tests, colab): the multimodal reranker, 2 cells.
       c.model_kind = "multimodal"

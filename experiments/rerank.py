@@ -12,6 +12,7 @@ workdirs under WORKDIR/runs/ (a finished run is skipped on re-launch).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import os
@@ -19,7 +20,6 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from jaxlab.data import tokenizers
@@ -30,6 +30,7 @@ from jaxlab.models import reranker as rr
 from jaxlab.models import vit as vit_lib
 from jaxlab.objectives import rerank as rerank_obj
 from jaxlab.train import metrics as metrics_lib
+from jaxlab.train import runner as runner_lib
 from jaxlab.train import trainer
 
 W_KEYS = ("w_pos", "w_neg", "w_cl_pos", "w_cl_neg", "w_sft_pos", "w_sft_neg")
@@ -68,28 +69,28 @@ def make_tokenizer(config) -> tokenizers.Tokenizer:
 
 
 def reranker_config(config, tok) -> rr.RerankerConfig:
+  """`config.reranker`'s sections as `DecoderConfig(**decoder)`,
+  `ViTConfig(**vit)` and `RerankerConfig.from_tokenizer(**labels)`; the
+  vocabulary, context length, image size and ViT output width follow from
+  the tokenizer, the prompt, the task and the decoder."""
   r = config.reranker
   vocab = -(-tok.vocab_size // 64) * 64
   dec = decoder_lib.DecoderConfig(
-      vocab_size=vocab, dim=r.dim, num_layers=r.num_layers,
-      num_heads=r.num_heads, num_kv_heads=r.num_kv_heads, mlp_dim=r.mlp_dim,
-      max_position_embeddings=max(int(config.prompt.max_len), 64),
-      init_std=r.init_std)
-  vit = vit_lib.ViTConfig(
-      image_size=config.task.image_size, patch_size=r.patch_size,
-      dim=r.vit_dim, num_layers=r.vit_layers, num_heads=r.vit_heads,
-      mlp_dim=r.vit_mlp_dim, out_dim=r.dim, init_std=r.init_std)
+      **r.decoder, vocab_size=vocab,
+      max_position_embeddings=max(int(config.prompt.max_len), 64))
+  vit = vit_lib.ViTConfig(**r.vit, image_size=config.task.image_size,
+                          out_dim=dec.dim)
+  labels = dict(r.labels)
+  for key in ("label_tokens_pos", "label_tokens_neg"):
+    labels[key] = tuple(labels[key])
   cfg = rr.RerankerConfig.from_tokenizer(
-      tok, decoder=dec, vit=vit, yes_token=r.yes_token, no_token=r.no_token,
-      image_token=r.image_token, num_label_tokens=r.num_label_tokens,
-      label_tokens_pos=tuple(r.label_tokens_pos),
-      label_tokens_neg=tuple(r.label_tokens_neg), random_direction=True)
+      tok, decoder=dec, vit=vit, random_direction=True, **labels)
   if config.init_from:
     # Import the decoder's architecture; the ViT projects to its width.
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
     dcfg = hf.config_from_hf(hf._read_config(config.init_from))  # pylint: disable=protected-access
-    cfg = dataclasses_replace(
-        cfg, decoder=dcfg, vit=dataclasses_replace(vit, out_dim=dcfg.dim))
+    cfg = dataclasses.replace(
+        cfg, decoder=dcfg, vit=dataclasses.replace(vit, out_dim=dcfg.dim))
   return cfg
 
 
@@ -103,11 +104,6 @@ def make_model(config, rcfg: rr.RerankerConfig, seed: int):
   model = rr.Reranker(rcfg, rngs=nnx.Rngs(seed))
   model.decoder = dec
   return model
-
-
-def dataclasses_replace(obj, **kw):
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  return dataclasses.replace(obj, **kw)
 
 
 class GroupSource:
@@ -148,7 +144,7 @@ def eval_inputs(config, tok, rcfg, template):
     tasks.append(ex["task"])
   batch = rr.collate_groups(groups, tok, rcfg, template,
                             max_len=int(config.prompt.max_len),
-                            image_token=config.reranker.image_token)
+                            image_token=config.reranker.labels.image_token)
   flat = {k: v.reshape((-1, 1) + v.shape[2:]) for k, v in batch.items()}
   return flat, np.stack(labels), np.array(tasks)
 
@@ -199,35 +195,30 @@ def embedding_source(config, size, seed, n_neg):
 def pretrained_embedding_model(config, seed: int) -> rr.EmbeddingReranker:
   """Builds the MLP reranker and pretrains it (head included) on a different
   binary task, sign(<q, d> over the first half of the dims), then freezes the
-  head: the spec's "frozen, pretrained unembedding"."""
+  head: the spec's "frozen, pretrained unembedding".
+
+  The pretraining is the trainer's update (`jaxlab.train.runner.StepRunner`
+  on the registered `"rerank_head_pretrain"` loss) with plain Adam
+  (optax defaults b2 = 0.999, no clipping or decay, constant lr).
+  """
   e = config.embedding
   model = rr.EmbeddingReranker(
       int(e.embed_dim), int(e.hidden), int(e.dim),
-      num_label_tokens=int(config.reranker.num_label_tokens),
+      num_label_tokens=int(config.reranker.labels.num_label_tokens),
       rngs=nnx.Rngs(seed))
-  opt = nnx.Optimizer(model, optax.adam(float(e.pretrain_lr)), wrt=nnx.Param)
-  half = int(e.embed_dim) // 2
-
-  @nnx.jit
-  def step(model, opt, q, d):
-    y = (jnp.sum(q[:, :half] * d[:, 0, :half], -1) > 0).astype(jnp.float32)
-
-    def lf(m):
-      heads = m.score_heads({"query": q, "docs": d})
-      u = (heads.z_yes - heads.z_no)[:, 0]
-      um = rerank_obj.direction_score("multi_token", heads)[:, 0]
-      return jnp.mean(optax.sigmoid_binary_cross_entropy(u, y) +
-                      optax.sigmoid_binary_cross_entropy(um, y))
-
-    loss, g = nnx.value_and_grad(lf)(model)
-    opt.update(model, g)
-    return loss
-
+  steps = int(e.pretrain_steps)
+  optim = runner_lib.optim_config(lr=float(e.pretrain_lr), clip_norm=0.0,
+                                  b1=0.9, b2=0.999, eps=1e-8)
+  runner = runner_lib.StepRunner(model, loss="rerank_head_pretrain",
+                                 loss_config=None, optim=optim, steps=steps,
+                                 seed=seed)
   rng = np.random.default_rng((seed, 77))
-  for _ in range(int(e.pretrain_steps)):
-    q = rng.normal(size=(128, int(e.embed_dim))).astype(np.float32)
-    d = rng.normal(size=(128, 1, int(e.embed_dim))).astype(np.float32)
-    step(model, opt, jnp.asarray(q), jnp.asarray(d))
+  batch = int(e.pretrain_batch_size)
+  for step in range(steps):
+    q = rng.normal(size=(batch, int(e.embed_dim))).astype(np.float32)
+    d = rng.normal(size=(batch, 1, int(e.embed_dim))).astype(np.float32)
+    runner.step({"query": q, "docs": d}, step)
+  runner.write_back()
   model.freeze_head()
   return model
 
@@ -283,7 +274,7 @@ def run_one(config, workdir, *, cell, n_neg, seed, tok, rcfg, template,
         doc_style=int(t.doc_style))
     source = GroupSource(src, tok, rcfg, template,
                          int(config.prompt.max_len),
-                         config.reranker.image_token)
+                         config.reranker.labels.image_token)
     model = make_model(config, rcfg, seed)
   res = trainer.train(cfg, workdir, model=model, train_source=source)
   ts = res["train_state"]

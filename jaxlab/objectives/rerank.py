@@ -23,7 +23,8 @@ independently and is implemented as a stop-gradient surrogate
 whose gradient is exactly W.D, where g_D is the scalar "direction score"
 (dg_D/dh = D). Weights and directions are small registries (`WEIGHTS`,
 `DIRECTIONS`) so a config picks a cell by name. The loss is registered with
-the trainer as `"rerank"`.
+the trainer as `"rerank"`; the embedding miniature's head pretraining as
+`"rerank_head_pretrain"`.
 """
 
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import struct
 
 from jaxlab import registry
@@ -351,3 +353,29 @@ def rerank_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
       direction=_cfg_get(config, "direction", "sft"),
       temperature=float(_cfg_get(config, "temperature", 1.0)),
       mask_tau=float(_cfg_get(config, "mask_tau", 0.1)))
+
+
+@losses.register("rerank_head_pretrain")
+def head_pretrain_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
+                       config: Any = None):
+  """Pretraining of a reranker's yes/no head on another binary task.
+
+  The spec's CPU miniature (section A, "frozen, pretrained unembedding")
+  needs M_y, M_n (and the multi-token label rows) to carry meaning before
+  they are frozen. `batch`: `query [B, E]`, `docs [B, 1, E]`; the label is
+  y = [<q, d> over the first half of the E dims > 0]. The loss is the
+  binary cross-entropy of the single-token score u = z_y - z_n plus that of
+  the multi-token score (mean yes-like minus mean no-like logits), so both
+  directions are trained.
+  """
+  del rng, config
+  q, d = batch["query"], batch["docs"]
+  half = q.shape[-1] // 2
+  y = (jnp.sum(q[:, :half] * d[:, 0, :half], -1) > 0).astype(jnp.float32)
+  heads = model.score_heads(batch)
+  u = (heads.z_yes - heads.z_no)[:, 0]
+  u_multi = direction_score("multi_token", heads)[:, 0]
+  bce = (optax.sigmoid_binary_cross_entropy(u, y) +
+         optax.sigmoid_binary_cross_entropy(u_multi, y))
+  return jnp.mean(bce), {"acc": jnp.mean(((u > 0) == (y > 0)).astype(
+      jnp.float32))}

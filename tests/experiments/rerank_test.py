@@ -1,0 +1,120 @@
+"""The rerank experiment's head pretraining and config sections."""
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from configs import rerank as rerank_configs
+from experiments import rerank as rerank_exp
+from jaxlab.models import reranker as rr
+from jaxlab.train import losses
+
+
+def _numpy_pretrain_loss(model, q, d):
+  """The spec's pretraining BCE recomputed in float64 numpy."""
+  heads = model.score_heads({"query": jnp.asarray(q), "docs": jnp.asarray(d)})
+  half = q.shape[-1] // 2
+  y = (np.sum(q[:, :half] * d[:, 0, :half], -1) > 0).astype(np.float64)
+  u = np.asarray(heads.z_yes - heads.z_no, np.float64)[:, 0]
+  um = (np.asarray(heads.z_label_pos, np.float64).mean(-1) -
+        np.asarray(heads.z_label_neg, np.float64).mean(-1))[:, 0]
+
+  def bce(x):
+    return np.logaddexp(0.0, x) - y * x
+  return float(np.mean(bce(u) + bce(um)))
+
+
+class HeadPretrainTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.config = rerank_configs.get_config("probe,tiny")
+    with self.config.unlocked():
+      self.config.embedding.pretrain_steps = 5
+
+  def _model(self, seed=0):
+    e = self.config.embedding
+    return rr.EmbeddingReranker(
+        e.embed_dim, e.hidden, e.dim,
+        num_label_tokens=self.config.reranker.labels.num_label_tokens,
+        rngs=nnx.Rngs(seed))
+
+  def test_loss_matches_numpy(self):
+    model = self._model()
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(32, 16)).astype(np.float32)
+    d = rng.normal(size=(32, 1, 16)).astype(np.float32)
+    loss, metrics = losses.get("rerank_head_pretrain")(
+        model, {"query": q, "docs": d}, rng=jax.random.key(0))
+    self.assertAlmostEqual(float(loss), _numpy_pretrain_loss(model, q, d),
+                           places=5)
+    self.assertBetween(float(metrics["acc"]), 0.0, 1.0)
+
+  def test_runner_pretraining_equals_plain_adam_loop(self):
+    """The trainer-step pretraining is the old hand-written Adam loop."""
+    e = self.config.embedding
+    trained = rerank_exp.pretrained_embedding_model(self.config, seed=3)
+    self.assertIsInstance(trained.head_dk, rr.FrozenHead)
+
+    ref = self._model(seed=3)
+    opt = nnx.Optimizer(ref, optax.adam(e.pretrain_lr), wrt=nnx.Param)
+    loss_fn = losses.get("rerank_head_pretrain")
+
+    @nnx.jit
+    def step(model, opt, q, d):
+      grads = nnx.grad(lambda m: loss_fn(
+          m, {"query": q, "docs": d}, rng=jax.random.key(0))[0])(model)
+      opt.update(model, grads)
+
+    rng = np.random.default_rng((3, 77))
+    for _ in range(e.pretrain_steps):
+      q = rng.normal(size=(e.pretrain_batch_size, e.embed_dim))
+      d = rng.normal(size=(e.pretrain_batch_size, 1, e.embed_dim))
+      step(ref, opt, jnp.asarray(q, jnp.float32), jnp.asarray(d, jnp.float32))
+    for name in ("w1", "w2", "w3", "b1"):
+      np.testing.assert_allclose(getattr(trained, name)[...],
+                                 getattr(ref, name)[...], atol=2e-5)
+    np.testing.assert_allclose(trained.head_dk[...], ref.head_dk[...],
+                               atol=2e-5)
+    # And training moved the weights (5 Adam steps of lr 3e-3).
+    untrained = self._model(seed=3)
+    self.assertGreater(
+        float(jnp.max(jnp.abs(trained.w1[...] - untrained.w1[...]))), 1e-3)
+
+
+class ConfigSectionsTest(absltest.TestCase):
+
+  def test_sections_reach_their_classes(self):
+    config = rerank_configs.get_config("tiny")
+    with config.unlocked():
+      config.reranker.decoder.num_layers = 3
+      config.reranker.vit.num_layers = 2
+      config.reranker.labels.num_label_tokens = 4
+    tok = rerank_exp.make_tokenizer(config)
+    rcfg = rerank_exp.reranker_config(config, tok)
+    self.assertEqual(rcfg.decoder.num_layers, 3)
+    self.assertEqual(rcfg.decoder.dim, 48)
+    self.assertEqual(rcfg.vit.num_layers, 2)
+    self.assertEqual(rcfg.vit.patch_size, 8)
+    self.assertEqual(rcfg.vit.out_dim, rcfg.decoder.dim)
+    self.assertLen(rcfg.label_pos_ids, 2)
+    self.assertEqual(rcfg.yes_id, tok.token_id("<yes>"))
+    self.assertEqual(rcfg.decoder.vocab_size % 64, 0)
+
+  def test_unknown_preset_is_an_error(self):
+    with self.assertRaisesRegex(ValueError, "unknown preset 'probes'"):
+      rerank_configs.get_config("probes,tiny")
+
+  def test_parse_cell(self):
+    self.assertEqual(rerank_exp.parse_cell("cl/sft"),
+                     {"objective": "url", "weight": "cl", "direction": "sft"})
+    self.assertEqual(rerank_exp.parse_cell("native/cl")["objective"], "cl")
+    with self.assertRaisesRegex(ValueError, "unknown weight"):
+      rerank_exp.parse_cell("bogus/sft")
+
+
+if __name__ == "__main__":
+  absltest.main()
