@@ -8,8 +8,14 @@
 
 Pre-norm blocks: h = h + Attn(RMSNorm(h)); h = h + SwiGLU(RMSNorm(h)).
 Causal by default; `causal=False` gives the bidirectional model used by
-diffusion LMs. Per-layer RoPE can be switched off (`nope_layers`) for
-NoPE/iRoPE-style controls.
+diffusion LMs (and `forward(causal=...)` overrides it per call). Per-layer
+RoPE can be switched off (`nope_layers`) for NoPE/iRoPE-style controls.
+
+Attention masks follow `jaxlab.nn.attention` (position ids, padding, cache
+slots); `forward(allowed_mask=...)` replaces the causal/window rule by an
+explicit boolean mask, and `forward(output_attentions=True)` returns each
+layer's attention probabilities (explicit float32 softmax, the quantity of
+transformers' eager `output_attentions`).
 """
 
 import dataclasses
@@ -46,7 +52,9 @@ class DecoderConfig:
 
   `rope_scaling` is a mapping with a `method` key naming a registered
   `jaxlab.nn.rope` scaling plus that method's keyword options, e.g.
-  `{"method": "yarn", "factor": 4.0, "original_max_position": 2048}`.
+  `{"method": "yarn", "factor": 4.0, "original_max_position": 2048}` (the
+  `config.model.rope_scaling` section); None, {} or method "default" is
+  plain RoPE and is stored as None.
   """
   vocab_size: int = 512
   dim: int = 128
@@ -71,12 +79,11 @@ class DecoderConfig:
   attention_impl: str | None = None
 
   def __post_init__(self):
-    if self.rope_scaling is not None:
-      scaling = dict(self.rope_scaling)
-      if "method" not in scaling:
-        raise ValueError("rope_scaling needs a 'method' key; valid: "
-                         f"{', '.join(rope_lib.available())}")
-      object.__setattr__(self, "rope_scaling", FrozenDict(scaling))
+    # One reading of `rope_scaling` (jaxlab.nn.rope.normalize_scaling): a
+    # config's ConfigDict, an HF import or None; plain RoPE becomes None.
+    scaling = rope_lib.normalize_scaling(self.rope_scaling)
+    object.__setattr__(self, "rope_scaling",
+                       None if scaling is None else FrozenDict(scaling))
     object.__setattr__(self, "nope_layers", tuple(self.nope_layers))
     hd = self.resolved_head_dim
     if hd % 2:
@@ -102,12 +109,9 @@ class DecoderConfig:
     `seq_len` (a static Python int) is the current sequence length; only
     length-dependent scalings (dynamic NTK) use it, the others ignore it.
     """
-    options = dict(self.rope_scaling or {"method": "default"})
-    method = options.pop("method")
-    if seq_len is not None and rope_lib.uses_seq_len(method):
-      options["seq_len"] = int(seq_len)
-    return rope_lib.inv_freq(method, head_dim=self.resolved_head_dim,
-                             base=self.rope_theta, **options)
+    return rope_lib.scaling_tables(self.rope_scaling,
+                                   head_dim=self.resolved_head_dim,
+                                   base=self.rope_theta, seq_len=seq_len)
 
   def num_params(self) -> int:
     hd = self.resolved_head_dim
@@ -129,6 +133,10 @@ class DecoderOutput:
   # Per layer (q `[B, T, N, H]`, k `[B, T, K, H]`) after RoPE (un-rotated in
   # NoPE layers), for probing (frequency entropy); only with output_qk=True.
   qk: tuple[tuple[jax.Array, jax.Array], ...] | None = None
+  # Per layer, float32 attention probabilities [B, N, T, S] over the S keys
+  # attended to (the cache slots when decoding with a cache; the T inputs
+  # otherwise), after masking and softmax; only with output_attentions=True.
+  attentions: tuple[jax.Array, ...] | None = None
 
 
 class Block(nnx.Module):
@@ -149,13 +157,17 @@ class Block(nnx.Module):
                               dtype=dt, init_std=cfg.init_std)
 
   def __call__(self, h_btd, cos_btd, sin_btd, mask, layer_cache, cache_index,
-               is_causal=False):
-    a, new_cache = self.attn(self.attn_norm(h_btd), cos_btd=cos_btd,
-                             sin_btd=sin_btd, mask=mask, is_causal=is_causal,
-                             layer_cache=layer_cache, cache_index=cache_index)
+               is_causal=False, output_attentions=False):
+    """(h `[B, T, D]`, new (k, v) cache or None, probs or None)."""
+    res = self.attn(self.attn_norm(h_btd), cos_btd=cos_btd, sin_btd=sin_btd,
+                    mask=mask, is_causal=is_causal, layer_cache=layer_cache,
+                    cache_index=cache_index,
+                    output_attentions=output_attentions)
+    a, new_cache = res[0], res[1]
+    probs = res[2] if output_attentions else None
     h_btd = h_btd + a.astype(h_btd.dtype)
     h_btd = h_btd + self.mlp(self.mlp_norm(h_btd)).astype(h_btd.dtype)
-    return h_btd, new_cache
+    return h_btd, new_cache, probs
 
 
 class Decoder(nnx.Module):
@@ -205,6 +217,14 @@ class Decoder(nnx.Module):
         num_kv_heads=cfg.num_kv_heads, head_dim=cfg.resolved_head_dim,
         dtype=dtype or to_dtype(cfg.dtype))
 
+  def rotary(self, positions_bt: jax.Array, *, seq_len: int
+             ) -> tuple[jax.Array, jax.Array]:
+    """RoPE (cos, sin) tables `[B, T, head_dim]` at `positions_bt`, as
+    `forward` builds them (`seq_len`: the static length that length-dependent
+    scalings see: T, or the cache capacity when decoding with a cache)."""
+    inv_freq, scale = self.cfg.rope_tables(seq_len=seq_len)
+    return rope_lib.cos_sin(positions_bt.astype(jnp.int32), inv_freq, scale)
+
   # -- forward ---------------------------------------------------------------
 
   def __call__(self, input_ids_bt: jax.Array, **kwargs) -> jax.Array:
@@ -220,8 +240,20 @@ class Decoder(nnx.Module):
               cache: attn_lib.KVCache | None = None,
               output_hidden_states: bool = False,
               rope_pair_weights: jax.Array | None = None,
-              output_qk: bool = False) -> DecoderOutput:
+              output_qk: bool = False,
+              output_attentions: bool = False,
+              causal: bool | None = None,
+              allowed_mask: jax.Array | None = None) -> DecoderOutput:
     """Runs the model.
+
+    Mask rule (see `jaxlab.nn.attention`): query t of row b may attend key s
+    iff the key is a real token (not padding, not an empty cache slot:
+    position >= 0), in the same segment, allowed by `extra_mask` (if given),
+    and either allowed by `allowed_mask` when one is given, or otherwise by
+    the position rule: `k_pos <= q_pos` if causal, and
+    `q_pos - k_pos < sliding_window` if the config sets a window. So an
+    `allowed_mask` grants attention that position ids would forbid (ids that
+    restart at 0, gathered non-contiguous ids) as well as denying it.
 
     Args:
       input_ids_bt: int tokens `[B, T]` (or give `inputs_embeds [B, T, D]`).
@@ -230,15 +262,29 @@ class Decoder(nnx.Module):
         cache when one is given.
       attention_mask: `[B, T]` True/1 for real tokens, False/0 for padding.
       segment_ids: `[B, T]` ids of packed sequences (no cross-attention).
-      extra_mask: arbitrary boolean mask broadcastable to `[B, N, T, S]`.
-      cache: a `KVCache`; the T new tokens are written at `cache.index`.
+      extra_mask: arbitrary boolean mask broadcastable to `[B, N, T, S]`,
+        AND-ed in (only denies).
+      cache: a `KVCache`; the T new tokens are written at `cache.index`
+        (S = cache capacity); raises ValueError when `cache.index + T` would
+        pass the capacity (checked when the index is concrete; under jit the
+        logits of an overflowing call are NaN and `cache.index` ends above
+        `cache.max_len`, see `KVCache`).
       output_hidden_states: also return the residual stream of every layer.
       rope_pair_weights: optional `[head_dim // 2]` (or `[L, head_dim // 2]`)
         per-pair rotation weights (1 = plain RoPE).
       output_qk: also return each layer's post-RoPE queries and keys.
+      output_attentions: also return each layer's attention probabilities
+        `[B, N, T, S]` (float32); attention is then computed explicitly
+        (einsum + masked float32 softmax) instead of by
+        `jax.nn.dot_product_attention`.
+      causal: overrides `cfg.causal` for this call (None = the config's).
+      allowed_mask: boolean, broadcastable to `[B, N, T, S]` (S = cache
+        slots with a cache, else T), True = may attend; replaces the causal
+        and sliding-window rules (padding and empty slots stay denied).
 
     Returns:
-      `DecoderOutput` with float32 logits, the updated cache and hidden states.
+      `DecoderOutput` with float32 logits, the updated cache, hidden states,
+      and (on request) q/k and attention probabilities.
     """
     cfg = self.cfg
     if (input_ids_bt is None) == (inputs_embeds is None):
@@ -246,20 +292,23 @@ class Decoder(nnx.Module):
     h = self.embed(input_ids_bt) if inputs_embeds is None else (
         inputs_embeds.astype(to_dtype(cfg.dtype)))
     b, t = h.shape[:2]
+    is_causal_cfg = cfg.causal if causal is None else bool(causal)
+    if cache is not None:
+      cache.check_capacity(t)
     valid_bt = (jnp.ones((b, t), bool) if attention_mask is None
                 else attention_mask.astype(bool))
     user_positions = positions
     if positions is None and (cache is not None or attention_mask is not None):
       offset = 0
       if cache is not None:
-        offset = jnp.max(cache.positions, axis=1, keepdims=True) + 1
+        offset = jnp.max(cache.positions, axis=(1, 2))[:, None] + 1
       positions = offset + jnp.cumsum(valid_bt, axis=1) - 1
       positions = jnp.maximum(positions, 0)
     # The plain causal (or bidirectional) case passes no mask array, so the
     # fused attention kernels of GPU/TPU backends can be selected.
     plain = (cache is None and attention_mask is None and segment_ids is None
-             and extra_mask is None and cfg.sliding_window is None
-             and user_positions is None)
+             and extra_mask is None and allowed_mask is None
+             and cfg.sliding_window is None and user_positions is None)
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     positions = positions.astype(jnp.int32)
@@ -268,18 +317,23 @@ class Decoder(nnx.Module):
       cache_positions, mask = None, None
     elif cache is not None:
       new_pos = jnp.where(valid_bt, positions, -1)
+      new_pos_bkt = jnp.broadcast_to(new_pos[:, None, :],
+                                     (b, cache.num_kv_heads, t))
       cache_positions = jax.lax.dynamic_update_slice(
-          cache.positions, new_pos, (0, cache.index))
+          cache.positions, new_pos_bkt, (0, 0, cache.index))
+      # Slots are per KV head (a cache policy may keep different keys per
+      # head), so the mask is [B, K, T, S] expanded to the query heads.
       mask = attn_lib.make_attention_mask(
-          positions, cache_positions, causal=cfg.causal,
-          sliding_window=cfg.sliding_window, extra_mask=extra_mask)
+          positions, cache_positions, causal=is_causal_cfg, sliding_window=cfg.sliding_window,
+          extra_mask=extra_mask, allowed_mask=allowed_mask,
+          num_heads=cfg.num_heads)
     else:
       cache_positions = None
       mask = attn_lib.make_attention_mask(
-          positions, positions, causal=cfg.causal,
+          positions, positions, causal=is_causal_cfg,
           sliding_window=cfg.sliding_window, key_valid_bs=valid_bt,
           q_segment_ids_bt=segment_ids, k_segment_ids_bs=segment_ids,
-          extra_mask=extra_mask)
+          extra_mask=extra_mask, allowed_mask=allowed_mask)
 
     # Length-dependent scalings (dynamic NTK) see a static length: the
     # sequence length T, or the cache capacity when decoding with a cache.
@@ -293,6 +347,8 @@ class Decoder(nnx.Module):
 
     hidden = [h] if output_hidden_states else None
     qk = [] if output_qk else None
+    attentions = [] if output_attentions else None
+    causal_flag = plain and is_causal_cfg
     new_k, new_v = [], []
     for i, block in enumerate(self.layers):
       if weights is not None and weights.ndim == 2:
@@ -306,17 +362,19 @@ class Decoder(nnx.Module):
         qk.append((q_i, k_i))
       index = None if cache is None else cache.index
       if cfg.remat:
-        # is_causal is a Python bool: close over it so remat keeps it static.
-        causal_flag = plain and cfg.causal
-
+        # Python bools: close over them so remat keeps them static.
         def run_block(blk, *args):
-          return blk(*args, is_causal=causal_flag)
+          return blk(*args, is_causal=causal_flag,
+                     output_attentions=output_attentions)
 
-        h, kv = nnx.remat(run_block)(block, h, cos, sin, mask, layer_cache,
-                                     index)
+        h, kv, probs = nnx.remat(run_block)(block, h, cos, sin, mask,
+                                            layer_cache, index)
       else:
-        h, kv = block(h, cos, sin, mask, layer_cache, index,
-                      is_causal=plain and cfg.causal)
+        h, kv, probs = block(h, cos, sin, mask, layer_cache, index,
+                             is_causal=causal_flag,
+                             output_attentions=output_attentions)
+      if attentions is not None:
+        attentions.append(probs)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
@@ -324,11 +382,18 @@ class Decoder(nnx.Module):
         hidden.append(h)
 
     new_cache = None
+    logits = self.unembed(h)
     if cache is not None:
       new_cache = attn_lib.KVCache(k=tuple(new_k), v=tuple(new_v),
                                    positions=cache_positions,
                                    index=cache.index + t)
-    return DecoderOutput(logits=self.unembed(h), cache=new_cache,
+      if isinstance(cache.index, jax.core.Tracer):
+        # Under jit the capacity check cannot raise: an overflowing write
+        # (clamped by dynamic_update_slice) poisons the logits instead.
+        logits = jnp.where(new_cache.overflowed(), jnp.nan, logits)
+    return DecoderOutput(logits=logits, cache=new_cache,
                          hidden_states=None if hidden is None else tuple(
                              hidden),
-                         qk=None if qk is None else tuple(qk))
+                         qk=None if qk is None else tuple(qk),
+                         attentions=None if attentions is None else tuple(
+                             attentions))

@@ -1,17 +1,37 @@
 """Grouped-query attention with one mask interface and a functional KV cache.
 
-Masks are built from position ids, not array indices:
+Masks are built from position ids, not array indices. For query t and key
+(cache slot) s of row b, seen through KV head k:
 
-  allowed[b, t, s] = key_valid[b, s]
-                     & (not causal or k_pos[b, s] <= q_pos[b, t])
-                     & (window is None or q_pos[b, t] - k_pos[b, s] < window)
-                     & (segment_ids is None or q_seg[b, t] == k_seg[b, s])
-                     & extra[b, ?, t, s]
+  allowed[b, k, t, s] = k_pos[b, k, s] >= 0                (empty slot: -1)
+                        & key_valid[b, s]                  (padding)
+                        & segment_rule[b, t, s]            (packed sequences)
+                        & position_rule[b, ?, t, s]
+                        & extra_mask[b, ?, t, s]
+  position_rule = allowed_mask                 if an allowed_mask is given,
+                = (not causal or k_pos <= q_pos)
+                  & (window is None or q_pos - k_pos < window)   otherwise,
 
 so causal, padding, bidirectional, sliding-window, packed-sequence and
 arbitrary boolean masks are all one call, and a KV cache whose slots carry
-their positions (empty slots: position -1) needs no special case.
+their positions (empty slots: position -1) needs no special case. An
+`allowed_mask` GRANTS as well as denies: it replaces the rule derived from
+position ids (not the padding / empty-slot / segment rules), so layouts whose
+position ids do not order the tokens (ids that restart at 0 for each
+StreamingThinker segment, gathered non-contiguous ids as in DPad) attend as
+the caller says. `extra_mask` only ever denies.
+
+Key positions are `[B, S]` or per KV head `[B, K, S]` (a cache policy may
+keep different keys in each KV head); a per-KV-head mask is expanded to the
+query heads by group: query head n reads KV head n // (N // K), the grouping
+of `jax.nn.dot_product_attention`.
+
+`KVCache` stores keys/values `[B, S, K, H]` per layer with slot positions
+`[B, K, S]`, and has helpers to gather, concatenate, split, tile and grow
+caches. A write past the capacity raises (see `KVCache.check_capacity`).
 """
+
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +42,22 @@ from jaxlab.nn import partitioning as pt
 from jaxlab.nn import rope
 
 
+def expand_kv_heads(mask_bkts: jax.Array, num_heads: int) -> jax.Array:
+  """`[B, K, T, S]` per-KV-head mask -> `[B, N, T, S]` (head n reads n // G).
+
+  A mask with 1 or N heads is returned unchanged.
+  """
+  b, k, t, s = mask_bkts.shape
+  if k in (1, num_heads):
+    return mask_bkts
+  if num_heads % k:
+    raise ValueError(f"num_heads={num_heads} is not a multiple of the mask's "
+                     f"{k} KV heads")
+  g = num_heads // k
+  return jnp.broadcast_to(mask_bkts[:, :, None], (b, k, g, t, s)).reshape(
+      b, num_heads, t, s)
+
+
 def make_attention_mask(q_positions_bt: jax.Array,
                         k_positions_bs: jax.Array,
                         *,
@@ -30,47 +66,111 @@ def make_attention_mask(q_positions_bt: jax.Array,
                         key_valid_bs: jax.Array | None = None,
                         q_segment_ids_bt: jax.Array | None = None,
                         k_segment_ids_bs: jax.Array | None = None,
-                        extra_mask: jax.Array | None = None) -> jax.Array:
-  """Boolean mask `[B, 1 or N, T, S]`; True means "may attend".
+                        extra_mask: jax.Array | None = None,
+                        allowed_mask: jax.Array | None = None,
+                        num_heads: int | None = None) -> jax.Array:
+  """Boolean mask `[B, 1 | K | N, T, S]`; True means "may attend".
+
+  The rule is the module docstring's. Shape: `[B, 1, T, S]` for `[B, S]` key
+  positions and no per-head masks; `[B, K, T, S]` for per-KV-head positions
+  `[B, K, S]` (expanded to `num_heads` query heads when given); `[B, N, T, S]`
+  when a per-head `allowed_mask` / `extra_mask` is given.
 
   Args:
     q_positions_bt: position ids of the queries.
-    k_positions_bs: position ids of the keys; negative marks an empty slot.
-    causal: queries see only keys at positions <= their own.
+    k_positions_bs: position ids of the keys, `[B, S]` or `[B, K, S]`;
+      negative marks an empty slot.
+    causal: queries see only keys at positions <= their own (ignored when
+      `allowed_mask` is given).
     sliding_window: if set, queries see only the last `sliding_window`
-      positions (including their own).
+      positions, including their own (ignored when `allowed_mask` is given).
     key_valid_bs: optional padding mask of the keys (True = real token).
     q_segment_ids_bt, k_segment_ids_bs: packed-sequence ids; attention stays
       within a segment.
     extra_mask: any boolean mask broadcastable to `[B, N, T, S]`, AND-ed in.
+    allowed_mask: boolean, broadcastable to `[B, N, T, S]`; replaces the
+      causal / sliding-window rule (True = may attend).
+    num_heads: number of query heads N; needed to expand per-KV-head
+      positions `[B, K, S]` with 1 < K < N.
   """
-  q = q_positions_bt[:, :, None]
-  k = k_positions_bs[:, None, :]
+  q = q_positions_bt[:, None, :, None]
+  if k_positions_bs.ndim == 3:
+    k = k_positions_bs[:, :, None, :]
+  elif k_positions_bs.ndim == 2:
+    k = k_positions_bs[:, None, None, :]
+  else:
+    raise ValueError("key positions must be [B, S] or [B, K, S], got shape "
+                     f"{k_positions_bs.shape}")
   allowed = jnp.broadcast_to(k >= 0, jnp.broadcast_shapes(q.shape, k.shape))
   if key_valid_bs is not None:
-    allowed = allowed & key_valid_bs[:, None, :].astype(bool)
-  if causal:
-    allowed = allowed & (k <= q)
-  if sliding_window is not None:
-    allowed = allowed & (q - k < sliding_window)
+    allowed = allowed & key_valid_bs[:, None, None, :].astype(bool)
   if q_segment_ids_bt is not None or k_segment_ids_bs is not None:
     if q_segment_ids_bt is None or k_segment_ids_bs is None:
       raise ValueError("segment ids must be given for both queries and keys")
-    allowed = allowed & (q_segment_ids_bt[:, :, None] ==
-                         k_segment_ids_bs[:, None, :])
-  allowed = allowed[:, None, :, :]
+    allowed = allowed & (q_segment_ids_bt[:, None, :, None] ==
+                         k_segment_ids_bs[:, None, None, :])
+  if allowed_mask is None:
+    if causal:
+      allowed = allowed & (k <= q)
+    if sliding_window is not None:
+      allowed = allowed & (q - k < sliding_window)
+  if num_heads is not None:
+    allowed = expand_kv_heads(allowed, num_heads)
+  elif allowed.shape[1] > 1 and (
+      (allowed_mask is not None and allowed_mask.ndim == 4
+       and allowed_mask.shape[1] not in (1, allowed.shape[1])) or
+      (extra_mask is not None and extra_mask.ndim == 4
+       and extra_mask.shape[1] not in (1, allowed.shape[1]))):
+    raise ValueError("per-KV-head key positions with per-query-head masks "
+                     "need num_heads")
+  if allowed_mask is not None:
+    allowed = allowed & allowed_mask.astype(bool)
   if extra_mask is not None:
     allowed = allowed & extra_mask.astype(bool)
   return allowed
+
+
+def attention_probs(q_btnh: jax.Array, k_bskh: jax.Array,
+                    mask: jax.Array | None, *, scale: float,
+                    is_causal: bool = False) -> jax.Array:
+  """Float32 attention probabilities `[B, N, T, S]`, computed explicitly.
+
+  p = softmax_s(where(mask, q.k * scale, finfo.min)) in float32, with query
+  head n reading KV head n // (N // K). A row with no allowed key is uniform
+  (as with jax.nn.dot_product_attention's XLA path and HF eager attention).
+  `is_causal` (with `mask=None`) applies the index-causal mask.
+  """
+  n, kh = q_btnh.shape[2], k_bskh.shape[2]
+  k = jnp.repeat(k_bskh, n // kh, axis=2) if n != kh else k_bskh
+  logits = jnp.einsum("btnh,bsnh->bnts", q_btnh.astype(jnp.float32),
+                      k.astype(jnp.float32)) * scale
+  if is_causal and mask is None:
+    t, s = logits.shape[-2:]
+    mask = jnp.tril(jnp.ones((t, s), bool), s - t)[None, None]
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  return jax.nn.softmax(logits, axis=-1)
 
 
 @struct.dataclass
 class KVCache:
   """Per-layer keys/values `[B, S, K, H]`, slot positions and a write index.
 
-  `positions[b, s]` is the position id stored in slot s (-1 = empty), which
-  is all the mask needs; `index` is the next slot to write (shared by the
-  batch: prompts are left-padded, so every row writes to the same slot).
+  `positions[b, k, s]` is the position id stored in slot s of KV head k
+  (-1 = empty), which is all the mask needs; it is per KV head so that a
+  cache policy can keep different keys in each head (all heads agree unless
+  a policy made them differ). `index` is the next slot to write, shared by
+  the batch: prompts are left-padded, so every row writes to the same slot;
+  rows that hold fewer tokens have empty slots.
+
+  Capacity: `Decoder.forward` raises `ValueError` (via `check_capacity`)
+  when writing T tokens at a concrete `index` would pass `max_len`. Under
+  `jax.jit` the index is traced and nothing can raise without checkify
+  (which every caller would have to wrap); there the write is still counted
+  (`index` ends above `max_len`, see `overflowed`), the logits of that call
+  are NaN, and the host-side check of the next eager call (or of
+  `jaxlab.decoding.sampler.generate`, which checks before and after its
+  compiled loops) raises.
   """
   k: tuple[jax.Array, ...]
   v: tuple[jax.Array, ...]
@@ -84,12 +184,194 @@ class KVCache:
     return cls(
         k=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
         v=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
-        positions=jnp.full((batch, max_len), -1, jnp.int32),
+        positions=jnp.full((batch, num_kv_heads, max_len), -1, jnp.int32),
         index=jnp.zeros((), jnp.int32))
 
   @property
   def max_len(self) -> int:
+    """Capacity S (slots per row and KV head)."""
+    return self.positions.shape[-1]
+
+  @property
+  def batch_size(self) -> int:
+    return self.positions.shape[0]
+
+  @property
+  def num_kv_heads(self) -> int:
     return self.positions.shape[1]
+
+  @property
+  def num_layers(self) -> int:
+    return len(self.k)
+
+  # -- capacity --------------------------------------------------------------
+
+  def check_capacity(self, new_tokens: int) -> None:
+    """Raises ValueError if writing `new_tokens` at `index` passes capacity.
+
+    Needs a concrete index (eager code, or the host side of a jitted loop);
+    with a traced index it does nothing (see the class docstring).
+    """
+    if isinstance(self.index, jax.core.Tracer):
+      return
+    index = int(self.index)
+    if index + int(new_tokens) > self.max_len:
+      raise ValueError(
+          f"KV cache overflow: writing {int(new_tokens)} new tokens at index "
+          f"{index} needs {index + int(new_tokens)} slots but the capacity is "
+          f"{self.max_len}; allocate a larger cache (init_cache(batch, "
+          "max_len)) or grow this one (cache.grow(max_len))")
+
+  def overflowed(self) -> jax.Array:
+    """Traceable bool: some write went past capacity (index > max_len)."""
+    return self.index > self.max_len
+
+  def grow(self, max_len: int) -> "KVCache":
+    """The same cache with capacity `max_len` (>= current); new slots empty."""
+    extra = int(max_len) - self.max_len
+    if extra < 0:
+      raise ValueError(f"grow: max_len={max_len} is below the current "
+                       f"capacity {self.max_len}")
+    if extra == 0:
+      return self
+    pad = ((0, 0), (0, extra), (0, 0), (0, 0))
+    return KVCache(
+        k=tuple(jnp.pad(a, pad) for a in self.k),
+        v=tuple(jnp.pad(a, pad) for a in self.v),
+        positions=jnp.pad(self.positions, ((0, 0), (0, 0), (0, extra)),
+                          constant_values=-1),
+        index=self.index)
+
+  # -- gather / split / tile -------------------------------------------------
+
+  def gather(self, indices: jax.Array, *,
+             max_len: int | None = None) -> "KVCache":
+    """Keeps the slots `indices` of each row (and KV head), in that order.
+
+    Args:
+      indices: int `[B, S']` (the same slots for every KV head) or
+        `[B, K, S']` (per KV head, e.g. SnapKV's per-head selection); a
+        negative index gives an empty slot (position -1), so rows may keep
+        different numbers of keys.
+      max_len: capacity of the result (>= S'; default S'); the slots after
+        the S' gathered ones are empty.
+
+    Returns:
+      A cache whose first S' slots hold the gathered keys/values/positions
+      and whose `index` is S' (the next write goes after them).
+    """
+    indices = jnp.asarray(indices, jnp.int32)
+    if indices.ndim == 2:
+      idx_bks = jnp.broadcast_to(
+          indices[:, None, :],
+          (indices.shape[0], self.num_kv_heads, indices.shape[1]))
+    elif indices.ndim == 3:
+      idx_bks = indices
+    else:
+      raise ValueError("gather indices must be [B, S'] or [B, K, S'], got "
+                       f"shape {indices.shape}")
+    b, kh, s_new = idx_bks.shape
+    if (b, kh) != (self.batch_size, self.num_kv_heads):
+      raise ValueError(f"gather indices of shape {indices.shape} do not "
+                       f"match a cache of batch {self.batch_size} and "
+                       f"{self.num_kv_heads} KV heads")
+    empty = idx_bks < 0
+    safe = jnp.clip(idx_bks, 0, self.max_len - 1)
+    idx_bsk1 = jnp.transpose(safe, (0, 2, 1))[..., None]
+    keep_bsk1 = jnp.transpose(~empty, (0, 2, 1))[..., None]
+
+    def take(a):
+      return jnp.where(keep_bsk1, jnp.take_along_axis(a, idx_bsk1, axis=1),
+                       jnp.zeros((), a.dtype))
+
+    positions = jnp.where(empty, -1,
+                          jnp.take_along_axis(self.positions, safe, axis=2))
+    out = KVCache(k=tuple(take(a) for a in self.k),
+                  v=tuple(take(a) for a in self.v), positions=positions,
+                  index=jnp.asarray(s_new, jnp.int32))
+    if max_len is not None:
+      out = out.grow(max_len)
+    return out
+
+  def split(self, indices_or_sections, axis: str = "batch"
+            ) -> list["KVCache"]:
+    """Splits like `jnp.split` along "batch" or "sequence" (slots).
+
+    Batch pieces keep `index`; a sequence piece [a, b) gets
+    `clip(index - a, 0, b - a)` (the next write after its filled slots).
+    """
+    if axis == "batch":
+      ks = [jnp.split(a, indices_or_sections, axis=0) for a in self.k]
+      vs = [jnp.split(a, indices_or_sections, axis=0) for a in self.v]
+      ps = jnp.split(self.positions, indices_or_sections, axis=0)
+      return [KVCache(k=tuple(k[i] for k in ks), v=tuple(v[i] for v in vs),
+                      positions=p, index=self.index)
+              for i, p in enumerate(ps)]
+    if axis == "sequence":
+      ks = [jnp.split(a, indices_or_sections, axis=1) for a in self.k]
+      vs = [jnp.split(a, indices_or_sections, axis=1) for a in self.v]
+      ps = jnp.split(self.positions, indices_or_sections, axis=2)
+      pieces, start = [], 0
+      for i, p in enumerate(ps):
+        size = p.shape[-1]
+        index = jnp.clip(self.index - start, 0, size).astype(jnp.int32)
+        pieces.append(KVCache(k=tuple(k[i] for k in ks),
+                              v=tuple(v[i] for v in vs), positions=p,
+                              index=index))
+        start += size
+      return pieces
+    raise ValueError(f"split axis must be 'batch' or 'sequence', got {axis!r}")
+
+  def tile(self, repeats: int) -> "KVCache":
+    """Repeats each row `repeats` times along the batch (rows b*r .. b*r+r-1
+    are copies of row b), e.g. to score several candidates or beams."""
+    rep = lambda a: jnp.repeat(a, int(repeats), axis=0)  # pylint: disable=g-long-lambda
+    return KVCache(k=tuple(rep(a) for a in self.k),
+                   v=tuple(rep(a) for a in self.v),
+                   positions=rep(self.positions), index=self.index)
+
+
+def concatenate(caches: Sequence[KVCache], axis: str = "batch") -> KVCache:
+  """Concatenates caches along "batch" or "sequence" (slots).
+
+  Batch: capacities must agree; `index` is the largest index (a row whose
+  cache held fewer slots simply has empty ones, which are never attended).
+  Sequence: slots of the first cache, then the second's, ...; `index` is the
+  capacities before the last cache plus the last cache's index, so writes
+  continue in the last cache's free slots.
+  """
+  caches = list(caches)
+  if not caches:
+    raise ValueError("concatenate needs at least one cache")
+  first = caches[0]
+  for c in caches[1:]:
+    if c.num_layers != first.num_layers or (
+        c.num_kv_heads != first.num_kv_heads):
+      raise ValueError("concatenate: caches differ in layers or KV heads")
+  if axis == "batch":
+    if any(c.max_len != first.max_len for c in caches):
+      raise ValueError("concatenate along batch needs equal capacities, got "
+                       f"{[c.max_len for c in caches]}; grow() them first")
+    cat = lambda xs: jnp.concatenate(xs, axis=0)  # pylint: disable=g-long-lambda
+    index = caches[0].index
+    for c in caches[1:]:
+      index = jnp.maximum(index, c.index)
+    return KVCache(
+        k=tuple(cat([c.k[i] for c in caches]) for i in range(first.num_layers)),
+        v=tuple(cat([c.v[i] for c in caches]) for i in range(first.num_layers)),
+        positions=cat([c.positions for c in caches]), index=index)
+  if axis == "sequence":
+    if any(c.batch_size != first.batch_size for c in caches):
+      raise ValueError("concatenate along sequence needs equal batch sizes")
+    cat = lambda xs: jnp.concatenate(xs, axis=1)  # pylint: disable=g-long-lambda
+    offset = sum(c.max_len for c in caches[:-1])
+    return KVCache(
+        k=tuple(cat([c.k[i] for c in caches]) for i in range(first.num_layers)),
+        v=tuple(cat([c.v[i] for c in caches]) for i in range(first.num_layers)),
+        positions=jnp.concatenate([c.positions for c in caches], axis=2),
+        index=(caches[-1].index + offset).astype(jnp.int32))
+  raise ValueError(f"concatenate axis must be 'batch' or 'sequence', got "
+                   f"{axis!r}")
 
 
 class Attention(nnx.Module):
@@ -155,13 +437,17 @@ class Attention(nnx.Module):
                sin_btd: jax.Array, mask: jax.Array | None,
                is_causal: bool = False,
                layer_cache: tuple[jax.Array, jax.Array] | None = None,
-               cache_index: jax.Array | None = None):
+               cache_index: jax.Array | None = None,
+               output_attentions: bool = False):
     """Attends; returns (output `[B,T,D]`, updated (k, v) cache or None).
 
     With `layer_cache`, the new keys/values are written at `cache_index` and
-    the queries attend over the whole cache (`mask` is `[B, 1, T, S_cache]`).
+    the queries attend over the whole cache (`mask` is `[B, 1|N, T, S]`).
     `mask=None, is_causal=True` is the plain causal case, which lets
     `jax.nn.dot_product_attention` pick a fused (cuDNN flash) kernel.
+    With `output_attentions=True` attention is computed explicitly
+    (`attention_probs`, float32 softmax) and a third element, the
+    probabilities `[B, N, T, S]`, is returned.
     """
     q, k, v = self.project_qkv(x_btd, cos_btd, sin_btd)
     new_cache = None
@@ -172,16 +458,26 @@ class Attention(nnx.Module):
       v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
       new_cache = (k, v)
       k, v = k.astype(self.dtype), v.astype(self.dtype)
-    impl = self.attention_impl
-    if (impl is None and mask is None and jax.default_backend() == "gpu"
-        and q.dtype in (jnp.bfloat16, jnp.float16)):
-      # Measured on an H200 (150M decoder, bf16, T=2048): the cuDNN flash
-      # kernel trains 2.7x faster than XLA's attention with 4.6x less
-      # temporary memory; jax does not pick it by default.
-      impl = "cudnn"
-    out_btnh = jax.nn.dot_product_attention(
-        q, k, v, mask=mask, is_causal=is_causal and mask is None,
-        scale=self.head_dim ** -0.5, implementation=impl)
+    if output_attentions:
+      probs = attention_probs(q, k, mask, scale=self.head_dim ** -0.5,
+                              is_causal=is_causal)
+      n, kh = q.shape[2], k.shape[2]
+      v_n = jnp.repeat(v, n // kh, axis=2) if n != kh else v
+      out_btnh = jnp.einsum("bnts,bsnh->btnh", probs.astype(self.dtype), v_n)
+    else:
+      probs = None
+      impl = self.attention_impl
+      if (impl is None and mask is None and jax.default_backend() == "gpu"
+          and q.dtype in (jnp.bfloat16, jnp.float16)):
+        # Measured on an H200 (150M decoder, bf16, T=2048): the cuDNN flash
+        # kernel trains 2.7x faster than XLA's attention with 4.6x less
+        # temporary memory; jax does not pick it by default.
+        impl = "cudnn"
+      out_btnh = jax.nn.dot_product_attention(
+          q, k, v, mask=mask, is_causal=is_causal and mask is None,
+          scale=self.head_dim ** -0.5, implementation=impl)
     out = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_nhd[...].astype(
         self.dtype))
+    if output_attentions:
+      return out, new_cache, probs
     return out, new_cache

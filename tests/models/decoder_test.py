@@ -49,7 +49,7 @@ class DecoderTest(parameterized.TestCase):
       steps.append(out.logits)
       cache = out.cache
     self.assertEqual(int(cache.index), 9)
-    np.testing.assert_array_equal(cache.positions[0],
+    np.testing.assert_array_equal(cache.positions[0, 0],
                                   [0, 1, 2, 3, 4, 5, 6, 7, 8, -1, -1, -1])
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)
 
