@@ -1,9 +1,9 @@
-"""Dispatches `python -m experiments.bench {decode,train} [flags]`."""
+"""Dispatches `python -m experiments.bench {decode,train,text_metrics} [flags]`."""
 
 import importlib
 import sys
 
-_BENCHMARKS = ("decode", "train")
+_BENCHMARKS = ("decode", "train", "text_metrics")
 
 
 def main(argv: list[str]) -> None:

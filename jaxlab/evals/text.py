@@ -6,8 +6,8 @@ One implementation of each, from a maintained library:
   the ROUGE-1.5.5 numbers papers report; PMC's reward and metrics use
   ROUGE-L *recall*, spec B.3 and B.10). Its default tokenizer lowercases,
   turns every run of non-[a-z0-9] into a space, splits on whitespace,
-  Porter-stems (NLTK) tokens longer than 3 characters when `use_stemmer`,
-  and drops empty tokens. ROUGE-L: P = LCS / |prediction|,
+  Porter-stems (NLTK; memoised here, same stems) tokens longer than 3
+  characters when `use_stemmer`, and drops empty tokens. ROUGE-L: P = LCS / |prediction|,
   R = LCS / |reference|, F = 2PR / (P + R), (0, 0, 0) when either side has
   no tokens; ROUGE-n: clipped n-gram overlap over max(count, 1).
 * Edit distances (Levenshtein, unit costs) and the longest common
@@ -26,27 +26,52 @@ import string
 import unicodedata
 from collections.abc import Sequence
 
+from nltk.stem import porter
 from rapidfuzz.distance import LCSseq
 from rapidfuzz.distance import Levenshtein
 from rouge_score import rouge_scorer
+from rouge_score import tokenize as rouge_tokenize_lib
 from rouge_score import tokenizers
 
 # rouge_score accepts "rouge1" ... "rouge9" (and "rougeL", "rougeLsum").
 _MAX_ROUGE_N = 9
 
 
-@functools.lru_cache(maxsize=None)
-def _scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
-  return rouge_scorer.RougeScorer([rouge_type], use_stemmer=use_stemmer)
+class _MemoStemmer:
+  """NLTK's Porter stemmer (the one rouge_score uses) with a memo of stems.
+
+  Stemming dominates a ROUGE call and a reward loop sees the same words
+  again and again (experiments/bench/text_metrics.py: about 3x per call).
+  """
+
+  def __init__(self):
+    self.stem = functools.lru_cache(maxsize=1 << 16)(
+        porter.PorterStemmer().stem)
+
+
+class _Tokenizer(tokenizers.Tokenizer):
+  """`rouge_score.tokenize.tokenize` (its default tokenizer's function)."""
+
+  def __init__(self, use_stemmer: bool):
+    self._stemmer = _MemoStemmer() if use_stemmer else None
+
+  def tokenize(self, text: str) -> list[str]:
+    return rouge_tokenize_lib.tokenize(text, self._stemmer)
 
 
 @functools.lru_cache(maxsize=2)
-def _tokenizer(use_stemmer: bool) -> tokenizers.DefaultTokenizer:
-  return tokenizers.DefaultTokenizer(use_stemmer=use_stemmer)
+def _tokenizer(use_stemmer: bool) -> _Tokenizer:
+  return _Tokenizer(use_stemmer)
+
+
+@functools.lru_cache(maxsize=None)
+def _scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
+  return rouge_scorer.RougeScorer([rouge_type],
+                                  tokenizer=_tokenizer(use_stemmer))
 
 
 def rouge_tokenize(text: str, *, use_stemmer: bool = True) -> list[str]:
-  """`rouge_score`'s default tokenizer (see the module docstring)."""
+  """`rouge_score`'s default tokenization (see the module docstring)."""
   return _tokenizer(use_stemmer).tokenize(text)
 
 

@@ -6,6 +6,7 @@ import random
 from absl.testing import absltest
 from absl.testing import parameterized
 from rouge_score import rouge_scorer
+from rouge_score import tokenizers
 
 from jaxlab.evals import text
 
@@ -52,6 +53,14 @@ class RougeParityTest(parameterized.TestCase):
     self.assertEqual((p, r), (1.0, 4 / 6))
     self.assertAlmostEqual(f, 2 * 1.0 * (4 / 6) / (1 + 4 / 6))
     self.assertEqual(text.rouge_l_recall("nothing shared", "the cat"), 0.0)
+
+  @parameterized.product(stem=[True, False])
+  def test_tokenizer_matches_rouge_score_default(self, stem):
+    default = tokenizers.DefaultTokenizer(use_stemmer=stem)
+    for pred, ref in _PAIRS:
+      for s in (pred, ref):
+        self.assertEqual(text.rouge_tokenize(s, use_stemmer=stem),
+                         default.tokenize(s), s)
 
   def test_tokenizer_stems_long_tokens_only(self):
     self.assertEqual(text.rouge_tokenize("Ponies, cats & dogs!"),
