@@ -10,7 +10,7 @@ Writes `results.json` and PNGs (`fe_<metric>_<pairing>.png`, `sweep.png`).
 """
 
 import os
-import json
+import time
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from jaxlab.analysis import frequency_entropy as fe
 from jaxlab.data import sources as data_sources
 from jaxlab.data import tokenizers
 from jaxlab.train import trainer
+from experiments import results as results_lib
 
 
 class StreamSource:
@@ -119,7 +120,74 @@ def _plot_sweep(sweeps, path):
   return path
 
 
+SELECTION_LABELS = {
+    "rule_a": "rule a: SpectrumFE > 0.4", "rule_b": "rule b: SequenceFE < 0.6",
+    "rule_c": "rule c: SpectrumFE < 0.2", "rule_a+b": "rule a+b",
+    "spectrum_low_q": "SpectrumFE lowest 10%",
+    "spectrum_high_q": "SpectrumFE highest 10%",
+    "sequence_low_q": "SequenceFE lowest 10%",
+    "random_q": "random pairs (as many as SequenceFE lowest)"}
+
+
+def results_tables(out: dict[str, Any], seed: int) -> tuple[list, list]:
+  """One seed's tables (per-layer FE, RoPE vs NoPE, alpha sweep).
+
+  Runs of other seeds (`--config.seed=N`) are merged by
+  `python -m experiments.report --add NAME WORKDIR WORKDIR ...`.
+  """
+  col = results_lib.Column
+  nope = set(out["nope_layers"])
+  first = next(iter(out["per_layer"].values()))
+  layers = results_lib.Table(
+      "per_layer", "mean FE per layer",
+      [col(f"layer{i}", f"layer {i} ({'NoPE' if i in nope else 'RoPE'})", 3)
+       for i in range(len(first))], row_label="")
+  names = {"spectrum": "SpectrumFE", "sequence": "SequenceFE"}
+  for key, vals in out["per_layer"].items():
+    metric, pairing = key.split("_", 1)
+    pairing = ("native pairs" if pairing == "native"
+               else f"{pairing} (non-native)")
+    layers.add_seed(f"{names[metric]}, {pairing}", seed,
+                    {f"layer{i}": v for i, v in enumerate(vals)})
+  pairings = [k[len("sequence_fe_rope_vs_nope_"):] for k in out
+              if k.startswith("sequence_fe_rope_vs_nope_")]
+  rvn = results_lib.Table(
+      "rope_vs_nope", "mean SequenceFE of the RoPE layers and the NoPE layer",
+      [col(p, f"{p} pairing", 3) for p in pairings], row_label="layers")
+  for p in pairings:
+    v = out[f"sequence_fe_rope_vs_nope_{p}"]
+    rvn.add("RoPE layers", p, seed, v["rope"])
+    rvn.add("NoPE layer", p, seed, v["nope"])
+  sweeps = out["sweeps"]
+  alphas = next(iter(sweeps.values()))["alpha"]
+  sweep = results_lib.Table(
+      "sweep", "perplexity after attenuating the selected pairs by alpha",
+      [col("n", "pairs selected", 1)] +
+      [col(f"a{a:g}", f"alpha {a:g}", 3) for a in alphas],
+      row_label="selection")
+  for name, sw in sweeps.items():
+    vals = {"n": sw["num_selected"]}
+    if sw["num_selected"]:
+      vals.update({f"a{a:g}": p for a, p in zip(sw["alpha"],
+                                               sw["perplexity"])})
+    sweep.add_seed(SELECTION_LABELS.get(name, name), seed, vals)
+  comparisons = [results_lib.Comparison("rope_vs_nope", p, "RoPE layers",
+                                        "NoPE layer") for p in pairings]
+  lo_spec, lo_seq = (SELECTION_LABELS["spectrum_low_q"],
+                     SELECTION_LABELS["sequence_low_q"])
+  if "spectrum_low_q" in sweeps and "sequence_low_q" in sweeps:
+    for a in alphas:
+      if a < 1:
+        comparisons.append(results_lib.Comparison("sweep", f"a{a:g}",
+                                                  lo_spec, lo_seq))
+  if "spectrum_low_q" in sweeps and "random_q" in sweeps and alphas:
+    comparisons.append(results_lib.Comparison(
+        "sweep", f"a{alphas[0]:g}", lo_spec, SELECTION_LABELS["random_q"]))
+  return [layers, rvn, sweep], comparisons
+
+
 def run(config, workdir: str) -> dict[str, Any]:
+  t0 = time.time()
   train_src, eval_src = sources(config)
   res = trainer.train(config, workdir, train_source=train_src,
                       eval_source=eval_src)
@@ -159,6 +227,8 @@ def run(config, workdir: str) -> dict[str, Any]:
   out["baseline_perplexity"] = fe.perplexity(model, ids)
   out["plots"].append(_plot_sweep(sweeps, os.path.join(workdir,
                                                        "sweep.png")))
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(out, f, indent=1)
+  tables, comparisons = results_tables(out, int(config.seed))
+  results_lib.write(workdir, "frequency_entropy", tables=tables,
+                    comparisons=comparisons, extra=out, config=config,
+                    start_time=t0)
   return out
