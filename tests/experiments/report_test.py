@@ -1,0 +1,356 @@
+"""Tests of experiments/results.py (schema) and experiments/report.py."""
+
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+import textwrap
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+from scipy import stats
+
+from experiments import report
+from experiments import results
+
+
+def _cell(seeds, vals):
+  return {"seeds": list(seeds), "values": list(vals)}
+
+
+def _result(rows, *, columns=None, comparisons=(), table_id="t",
+            command="python fake.py --workdir=w"):
+  columns = columns or [{"key": "acc", "label": "accuracy", "decimals": 1,
+                         "scale": 100.0, "spread": True}]
+  return {"schema": 1, "experiment": "fake", "command": command,
+          "tables": [{"id": table_id, "title": "Fake", "row_label": "method",
+                      "columns": columns,
+                      "rows": [{"label": k, "cells": v}
+                               for k, v in rows.items()]}],
+          "comparisons": list(comparisons), "extra": {}}
+
+
+class FormatTest(parameterized.TestCase):
+
+  def test_mean_sample_std_by_hand(self):
+    # mean 0.23333, deviations -0.1333, -0.0333, 0.1667:
+    # var = (0.017778 + 0.001111 + 0.027778) / 2 = 0.023333, std 0.15275.
+    col = {"decimals": 1, "scale": 100.0}
+    self.assertEqual(report.fmt_cell(_cell([0, 1, 2], [0.1, 0.2, 0.4]), col),
+                     "23.3 ± 15.3")
+    m, s, n = report.mean_std([0.1, 0.2, 0.4])
+    self.assertAlmostEqual(s, math.sqrt(0.07 / 3), places=12)
+    self.assertEqual(n, 3)
+
+  @parameterized.named_parameters(
+      ("one_seed", _cell([0], [0.5]), {"decimals": 2}, None, "0.50"),
+      ("no_spread_column", _cell([0, 1], [1.0, 3.0]),
+       {"decimals": 0, "spread": False}, None, "2"),
+      ("missing_values_left_out", _cell([0, 1, 2], [1.0, None, 3.0]),
+       {"decimals": 1}, 2, "2.0 ± 1.4"),
+      ("n_marked_when_not_default", _cell([0, 1], [1.0, 3.0]),
+       {"decimals": 1}, 3, "2.0 ± 1.4 (n = 2)"),
+      ("empty", None, {"decimals": 1}, None, "–"),
+      ("negative_zero", _cell([0, 1], [-0.0001, 0.0001]), {"decimals": 1},
+       None, "0.0 ± 0.0"),
+  )
+  def test_cells(self, cell, col, n_default, want):
+    self.assertEqual(report.fmt_cell(cell, col, n_default), want)
+
+  def test_fmt_num_sign(self):
+    self.assertEqual(report.fmt_num(0.1234, 2, sign=True), "+0.12")
+    self.assertEqual(report.fmt_num(-0.1234, 2, sign=True), "-0.12")
+    self.assertEqual(report.fmt_num(-0.001, 2, sign=True), "0.00")
+    self.assertEqual(report.fmt_num(float("nan"), 2), "n/a")
+
+
+class StatisticsTest(absltest.TestCase):
+
+  def test_paired_differences_match_by_seed_not_position(self):
+    a = _cell([0, 1, 2], [1.0, 2.0, 3.0])
+    b = _cell([2, 0, 7], [10.0, 20.0, 30.0])
+    self.assertEqual(report.paired_differences(a, b), [1.0 - 20.0, 3.0 - 10.0])
+
+  def test_interval_by_hand(self):
+    # diffs 1, 2, 3: mean 2, sd 1, se 1/sqrt(3), t_{0.975, 2} = 4.302652729.
+    st = report.paired_interval([1.0, 2.0, 3.0])
+    half = 4.302652729749464 / math.sqrt(3)
+    self.assertAlmostEqual(st.mean, 2.0)
+    self.assertAlmostEqual(st.low, 2.0 - half, places=9)
+    self.assertAlmostEqual(st.high, 2.0 + half, places=9)
+    self.assertEqual(st.n, 3)
+
+  def test_interval_equals_scipy_paired_t_test(self):
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=7), rng.normal(size=7) + 0.3
+    ci = stats.ttest_rel(a, b).confidence_interval(0.95)
+    st = report.paired_interval(list(a - b))
+    self.assertAlmostEqual(st.low, ci.low, places=10)
+    self.assertAlmostEqual(st.high, ci.high, places=10)
+    self.assertAlmostEqual(st.std, float(np.std(a - b, ddof=1)), places=12)
+
+  def test_one_pair_has_no_interval(self):
+    st = report.paired_interval([0.5])
+    self.assertEqual(st.n, 1)
+    self.assertTrue(math.isnan(st.low))
+
+
+class RenderTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.res = _result(
+        {"A": {"acc": _cell([0, 1, 2], [0.5, 0.6, 0.7])},
+         "B": {"acc": _cell([0, 1, 2], [0.4, 0.4, 0.5])}},
+        comparisons=[{"table": "t", "column": "acc", "a": "A", "b": "B",
+                      "label": "A − B"}])
+
+  def test_table_markdown(self):
+    # diffs 0.1, 0.2, 0.2: mean 0.1667, sd 0.05774, half-width
+    # 4.3027 * 0.05774 / sqrt(3) = 0.14343 -> [2.3, 31.0] x 100.
+    got = report.render_table(self.res, "t", source="r/fake.json")
+    want = textwrap.dedent("""\
+        *Fake: mean ± sample std (ddof 1) over n = 3 seeds (seeds 0–2); generated from [fake.json](r/fake.json).*
+
+        | method | accuracy |
+        |---|---|
+        | A | 60.0 ± 10.0 |
+        | B | 43.3 ± 5.8 |
+
+        Paired differences (a − b over the seeds both rows have; mean and 95 % t-interval):
+
+        | comparison | column | difference | 95 % interval | n |
+        |---|---|---|---|---|
+        | A − B | accuracy | +16.7 | [+2.3, +31.0] | 3 |
+        """)
+    self.assertEqual(got, want)
+
+  def test_rows_and_columns_selection(self):
+    got = report.render_table(self.res, "t", rows=["B"])
+    self.assertIn("| B | 43.3 ± 5.8 |", got)
+    self.assertNotIn("| A |", got)
+    self.assertNotIn("Paired", got)  # the comparison needs both rows
+    with self.assertRaisesRegex(report.ReportError, "no column"):
+      report.render_table(self.res, "t", columns=["nope"])
+    with self.assertRaisesRegex(report.ReportError, "no row"):
+      report.render_table(self.res, "t", rows=["C"])
+    with self.assertRaisesRegex(report.ReportError, "no table"):
+      report.render_table(self.res, "u")
+
+  def test_render_doc_rewrites_only_blocks_and_is_idempotent(self):
+    text = ("intro\n<!-- report: fake/t rows=\"A\" -->\nhand-typed | 99 |\n"
+            "<!-- /report -->\noutro\n")
+    new = report.render_doc(text, {"fake": self.res},
+                            doc_dir="/r/docs/papers", repo="/r")
+    self.assertTrue(new.startswith("intro\n<!-- report: fake/t rows=\"A\" -->"
+                                   "\n*Fake"))
+    self.assertIn("| A | 60.0 ± 10.0 |", new)
+    self.assertNotIn("99", new)
+    self.assertIn("[fake.json](../results/fake.json)", new)
+    self.assertTrue(new.endswith("<!-- /report -->\noutro\n"))
+    self.assertEqual(report.render_doc(new, {"fake": self.res},
+                                       doc_dir="/r/docs/papers", repo="/r"),
+                     new)
+
+  def test_render_doc_errors(self):
+    with self.assertRaisesRegex(report.ReportError, "closing marker"):
+      report.render_doc("<!-- report: fake/t -->\nx\n", {"fake": self.res},
+                        doc_dir="/r", repo="/r")
+    with self.assertRaisesRegex(report.ReportError, "no docs/results/nope"):
+      report.render_doc("<!-- report: nope/t -->\n<!-- /report -->",
+                        {"fake": self.res}, doc_dir="/r", repo="/r")
+
+  def test_check_flags_a_hand_edited_table(self):
+    with tempfile.TemporaryDirectory() as repo:
+      os.makedirs(os.path.join(repo, "docs", "results"))
+      os.makedirs(os.path.join(repo, "docs", "papers"))
+      with open(os.path.join(repo, "docs", "results", "fake.json"), "w") as f:
+        json.dump(self.res, f)
+      readme = os.path.join(repo, "README.md")
+      with open(readme, "w") as f:
+        f.write("<!-- report: fake/t -->\n<!-- /report -->\n")
+      self.assertEqual(report.update_docs(repo, check=True), ["README.md"])
+      self.assertEqual(report.update_docs(repo), ["README.md"])
+      self.assertEqual(report.update_docs(repo, check=True), [])
+      with open(readme) as f:
+        text = f.read()
+      with open(readme, "w") as f:
+        f.write(text.replace("60.0 ± 10.0", "61.0 ± 10.0"))
+      self.assertEqual(report.main(["--check", "--repo", repo]), 1)
+
+
+class MergeAndVerifyTest(absltest.TestCase):
+
+  def test_merge_concatenates_seeds(self):
+    r0 = _result({"A": {"acc": _cell([0], [0.5])}}, command="c0")
+    r1 = _result({"A": {"acc": _cell([1], [0.7])},
+                  "B": {"acc": _cell([1], [0.1])}}, command="c1")
+    m = report.merge([r0, r1])
+    rows = {r["label"]: r["cells"] for r in m["tables"][0]["rows"]}
+    self.assertEqual(rows["A"]["acc"], _cell([0, 1], [0.5, 0.7]))
+    self.assertEqual(rows["B"]["acc"], _cell([1], [0.1]))
+    self.assertEqual(m["commands"], ["c0", "c1"])
+    with self.assertRaisesRegex(report.ReportError, "more than one run"):
+      report.merge([r0, r0])
+
+  def test_cell_shift_by_hand(self):
+    col = {"decimals": 2, "scale": 1.0}
+    # means 2 -> 3, s = 1 both, n = 3: 1 / sqrt(1/3 + 1/3) = 1.2247.
+    self.assertAlmostEqual(
+        report.cell_shift(_cell([0, 1, 2], [1, 2, 3]),
+                          _cell([0, 1, 2], [2, 3, 4]), col),
+        1 / math.sqrt(2 / 3))
+    # No spread: floored at half the displayed resolution (0.005).
+    self.assertEqual(report.cell_shift(_cell([0, 1], [5, 5]),
+                                       _cell([0, 1], [5, 5]), col), 0.0)
+    self.assertAlmostEqual(report.cell_shift(_cell([0], [5.0]),
+                                             _cell([0], [5.01]), col), 2.0)
+    self.assertAlmostEqual(
+        report.cell_shift(_cell([0], [0.5]), _cell([0], [0.6]),
+                          {"decimals": 1, "scale": 100.0}), 0.1 / 0.0005)
+    self.assertEqual(report.cell_shift(_cell([0], [5.0]), None, col),
+                     math.inf)
+
+  def test_compare_exit_code(self):
+    old = _result({"A": {"acc": _cell([0, 1, 2], [0.5, 0.6, 0.7])},
+                   "B": {"acc": _cell([0, 1, 2], [0.1, 0.1, 0.1])}})
+    near = _result({"A": {"acc": _cell([0, 1, 2], [0.55, 0.65, 0.75])},
+                    "B": {"acc": _cell([0, 1, 2], [0.1, 0.1, 0.1])}})
+    far = _result({"A": {"acc": _cell([0, 1, 2], [0.5, 0.6, 0.7])},
+                   "B": {"acc": _cell([0, 1, 2], [0.3, 0.3, 0.3])}})
+    out = io.StringIO()
+    shifts = report.compare(old, near)
+    # A: +0.05 / sqrt(0.01/3 * 2) = 0.6124.
+    self.assertAlmostEqual(shifts[0].shift, 0.05 / math.sqrt(0.02 / 3))
+    self.assertEqual(report.print_shifts(shifts, out=out), 0)
+    out = io.StringIO()
+    self.assertEqual(report.print_shifts(report.compare(old, far), out=out),
+                     1)
+    self.assertIn("MOVED", out.getvalue())
+    self.assertIn("+400.00 SE  t / B / acc: 10.0 ± 0.0 -> 30.0 ± 0.0",
+                  out.getvalue())  # 0.2 / floor 0.0005
+    missing = _result({"A": {"acc": _cell([0, 1, 2], [0.5, 0.6, 0.7])}})
+    self.assertEqual(report.print_shifts(report.compare(old, missing),
+                                         out=io.StringIO()), 1)
+
+  def test_rerun_command(self):
+    self.assertEqual(
+        report.rerun_command("python -m experiments.main --config=c.py:tiny "
+                             "--workdir=workdirs/x --config.a=1", "/tmp/w"),
+        [sys.executable, "-m", "experiments.main", "--config=c.py:tiny",
+         "--workdir=/tmp/w", "--config.a=1"])
+    self.assertEqual(report.rerun_command("tool --workdir old x", "/w"),
+                     ["tool", "--workdir=/w", "x"])
+
+  def test_verify_reruns_the_committed_command(self):
+    # A fake experiment: writes one cell whose values come from its flags.
+    fake = textwrap.dedent("""\
+        import json, os, sys
+        args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+        vals = [float(v) for v in args["vals"].split(",")]
+        os.makedirs(args["workdir"], exist_ok=True)
+        json.dump({"schema": 1, "command": " ".join(sys.argv), "tables": [
+            {"id": "t", "title": "Fake", "columns": [
+                {"key": "acc", "label": "acc", "decimals": 2, "scale": 1}],
+             "rows": [{"label": "A", "cells": {"acc": {
+                 "seeds": list(range(len(vals))), "values": vals}}}]}],
+            "comparisons": []}, open(args["workdir"] + "/results.json", "w"))
+        """)
+    with tempfile.TemporaryDirectory() as repo:
+      with open(os.path.join(repo, "fake.py"), "w") as f:
+        f.write(fake)
+      os.makedirs(os.path.join(repo, "docs", "results"))
+      committed = _result(
+          {"A": {"acc": _cell([0, 1, 2], [0.5, 0.6, 0.7])}},
+          columns=[{"key": "acc", "label": "acc", "decimals": 2,
+                    "scale": 1}])
+      for name, vals, want in (("same", "0.5,0.6,0.7", 0),
+                               ("moved", "0.9,1.0,1.1", 1)):
+        committed["command"] = (f"python fake.py --workdir=workdirs/{name} "
+                                f"--vals={vals}")
+        with open(os.path.join(repo, "docs", "results", f"{name}.json"),
+                  "w") as f:
+          json.dump(committed, f)
+        out = io.StringIO()
+        self.assertEqual(report.verify(name, repo=repo, out=out), want,
+                         out.getvalue())
+        # The rerun went to a temporary workdir, not the committed one.
+        self.assertFalse(os.path.exists(os.path.join(repo, "workdirs")))
+      self.assertIn("+4.90 SE", out.getvalue())  # 0.4 / sqrt(0.02/3)
+
+  def test_add_copies_and_merges(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      for seed in (0, 1):
+        t = results.Table("t", "T", [results.Column("acc", "acc", 2)])
+        t.add("A", "acc", seed, 0.5 + seed)
+        results.write(os.path.join(tmp, f"w{seed}"), "fake", tables=[t],
+                      argv=["experiments/main.py", f"--config.seed={seed}"])
+      path = report.add("fake", [os.path.join(tmp, "w0"),
+                                 os.path.join(tmp, "w1")], repo=tmp)
+      with open(path) as f:
+        res = json.load(f)
+      self.assertEqual(res["tables"][0]["rows"][0]["cells"]["acc"],
+                       _cell([0, 1], [0.5, 1.5]))
+      self.assertEqual(len(res["commands"]), 2)
+
+
+class ResultsSchemaTest(absltest.TestCase):
+
+  def test_command_line(self):
+    self.assertEqual(
+        results.command_line(["/x/experiments/main.py",
+                              "--config=configs/a.py:tiny",
+                              "--workdir=/tmp/a b"]),
+        "python -m experiments.main --config=configs/a.py:tiny "
+        "'--workdir=/tmp/a b'")
+
+  def test_table_and_write(self):
+    t = results.Table("t", "T", [results.Column("acc", "acc", 2, 100)],
+                      row_label="m")
+    t.add("A", "acc", 0, np.float32(0.5))
+    t.add("A", "acc", 1, float("nan"))
+    t.add_seed("B", 0, {"acc": 0.25})
+    with self.assertRaisesRegex(ValueError, "already has seed"):
+      t.add("A", "acc", 0, 0.1)
+    with self.assertRaisesRegex(ValueError, "no column"):
+      t.add("A", "loss", 2, 0.1)
+    with self.assertRaisesRegex(ValueError, "unknown column"):
+      results.build("x", tables=[t],
+                    comparisons=[results.Comparison("t", "loss", "A", "B")])
+    with tempfile.TemporaryDirectory() as tmp:
+      res = results.write(
+          tmp, "demo", tables=[t],
+          comparisons=[results.Comparison("t", "acc", "A", "B")],
+          extra={"curve": np.arange(3), "bad": float("inf")},
+          start_time=0.0, argv=["experiments/main.py", "--workdir=w"])
+      with open(os.path.join(tmp, "results.json")) as f:
+        self.assertEqual(json.load(f), res)
+    self.assertEqual(res["tables"][0]["rows"][0]["cells"]["acc"],
+                     _cell([0, 1], [0.5, None]))
+    self.assertEqual(res["comparisons"][0]["label"], "A − B")
+    self.assertEqual(res["extra"], {"curve": [0, 1, 2], "bad": None})
+    self.assertEqual(res["command"],
+                     "python -m experiments.main --workdir=w")
+    for key in ("git", "packages", "machine", "wall_time_s"):
+      self.assertIn(key, res)
+    self.assertIn("jax", res["packages"])
+    self.assertGreater(res["machine"]["device_count"], 0)
+    self.assertEqual(report.fmt_cell(res["tables"][0]["rows"][0]["cells"][
+        "acc"], res["tables"][0]["columns"][0]), "50.00")
+
+
+class RepoDocsTest(absltest.TestCase):
+
+  def test_committed_tables_are_generated(self):
+    """Fails when a table in README.md / docs/papers differs from its data.
+
+    Fix: `python -m experiments.report` (never edit a generated table).
+    """
+    self.assertEqual(report.update_docs(report.REPO, check=True), [])
+
+
+if __name__ == "__main__":
+  absltest.main()
