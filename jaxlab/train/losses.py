@@ -12,10 +12,10 @@ returning a scalar float32 loss and a dict of scalar metrics (logged with the
 loss). Papers register their objectives here by name, e.g. in
 `jaxlab/objectives/rerank.py`:
 
-    @losses.register("rerank_unified")
+    @losses.register("rerank")
     def rerank_loss(model, batch, *, rng, config): ...
 
-and a config selects it with `config.loss.name = "rerank_unified"`.
+and a config selects it with `config.loss.name = "rerank"`.
 """
 
 from collections.abc import Callable
