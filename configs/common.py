@@ -53,6 +53,10 @@ def optim_config() -> ml_collections.ConfigDict:
       "weight_decay": 0.1,    # not applied to norms / biases
       "clip_norm": 1.0,       # global-norm clipping; 0 disables
       "grad_accum": 1,        # micro-batches per optimizer step
+      # Parameter groups, each with its own optax transform: name ->
+      # {pattern (regex over param paths), lr or lr_mult, optimizer
+      # (adamw | sgd | frozen), weight_decay, ...}; see jaxlab/train/optim.py.
+      "groups": ml_collections.ConfigDict(),
   })
 
 
@@ -69,7 +73,7 @@ def train_config() -> ml_collections.ConfigDict:
       "keep_checkpoints": 3,
       "async_checkpoint": True,
       "tensorboard": True,
-      "peak_flops": 0.0,        # 0: measure a matmul for the MFU estimate
+      "peak_flops": 0.0,        # FLOP/s for MFU; 0: measure a matmul; -1: no MFU
       "debug_step_sleep_s": 0.0,  # slows steps down (preemption tests)
   })
 
