@@ -35,7 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.update(steps=1500, batch_size=16, seq_len=512, log_every=100,
                  eval_every=0, eval_batch_size=16, eval_batches=2,
                  checkpoint_every=500, keep_checkpoints=1, tensorboard=False,
-                 peak_flops=1.0)
+                 peak_flops=-1.0)
   c.optim.update(lr=2e-3, warmup_steps=100, weight_decay=0.01)
   c.fe = ml_collections.ConfigDict({
       "frame": 128,

@@ -50,7 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.update(steps=1000, batch_size=32, seq_len=64, log_every=100,
                  eval_every=250, eval_batch_size=64, eval_batches=2,
                  checkpoint_every=1000, keep_checkpoints=1, tensorboard=False,
-                 peak_flops=1.0)
+                 peak_flops=-1.0)
   c.optim.update(lr=3e-3, warmup_steps=100, weight_decay=0.01)
   if args.tiny:
     c.methods = ("default", "pi", "ntk", "yarn", "mrope_uni", "mrope_pro")

@@ -9,7 +9,13 @@ A loss is `fn(model, batch, *, rng, config) -> (loss, metrics)`:
   config:  the experiment's `config.loss` ConfigDict (static under jit),
 
 returning a scalar float32 loss and a dict of scalar metrics (logged with the
-loss). Papers register their objectives here by name, e.g. in
+loss). A loss that also takes a keyword `step` (or `**kwargs`) receives the
+int32 number of optimizer updates before this one (0 at the first; the count
+the lr schedule reads), e.g. for annealed temperatures or weights; the
+trainer calls every loss through `call`, so older losses keep working.
+A loss may update non-weight variables of the model (an `nnx.BatchStat`, an
+`nnx.Variable` subclass holding a running estimate); the trainer keeps the
+new values for the next step. Papers register their objectives here by name, e.g. in
 `jaxlab/objectives/rerank.py`:
 
     @losses.register("rerank")
@@ -19,6 +25,7 @@ and a config selects it with `config.loss.name = "rerank"`.
 """
 
 from collections.abc import Callable
+import inspect
 from typing import Any
 
 import jax
@@ -32,6 +39,24 @@ LOSSES: registry.Registry[LossFn] = registry.Registry("loss")
 register = LOSSES.register
 get = LOSSES.get
 available = LOSSES.names
+
+
+def accepts_step(loss_fn: Callable) -> bool:
+  """Whether `loss_fn` takes a `step` keyword (or `**kwargs`)."""
+  try:
+    params = inspect.signature(loss_fn).parameters.values()
+  except (TypeError, ValueError):
+    return False
+  return any(p.name == "step" and p.kind in (p.KEYWORD_ONLY,
+                                             p.POSITIONAL_OR_KEYWORD)
+             or p.kind == p.VAR_KEYWORD for p in params)
+
+
+def call(loss_fn: Callable, model, batch, *, rng, config, step):
+  """`loss_fn(model, batch, rng=, config=[, step=])`: `step` if it takes it."""
+  if accepts_step(loss_fn):
+    return loss_fn(model, batch, rng=rng, config=config, step=step)
+  return loss_fn(model, batch, rng=rng, config=config)
 
 
 def sequence_nll(logits_btv: jax.Array, targets_bt: jax.Array,

@@ -23,19 +23,29 @@ from flax import nnx
 
 from jaxlab import parallel
 from jaxlab.train import losses as losses_lib
+from jaxlab.train import optim as optim_lib
 from jaxlab.train import trainer as trainer_lib
 
 
 def optim_config(*, lr: float, warmup_steps: int = 0,
                  weight_decay: float = 0.0, schedule: str = "constant",
-                 clip_norm: float = 1.0, end_lr_frac: float = 0.0
-                 ) -> ml_collections.ConfigDict:
-  """A `config.optim` for `jaxlab.train.optim.make_optimizer` (AdamW)."""
-  return ml_collections.ConfigDict({
-      "lr": float(lr), "warmup_steps": int(warmup_steps),
-      "schedule": schedule, "end_lr_frac": float(end_lr_frac),
-      "weight_decay": float(weight_decay), "clip_norm": float(clip_norm),
-      "grad_accum": 1})
+                 clip_norm: float = 1.0, end_lr_frac: float = 0.0,
+                 **fields) -> ml_collections.ConfigDict:
+  """A `config.optim` for a sub-training: `configs/common.optim_config()`
+  with the sub-training's usual values (constant lr, no warmup, no decay,
+  clipping at 1) and any other optim field (`b2`, `groups`, `grad_accum`,
+  ...) overridden by keyword; an unknown field is an error."""
+  from configs import common  # pylint: disable=g-import-not-at-top
+  out = common.optim_config()
+  fields.update(lr=float(lr), warmup_steps=int(warmup_steps),
+                weight_decay=float(weight_decay), schedule=schedule,
+                clip_norm=float(clip_norm), end_lr_frac=float(end_lr_frac))
+  for k, v in fields.items():
+    if k not in out:
+      raise ValueError(f"optim_config: unknown optim field {k!r}; valid: "
+                       f"{', '.join(sorted(out.keys()))}")
+    out[k] = v
+  return out
 
 
 _STEP_CACHE: dict[Any, Callable] = {}
@@ -46,48 +56,57 @@ class StepRunner:
 
   Why not `trainer.train`: PMC samples from the *current* weights between two
   updates and builds the next batch from those samples (the monotone cache),
-  so its data is not a fixed source that the trainer's grain pipeline could
-  iterate, and the in-experiment sub-trainings (pre-training the tiny LM,
-  FIM model, solvers) need no checkpoints or metric files. So the outer loop
-  lives here, but each update is the trainer's: `trainer.build` (optimizer
-  from `jaxlab.train.optim`, state born on a mesh), `trainer.make_train_step`
-  (loss from the `jaxlab.train.losses` registry, state donated).
+  an RL learner rolls out between updates, and the in-experiment
+  sub-trainings (pre-training the tiny LM, FIM model, solvers, scorers) need
+  no checkpoints or metric files. So the outer loop lives with the caller,
+  but each update is the trainer's: `trainer.build` (optimizer and parameter
+  groups from `jaxlab.train.optim`, state born on a mesh),
+  `trainer.make_train_step` (loss from the `jaxlab.train.losses` registry or
+  a callable of the same signature, the loss's `step`, non-weight state the
+  loss updates kept, state donated, `optim.grad_accum` micro-batches).
 
-  The default mesh is one device: the loop alternates with the KV-cache
-  sampler, and the tiny models of the miniatures gain nothing from sharding.
-  Pass `mesh` to shard the update like the trainer does (batch rows must then
-  divide by mesh.data * mesh.fsdp).
+  `optim` is a complete `config.optim` section (`optim_config(...)` or
+  `configs/common.base_config().optim`). The default mesh is one device: the
+  loop alternates with the KV-cache sampler, and the tiny models of the
+  miniatures gain nothing from sharding. Pass `mesh` (and the logical-axis
+  `rules`, default `configs/common.sharding_rules()`) to shard the update
+  like the trainer does (batch rows must then divide by
+  mesh.data * mesh.fsdp * optim.grad_accum).
   """
 
   def __init__(self, model: nnx.Module, *, loss: str | Callable,
                loss_config: Any, optim: ml_collections.ConfigDict,
                steps: int, seed: int = 0,
-               mesh: jax.sharding.Mesh | None = None):
+               mesh: jax.sharding.Mesh | None = None, rules: Any = None):
+    from configs import common  # pylint: disable=g-import-not-at-top
     self._target = model
     self.mesh = mesh or parallel.make_mesh(
         {"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
-    cfg = ml_collections.ConfigDict({
-        "seed": int(seed), "optim": optim,
-        "train": {"steps": max(int(steps), 1)}})
+    cfg = common.base_config()
+    cfg.seed = int(seed)
+    cfg.optim = ml_collections.ConfigDict(dict(optim))
+    cfg.train.steps = max(int(steps), 1)
+    if rules is not None:
+      cfg.sharding_rules = tuple(rules)
+    self.grad_accum = int(optim_lib.field(cfg.optim, "grad_accum"))
     self.ts = trainer_lib.build(cfg, model=model, mesh=self.mesh)
     loss_fn = losses_lib.get(loss) if isinstance(loss, str) else loss
-    batch_sh = parallel.batch_sharding(self.mesh, self.ts.rules)
+    self.batch_sharding = parallel.batch_sharding(
+        self.mesh, self.ts.rules, leading=1 if self.grad_accum > 1 else 0)
     # Experiments build many runners for the same model shape, loss and
     # optimizer (one per seed and method); reusing the jitted step reuses
     # its compilation, which dominates the miniatures' CPU time. The cached
     # step merges with the first runner's graphdef, whose optax transform
     # is built from the same optim config and step count, so it computes
     # the same update.
-    cache_key = (loss,
-                 repr(loss_config), optim.to_json_best_effort()
-                 if hasattr(optim, "to_json_best_effort") else repr(optim),
-                 int(steps), nnx.graphdef(model), self.mesh)
+    cache_key = (loss, repr(loss_config), cfg.optim.to_json_best_effort(),
+                 int(steps), nnx.graphdef(model), self.mesh, self.ts.rules)
     self._step = _STEP_CACHE.get(cache_key)
     if self._step is None:
       with self._ctx():
         self._step = trainer_lib.make_train_step(
-            self.ts, loss_fn, loss_config, grad_accum=1,
-            batch_sharding=batch_sh)
+            self.ts, loss_fn, loss_config, grad_accum=self.grad_accum,
+            batch_sharding=self.batch_sharding)
       _STEP_CACHE[cache_key] = self._step
     self._key = jax.random.key(int(seed))
     self._state = self.ts.state
@@ -99,17 +118,35 @@ class StepRunner:
     stack.enter_context(nnx.logical_axis_rules(self.ts.rules))
     return stack
 
-  def step(self, batch: dict[str, np.ndarray], step: int
-           ) -> dict[str, float]:
-    """One optimizer update on `batch`; returns float metrics."""
+  def step(self, batch: dict[str, Any], step: int, *,
+           rng: jax.Array | None = None) -> dict[str, float]:
+    """One optimizer update on `batch` (host or device arrays, global rows).
+
+    `rng` defaults to `fold_in(key(seed), step)`; `step` only seeds the rng,
+    the loss's `step` is the optimizer's update count. Returns float metrics.
+    """
+    ga = self.grad_accum
+    if ga > 1:
+      def split(x):
+        if x.shape[0] % ga:
+          raise ValueError(f"batch of {x.shape[0]} rows does not split into "
+                           f"optim.grad_accum={ga} micro-batches")
+        return x.reshape(ga, x.shape[0] // ga, *x.shape[1:])
+      batch = jax.tree.map(split, batch)
     self._model = None  # the old state's buffers are donated below
     with self._ctx():
       self._state, metrics = self._step(
-          self._state, batch, jax.random.fold_in(self._key, step))
+          self._state, batch,
+          jax.random.fold_in(self._key, step) if rng is None else rng)
     return {k: float(v) for k, v in jax.device_get(metrics).items()}
 
+  @property
+  def update_count(self) -> int:
+    """Optimizer updates done so far (the `step` the loss receives next)."""
+    return int(nnx.merge(self.ts.graphdef, self._state)[1].step[...])
+
   def model(self) -> nnx.Module:
-    """The current weights (for sampling); invalid after the next `step`."""
+    """The current model (for sampling); invalid after the next `step`."""
     if self._model is None:
       self._model = nnx.merge(self.ts.graphdef, self._state)[0]
     return self._model
@@ -139,7 +176,7 @@ def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
       model, loss="lm", loss_config=None,
       optim=optim_config(lr=lr, warmup_steps=warmup_steps,
                          weight_decay=weight_decay, schedule="cosine",
-                         clip_norm=clip_norm),
+                         clip_norm=clip_norm, end_lr_frac=0.0),
       steps=steps, seed=seed)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)

@@ -91,13 +91,33 @@ def check_workdir(workdir: str) -> str:
   return workdir
 
 
-def _get(cfg, dotted: str, default=None):
+def _field(cfg, dotted: str):
+  """`cfg.<dotted>`; a missing field is an error naming it.
+
+  The trainer has no defaults of its own: they live in
+  `configs/common.base_config()`, which every config starts from.
+  """
   node = cfg
-  for part in dotted.split("."):
-    if node is None or not hasattr(node, "get") or part not in node:
-      return default
+  for i, part in enumerate(dotted.split(".")):
+    if not hasattr(node, "keys") or part not in node:
+      raise ValueError(
+          f"config.{dotted} is missing (no "
+          f"{'.'.join(dotted.split('.')[:i + 1])!r}): configs must start from "
+          "configs/common.base_config(), which holds every field the trainer "
+          "reads with its default")
     node = node[part]
   return node
+
+
+def peak_flops_of(config, flops_known: bool) -> float | None:
+  """`train.peak_flops`: > 0 given, 0 measured (when the model's FLOPs are
+  known), < 0 no MFU at all (None)."""
+  peak = float(_field(config, "train.peak_flops"))
+  if peak > 0:
+    return peak
+  if peak < 0 or not flops_known:
+    return None
+  return metrics_lib.measured_peak_flops()
 
 
 # --------------------------------------------------------------------------
@@ -113,7 +133,7 @@ def _model_spec(config, model, vocab_size) -> tuple[Any, Any]:
     return None, model
   if callable(model):
     return registry.ModelSpec(factory=model), None
-  init_from = _get(config, "init_from")
+  init_from = _field(config, "init_from")
   if init_from:
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
     if not os.path.isdir(init_from):
@@ -121,9 +141,9 @@ def _model_spec(config, model, vocab_size) -> tuple[Any, Any]:
     # Compute dtype, param dtype and remat come from the config; the
     # architecture from the checkpoint's config.json.
     instance, dcfg = hf.load(
-        init_from, dtype=_get(config, "model.dtype", "float32"),
-        param_dtype=_get(config, "model.param_dtype", None),
-        remat=bool(_get(config, "model.remat", False)))
+        init_from, dtype=_field(config, "model.dtype"),
+        param_dtype=_field(config, "model.param_dtype"),
+        remat=bool(_field(config, "model.remat")))
     spec = registry.ModelSpec(
         factory=None, config=dcfg,
         flops_per_token=lambda t: registry.decoder_train_flops_per_token(
@@ -143,12 +163,12 @@ def build(config, *, model=None, vocab_size: int | None = None,
   shardings (a restore target) and nothing is computed.
   """
   mesh = mesh or parallel.make_mesh(config.mesh)
-  rules = parallel.rules_from_config(_get(config, "sharding_rules"))
+  rules = parallel.rules_from_config(_field(config, "sharding_rules"))
   spec, instance = _model_spec(config, model, vocab_size)
   steps = int(config.train.steps)
   tx = optim.make_optimizer(config.optim, steps)
   schedule = optim.make_schedule(config.optim, steps)
-  lora_rank = int(_get(config, "lora.rank", 0) or 0)
+  lora_rank = int(_field(config, "lora.rank"))
   wrt = lora_lib.LoRA if lora_rank else nnx.Param
 
   inst_graphdef, inst_state = (nnx.split(instance) if instance is not None
@@ -159,9 +179,8 @@ def build(config, *, model=None, vocab_size: int | None = None,
          else nnx.merge(inst_graphdef, model_state))
     if lora_rank:
       lora_lib.add_lora(m, rank=lora_rank,
-                        alpha=float(_get(config, "lora.alpha", 2 * lora_rank)),
-                        targets=tuple(_get(config, "lora.targets",
-                                           ("q_dnh", "v_dkh"))),
+                        alpha=float(_field(config, "lora.alpha")),
+                        targets=tuple(_field(config, "lora.targets")),
                         rngs=nnx.Rngs(int(config.seed) + 1))
     return m, nnx.Optimizer(m, tx, wrt=wrt)
 
@@ -191,14 +210,30 @@ def build(config, *, model=None, vocab_size: int | None = None,
 # --------------------------------------------------------------------------
 
 
+def _mutable_filter():
+  """Model variables a loss may update and the step keeps: not the weights.
+
+  Everything but `nnx.Param` (frozen base weights under LoRA, which
+  `merge_lora` overwrites in the loss's copy) and `LoRA` factors (trained,
+  updated by the optimizer): e.g. `nnx.BatchStat`, RNG counts, running
+  estimates or dual variables held in an `nnx.Variable` subclass.
+  """
+  return nnx.Not(nnx.Any(nnx.Param, lora_lib.LoRA))
+
+
 def _loss_of(graphdef_m, loss_fn, loss_cfg):
-  """`f(trained, rest, batch, rng) -> (loss, aux)` over a merged model."""
-  def f(trained, rest, batch, rng):
+  """`f(trained, rest, batch, rng, step) -> (loss, (aux, mutated))`.
+
+  `mutated` is the model's non-weight state after the loss ran on a merged
+  copy (`_mutable_filter`), so updates the loss makes to it are kept.
+  """
+  def f(trained, rest, batch, rng, step):
     m = nnx.merge(graphdef_m, trained, rest, copy=True)
     if lora_lib.has_lora(m):
       lora_lib.merge_lora(m)
-    loss, aux = loss_fn(m, batch, rng=rng, config=loss_cfg)
-    return loss.astype(jnp.float32), aux
+    loss, aux = losses.call(loss_fn, m, batch, rng=rng, config=loss_cfg,
+                            step=step)
+    return loss.astype(jnp.float32), (aux, nnx.state(m, _mutable_filter()))
   return f
 
 
@@ -208,32 +243,51 @@ def make_train_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
 
   With grad_accum > 1 the batch arrives as `[A, B/A, ...]` and micro-batch
   gradients are averaged by a scan (one optimizer update per step).
+
+  The loss gets `step` (int32 scalar: optimizer updates before this one, the
+  count the lr schedule reads) when its signature accepts it
+  (`losses.call`). Non-weight model variables the loss updates (batch
+  statistics, dual variables, counters: `_mutable_filter`) are kept in the
+  returned state; with grad_accum > 1 each micro-batch sees the previous
+  one's update.
   """
   graphdef, wrt = ts.graphdef, ts.wrt
 
   def step(state, batch, rng):
     model, opt = nnx.merge(graphdef, state)
     gd_m, trained, rest = nnx.split(model, wrt, ...)
+    count = opt.step[...].astype(jnp.int32)
     grad_fn = jax.value_and_grad(_loss_of(gd_m, loss_fn, loss_cfg),
                                  has_aux=True)
     if grad_accum == 1:
-      (loss, aux), grads = grad_fn(trained, rest, batch, rng)
+      (loss, (aux, mutated)), grads = grad_fn(trained, rest, batch, rng,
+                                              count)
     else:
       def body(carry, xs):
+        g_acc, l_acc, a_acc, rest_i = carry
         mb, i = xs
-        (l, a), g = grad_fn(trained, rest, mb, jax.random.fold_in(rng, i))
-        acc = jax.tree.map(jnp.add, carry, (g, l, a))
-        return acc, None
+        (l, (a, mut)), g = grad_fn(trained, rest_i, mb,
+                                   jax.random.fold_in(rng, i), count)
+        m = nnx.merge(gd_m, trained, rest_i)
+        nnx.update(m, mut)
+        rest_i = nnx.split(m, wrt, ...)[2]
+        g_acc, l_acc, a_acc = jax.tree.map(jnp.add, (g_acc, l_acc, a_acc),
+                                           (g, l, a))
+        return (g_acc, l_acc, a_acc, rest_i), None
       zeros = jax.tree.map(jnp.zeros_like, trained)
       aux_shape = jax.eval_shape(
           lambda: grad_fn(trained, rest,
-                          jax.tree.map(lambda x: x[0], batch), rng)[0][1])
+                          jax.tree.map(lambda x: x[0], batch), rng,
+                          count)[0][1][0])
       init = (zeros, jnp.zeros((), jnp.float32),
-              jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shape))
-      (grads, loss, aux), _ = jax.lax.scan(
+              jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shape),
+              rest)
+      (grads, loss, aux, rest), _ = jax.lax.scan(
           body, init, (batch, jnp.arange(grad_accum)))
       grads, loss, aux = jax.tree.map(lambda x: x / grad_accum,
                                       (grads, loss, aux))
+      mutated = nnx.state(nnx.merge(gd_m, trained, rest), _mutable_filter())
+    nnx.update(model, mutated)
     grad_norm = optax.tree.norm(grads)
     opt.update(model, grads)
     return nnx.state((model, opt)), {"loss": loss, "grad_norm": grad_norm,
@@ -245,13 +299,15 @@ def make_train_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
 
 def make_eval_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
                    batch_sharding) -> Callable:
+  """Jitted `step(state, batch, rng) -> metrics` (state changes dropped)."""
   graphdef = ts.graphdef
 
   def step(state, batch, rng):
-    model, _ = nnx.merge(graphdef, state)
+    model, opt = nnx.merge(graphdef, state)
     if lora_lib.has_lora(model):
       lora_lib.merge_lora(model)
-    loss, aux = loss_fn(model, batch, rng=rng, config=loss_cfg)
+    loss, aux = losses.call(loss_fn, model, batch, rng=rng, config=loss_cfg,
+                            step=opt.step[...].astype(jnp.int32))
     return {"loss": loss.astype(jnp.float32), **aux}
 
   return jax.jit(step, in_shardings=(ts.shardings, batch_sharding, None))
@@ -277,7 +333,7 @@ def _default_sources(config, train_source, eval_source):
     return train_source, eval_source, None
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
-  name = _get(config, "data.tokenizer", "byte")
+  name = _field(config, "data.tokenizer")
   if name == "byte":
     tok = tokenizers.ByteTokenizer()
   elif name == "sentencepiece":
@@ -356,10 +412,10 @@ def train(config, workdir: str, *, model: Any = None,
   """
   parallel.maybe_initialize_distributed()
   workdir = check_workdir(workdir)
-  loss_fn = loss_fn or losses.get(_get(config, "loss.name", "lm"))
+  loss_fn = loss_fn or losses.get(_field(config, "loss.name"))
   tcfg = config.train
   steps, batch_size = int(tcfg.steps), int(tcfg.batch_size)
-  grad_accum = int(_get(config, "optim.grad_accum", 1) or 1)
+  grad_accum = int(_field(config, "optim.grad_accum"))
   if batch_size % grad_accum:
     raise ValueError(f"train.batch_size={batch_size} must be divisible by "
                      f"optim.grad_accum={grad_accum}")
@@ -379,8 +435,8 @@ def train(config, workdir: str, *, model: Any = None,
         f"divisible by mesh.data*mesh.fsdp={n_batch_shards}")
   ckpt = ckpt_lib.Checkpointer(
       os.path.join(workdir, "checkpoints"),
-      keep=int(_get(config, "train.keep_checkpoints", 3)),
-      async_save=bool(_get(config, "train.async_checkpoint", True)))
+      keep=int(_field(config, "train.keep_checkpoints")),
+      async_save=bool(_field(config, "train.async_checkpoint")))
   latest = ckpt.latest_step()
   ts = build(config, model=model, vocab_size=vocab, mesh=mesh,
              abstract_only=latest is not None)
@@ -422,20 +478,19 @@ def train(config, workdir: str, *, model: Any = None,
         workdir, total_steps=steps, tokens_per_step=tokens_per_step,
         flops_per_step=None if flops_tok is None else flops_tok *
         tokens_per_step,
-        peak_flops=(_get(config, "train.peak_flops") or
-                    (metrics_lib.measured_peak_flops() if flops_tok else None)),
-        tensorboard=bool(_get(config, "train.tensorboard", True)))
+        peak_flops=peak_flops_of(config, flops_tok is not None),
+        tensorboard=bool(_field(config, "train.tensorboard")))
     writer.truncate_after(start)
 
     train_step = make_train_step(ts, loss_fn, config.loss,
                                  grad_accum=grad_accum, batch_sharding=batch_sh)
     eval_step = make_eval_step(ts, loss_fn, config.loss, batch_sharding=eval_sh)
-    eval_batch = int(_get(config, "train.eval_batch_size", batch_size))
+    eval_batch = int(_field(config, "train.eval_batch_size"))
     eval_ds = (_pipeline_dataset(
         eval_source, eval_batch, seed, train=False,
         local_rows=parallel.mesh.process_batch_rows(eval_sh, (eval_batch,)))
                if eval_source is not None else None)
-    max_eval = int(_get(config, "train.eval_batches", 0) or 0)
+    max_eval = int(_field(config, "train.eval_batches"))
 
     eval_key = jax.random.fold_in(base_key, 2**31 - 1)
 
@@ -455,10 +510,10 @@ def train(config, workdir: str, *, model: Any = None,
     key_data = np.asarray(jax.random.key_data(base_key)).tolist()
     meta = {"rng": key_data, "config": config.to_json_best_effort()
             if hasattr(config, "to_json_best_effort") else str(config)}
-    log_every = max(int(_get(config, "train.log_every", 10)), 1)
-    eval_every = int(_get(config, "train.eval_every", 0) or 0)
-    ckpt_every = int(_get(config, "train.checkpoint_every", 0) or 0)
-    sleep_s = float(_get(config, "train.debug_step_sleep_s", 0.0) or 0.0)
+    log_every = max(int(_field(config, "train.log_every")), 1)
+    eval_every = int(_field(config, "train.eval_every"))
+    ckpt_every = int(_field(config, "train.checkpoint_every"))
+    sleep_s = float(_field(config, "train.debug_step_sleep_s"))
     state, last, saved_at = ts.state, {}, latest
     preempted = False
     _log(f"Training {steps} steps on mesh ({parallel.mesh.describe(mesh)})"

@@ -1,8 +1,12 @@
-"""The generic step runner: parity with a hand-written update, reuse."""
+"""The generic step runner (the trainer's step): parity with a hand-written
+update, reuse, the loss's step, state the loss updates, parameter groups."""
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 from flax import nnx
+import jax.numpy as jnp
+import numpy as np
 
 from jaxlab.data import tokenizers
 from jaxlab.models import decoder
@@ -43,6 +47,98 @@ class StepRunnerTest(absltest.TestCase):
       chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)
       runners.append(step_runner)
     self.assertIs(runners[0]._step, runners[1]._step)  # pylint: disable=protected-access
+
+
+class RunningMean(nnx.Variable):
+  """A non-parameter variable a loss updates (like a dual or an EMA)."""
+
+
+class _Toy(nnx.Module):
+
+  def __init__(self):
+    self.w_dd = nnx.Param(jnp.full((2, 2), 2.0))
+    self.bias_d = nnx.Param(jnp.zeros(2))
+    self.lagrange = nnx.Param(jnp.array([1.0, -1.0]))
+    self.calls = RunningMean(jnp.zeros((), jnp.float32))
+    self.stat = nnx.BatchStat(jnp.zeros(2))
+
+
+def _linear_loss(model, batch, *, rng, config, step):
+  """Linear in the weights (constant gradients); counts its calls."""
+  del rng, config
+  seen = model.calls[...]
+  model.calls[...] = seen + 1.0
+  model.stat[...] = model.stat[...] + jnp.mean(batch["x"], axis=0)
+  scale = 1.0 + step.astype(jnp.float32)  # an annealed weight
+  loss = scale * (jnp.sum(model.w_dd[...] * jnp.mean(batch["x"], 0)[:, None])
+                  + jnp.sum(model.bias_d[...])
+                  + jnp.sum(model.lagrange[...] * batch["c"][0]))
+  return loss, {"seen": seen, "step": step.astype(jnp.float32)}
+
+
+def _sgd(lr=1.0, **kw):
+  return runner.optim_config(lr=lr, clip_norm=0.0, groups={
+      "all": {"pattern": ".", "optimizer": "sgd"}}, **kw)
+
+
+class TrainerFeatureTest(parameterized.TestCase):
+
+  def _batch(self, rows=2):
+    return {"x": np.tile(np.array([[1.0, 3.0]], np.float32), (rows, 1)),
+            "c": np.tile(np.array([[0.5, -2.0]], np.float32), (rows, 1))}
+
+  def test_loss_receives_the_step(self):
+    # SGD at lr 1 on a loss (1 + step) * <w, g>: step s moves every weight
+    # by -(1 + s) * g, so three steps move it by -6 g.
+    model = _Toy()
+    r = runner.StepRunner(model, loss=_linear_loss, loss_config=None,
+                          optim=_sgd(), steps=3)
+    steps = [r.step(self._batch(), i)["step"] for i in range(3)]
+    self.assertEqual(steps, [0.0, 1.0, 2.0])
+    self.assertEqual(r.update_count, 3)
+    r.write_back()
+    np.testing.assert_allclose(model.bias_d[...], [-6.0, -6.0])
+    np.testing.assert_allclose(model.lagrange[...],
+                               np.array([1.0, -1.0]) - 6 * np.array(
+                                   [0.5, -2.0]), rtol=1e-6)
+    np.testing.assert_allclose(model.w_dd[...],
+                               2.0 - 6 * np.array([[1.0, 1.0], [3.0, 3.0]]),
+                               rtol=1e-6)
+
+  @parameterized.parameters(1, 2)
+  def test_loss_updated_variables_are_kept(self, grad_accum):
+    model = _Toy()
+    r = runner.StepRunner(model, loss=_linear_loss, loss_config=None,
+                          optim=_sgd(grad_accum=grad_accum), steps=3)
+    seen = [r.step(self._batch(4), i)["seen"] for i in range(3)]
+    # Each micro-batch sees the count the previous one left; the metric is
+    # the micro-batch mean: 0, 2, 4 -> mean(0, 1) = 0.5, 2.5, 4.5 with A=2.
+    want = np.arange(3) * grad_accum + (grad_accum - 1) / 2
+    np.testing.assert_allclose(seen, want)
+    r.write_back()
+    self.assertEqual(float(model.calls[...]), 3 * grad_accum)
+    np.testing.assert_allclose(model.stat[...],
+                               3 * grad_accum * np.array([1.0, 3.0]))
+
+  def test_parameter_groups_through_the_trainer_step(self):
+    # Base AdamW lr 0.2 (bias: -0.2 sign(g)), the matrix at lr_mult 0.1
+    # with wd 0.5, the multipliers by SGD ascent at lr -0.5 (+0.5 g).
+    model = _Toy()
+    optim = runner.optim_config(
+        lr=0.2, clip_norm=0.0, weight_decay=0.5,
+        groups={"weights": {"pattern": "w_dd", "lr_mult": 0.1},
+                "duals": {"pattern": "lagrange", "optimizer": "sgd",
+                          "lr": -0.5}})
+    r = runner.StepRunner(model, loss=_linear_loss, loss_config=None,
+                          optim=optim, steps=1)
+    r.step(self._batch(), 0)
+    r.write_back()
+    np.testing.assert_allclose(model.w_dd[...], 2.0 - 0.02 * (1 + 0.5 * 2.0),
+                               rtol=1e-5)
+    np.testing.assert_allclose(model.bias_d[...], [-0.2, -0.2], rtol=1e-5)
+    np.testing.assert_allclose(model.lagrange[...],
+                               np.array([1.0, -1.0]) + 0.5 * np.array(
+                                   [0.5, -2.0]), rtol=1e-6)
 
 
 if __name__ == "__main__":
