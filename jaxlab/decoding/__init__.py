@@ -1,1 +1,2 @@
-"""jaxlab.decoding."""
+"""jaxlab.decoding: KV-cache sampler (`sampler`) and cache policies
+(`kv_policies`)."""

@@ -17,9 +17,23 @@ How it runs:
      positions over the mask and stores padding slots with position -1, so
      they are never attended. The first new token is sampled from the last
      prompt position (a real token for every row, thanks to left padding).
+     An image/prefix `prefix_embeds [B, P0, D]` goes first (through
+     `forward(inputs_embeds=...)`), then the prompts. A `cache_policy`
+     (`jaxlab.decoding.kv_policies`) then rewrites the cache, still inside
+     the compiled prefill.
   3. `decode` (one `jax.jit` around a `jax.lax.while_loop`): one token per
      step through the cache; the loop exits as soon as every row has emitted
-     a stop token or `max_new_tokens` is reached.
+     a stop token or `max_new_tokens` is reached. A row that is done feeds
+     its tokens as padding (slot position -1), so the final cache holds
+     exactly the tokens fed to the model: the prompt and every generated
+     token but the last.
+
+Continuing from a cache: `generate(model, new_prompts, cache=result.cache)`
+writes the new prompts after what the cache holds (positions continue per
+row from the cache's largest position) and goes on; the cache grows when it
+lacks room. With `step_offset` = the tokens generated so far, the sampling
+keys are those one longer call would use (`fold_in(key, step_offset + i)`
+for the i-th new token), so continuing equals one call, greedy or sampled.
 
 Both functions follow the functional NNX pattern (`nnx.split` outside,
 `nnx.merge` inside the jitted function) with the graphdef and the sampling
@@ -52,6 +66,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from jaxlab.decoding import kv_policies
+from jaxlab.nn import attention as attn_lib
 
 # logits_processor(logits_bv, generated_bn, step) -> logits_bv. `generated_bn`
 # holds the tokens generated so far (pad after `step`), e.g. for repetition
@@ -264,8 +281,10 @@ class GenerateResult:
     done: `[B]` bool, True where the row stopped on a stop token.
     lengths: `[B]` number of generated tokens per row.
     prompt_lengths: `[B]` prompt lengths.
-    cache: the final `KVCache` when `return_cache=True` (rows left-padded to
-      the prompt bucket; slot positions say which slots are real).
+    cache: the final `KVCache` when `return_cache=True`: every input fed to
+      the model (prefix, prompt, all generated tokens but the last; padding
+      and done rows' feeds are empty slots, position -1); pass it back as
+      `generate(..., cache=)` to continue.
   """
   tokens: list[list[int]]
   logprobs: list[list[float]]
@@ -288,8 +307,11 @@ def bucket_length(n: int, multiple: int | None = None,
 
 
 def _sample_step(settings: _Settings, logits_bv, generated_bn, step, key,
-                 temperature, top_p):
-  """(token `[B]`, sampling log-prob `[B]`, model log-prob `[B]`)."""
+                 temperature, top_p, step_offset=0):
+  """(token `[B]`, sampling log-prob `[B]`, model log-prob `[B]`).
+
+  The draw uses `fold_in(key, step_offset + step)`.
+  """
   model_lp_bv = jax.nn.log_softmax(logits_bv.astype(jnp.float32), axis=-1)
   z = logits_bv
   if settings.logits_processor is not None:
@@ -300,8 +322,9 @@ def _sample_step(settings: _Settings, logits_bv, generated_bn, step, key,
   else:
     z = truncate_logits(z, temperature=temperature, top_k=settings.top_k,
                         top_p=top_p if settings.use_top_p else None)
-    token = jax.random.categorical(jax.random.fold_in(key, step), z,
-                                   axis=-1).astype(jnp.int32)
+    token = jax.random.categorical(
+        jax.random.fold_in(key, step + step_offset), z,
+        axis=-1).astype(jnp.int32)
     lp = jnp.take_along_axis(jax.nn.log_softmax(z, axis=-1), token[:, None],
                              axis=-1)[:, 0]
   model_lp = jnp.take_along_axis(model_lp_bv, token[:, None], axis=-1)[:, 0]
@@ -328,13 +351,27 @@ def _merge(graphdef, tree):
   return tree if graphdef is None else nnx.merge(graphdef, tree)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _prefill(graphdef, settings: _Settings, n: int, model_tree, ids_bp,
-             mask_bp, key, temperature, top_p, stop_ids):
-  """Runs the prompts through the model and samples the first new token.
+@dataclasses.dataclass(frozen=True)
+class _Policy:
+  """Static cache policy: a registered name or a hashable callable."""
+  policy: Any
+  options: tuple[tuple[str, Any], ...] = ()
 
-  The cache (`P + n` slots) is created here, inside the compiled function,
-  so no per-layer buffers are allocated eagerly.
+  def __call__(self, cache, *, model, prefill):
+    fn = (kv_policies.get(self.policy) if isinstance(self.policy, str)
+          else self.policy)
+    return fn(cache, model=model, prefill=prefill, **dict(self.options))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _prefill(graphdef, settings: _Settings, n: int, policy: _Policy | None,
+             model_tree, ids_bp, mask_bp, key, temperature, top_p, stop_ids,
+             step_offset, cache=None, prefix_bpd=None, prefix_mask_bp=None):
+  """Runs the prefix and prompts through the model, applies the cache
+  policy and samples the first new token.
+
+  Without a `cache`, one of `P0 + P + n` slots is created here, inside the
+  compiled function, so no per-layer buffers are allocated eagerly.
 
   Returns the decode carry: (cache, tokens_bn, logprobs_bn, model_lp_bn,
   done_b, lengths_b) with column 0 filled; N = n is the bucketed budget.
@@ -342,31 +379,45 @@ def _prefill(graphdef, settings: _Settings, n: int, model_tree, ids_bp,
   TRACE_COUNTS["prefill"] += 1
   model = _merge(graphdef, model_tree)
   b, p = ids_bp.shape
-  cache = model.init_cache(b, p + n)
-  out = model.forward(ids_bp, attention_mask=mask_bp, cache=cache,
+  h = model.embed(ids_bp)
+  if prefix_bpd is not None:
+    h = jnp.concatenate([prefix_bpd.astype(h.dtype), h], axis=1)
+    mask_bp = jnp.concatenate([prefix_mask_bp, mask_bp], axis=1)
+  if cache is None:
+    cache = model.init_cache(b, h.shape[1] + n)
+  positions = model.default_positions(mask_bp, cache)
+  out = model.forward(inputs_embeds=h, positions=positions,
+                      attention_mask=mask_bp, cache=cache,
                       output_hidden_states=True)
+  new_cache = out.cache
+  if policy is not None:
+    new_cache = policy(new_cache, model=model, prefill=kv_policies.PrefillInfo(
+        hidden_states=out.hidden_states, positions=positions,
+        attention_mask=mask_bp, start=cache.index))
   # Only the last position's logits are needed; XLA drops the unused
   # [B, P, V] logits of `out.logits` (dead code), which dominate prefill
   # cost for large vocabularies.
   last_logits_bv = model.unembed(out.hidden_states[-1][:, -1:])[:, 0]
   tokens = jnp.zeros((b, n), jnp.int32)
   token, lp, model_lp = _sample_step(settings, last_logits_bv, tokens,
-                                     jnp.int32(0), key, temperature, top_p)
+                                     jnp.int32(0), key, temperature, top_p,
+                                     step_offset)
   tokens = tokens.at[:, 0].set(token)
   logprobs = jnp.zeros((b, n), jnp.float32).at[:, 0].set(lp)
   model_lps = jnp.zeros((b, n), jnp.float32).at[:, 0].set(model_lp)
   done = jnp.any(token[:, None] == stop_ids[None, :], axis=-1)
   lengths = jnp.ones((b,), jnp.int32)
-  return out.cache, tokens, logprobs, model_lps, done, lengths
+  return new_cache, tokens, logprobs, model_lps, done, lengths
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3,))
 def _decode(graphdef, settings: _Settings, model_tree, carry, key, temperature,
-            top_p, stop_ids, max_new_tokens, pad_id):
+            top_p, stop_ids, max_new_tokens, pad_id, step_offset):
   """Decodes tokens 1..max_new_tokens-1 in one `while_loop`.
 
-  Rows that are done keep being fed (their `pad_id` outputs are masked out)
-  so the batch stays rectangular; the loop stops once all rows are done.
+  Rows that are done keep being fed (as padding: their cache slots stay
+  empty, their `pad_id` outputs are masked out) so the batch stays
+  rectangular; the loop stops once all rows are done.
   """
   TRACE_COUNTS["decode"] += 1
   model = _merge(graphdef, model_tree)
@@ -378,9 +429,10 @@ def _decode(graphdef, settings: _Settings, model_tree, carry, key, temperature,
   def body(loop):
     step, (cache, tokens, logprobs, model_lps, done, lengths) = loop
     prev = jax.lax.dynamic_slice_in_dim(tokens, step - 1, 1, axis=1)
-    out = model.forward(prev, cache=cache)
+    out = model.forward(prev, cache=cache, attention_mask=~done[:, None])
     token, lp, model_lp = _sample_step(settings, out.logits[:, -1], tokens,
-                                       step, key, temperature, top_p)
+                                       step, key, temperature, top_p,
+                                       step_offset)
     token = jnp.where(done, pad_id, token)
     lp = jnp.where(done, 0.0, lp)
     model_lp = jnp.where(done, 0.0, model_lp)
@@ -426,7 +478,13 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
              new_tokens_multiple: int | None = None,
              logits_processor: LogitsProcessor | None = None,
              return_cache: bool = False,
-             timings: dict[str, float] | None = None) -> GenerateResult:
+             timings: dict[str, float] | None = None,
+             cache_policy: str | kv_policies.CachePolicy | None = None,
+             cache_policy_options: dict[str, Any] | None = None,
+             cache: attn_lib.KVCache | None = None,
+             prefix_embeds: jax.Array | np.ndarray | None = None,
+             prefix_mask: jax.Array | np.ndarray | None = None,
+             step_offset: int = 0) -> GenerateResult:
   """Generates continuations of a batch of token-id prompts.
 
   Args:
@@ -438,9 +496,10 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
     top_k: keep only the k most likely tokens (None/0 = off).
     top_p: nucleus mass in (0, 1] (None = off).
     eos_id: a stop token (kept in the output); rows stop independently.
-    key: PRNG key, required when temperature > 0; the draw at step i uses
-      `fold_in(key, i)` for the whole batch, so the same key and the same
-      batch give the same tokens (a row's draws depend on its batch).
+    key: PRNG key, required when temperature > 0; the draw of the i-th new
+      token (i = 0, 1, ...) uses `fold_in(key, step_offset + i)` for the whole
+      batch, so the same key and the same batch give the same tokens (a
+      row's draws depend on its batch).
     stop_ids: more stop tokens.
     pad_id: id fed for padding and for rows that are done.
     pad_multiple: pad prompt length to a multiple of this instead of the next
@@ -452,6 +511,23 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
     timings: if a dict, filled with wall seconds `prefill_s` (call start to
       the first token on device, compile included on a first call) and
       `decode_s` (the rest, results on the host); adds one device sync.
+    cache_policy: a name registered in `jaxlab.decoding.kv_policies` (or a
+      hashable callable with the policy signature documented there), applied
+      to the cache after prefill, before the first decode step; None = keep
+      the cache as is (same tokens as "full").
+    cache_policy_options: keyword options of the policy (hashable values).
+    cache: continue from this cache (`GenerateResult.cache` of an earlier
+      call with the same batch): the prompts are written after the tokens it
+      holds, with positions continuing per row; it is grown (new empty
+      slots) when it lacks room for the prompts and `max_new_tokens`.
+    prefix_embeds: float `[B, P0, D]` inputs fed before the prompt tokens
+      (e.g. image features projected to the model width), through
+      `forward(inputs_embeds=...)`.
+    prefix_mask: optional `[B, P0]` validity of `prefix_embeds` (default:
+      all real).
+    step_offset: added to the step in the sampling key schedule (see `key`);
+      to continue a sampled generation with the draws of one longer call,
+      pass the number of tokens generated before.
 
   Returns:
     `GenerateResult`; see its docstring for what each field holds.
@@ -477,6 +553,39 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
   ids, mask = left_pad(prompts, p_len, pad_id)
   batch = len(prompts)
 
+  prefix_len = 0
+  if prefix_embeds is not None:
+    dim = model.cfg.dim
+    if (prefix_embeds.ndim != 3 or prefix_embeds.shape[0] != batch
+        or prefix_embeds.shape[2] != dim):
+      raise ValueError(f"prefix_embeds must be [B={batch}, P0, D={dim}], "
+                       f"got shape {tuple(prefix_embeds.shape)}")
+    prefix_len = prefix_embeds.shape[1]
+    if prefix_mask is None:
+      prefix_mask = np.ones((batch, prefix_len), bool)
+    elif tuple(prefix_mask.shape) != (batch, prefix_len):
+      raise ValueError(f"prefix_mask must be [{batch}, {prefix_len}], got "
+                       f"shape {tuple(prefix_mask.shape)}")
+    prefix_mask = np.asarray(prefix_mask, bool)
+  elif prefix_mask is not None:
+    raise ValueError("prefix_mask given without prefix_embeds")
+  if cache is not None:
+    if cache.batch_size != batch:
+      raise ValueError(f"cache holds {cache.batch_size} rows but "
+                       f"{batch} prompts were given")
+    # Room for the prefix, the prompts and every decode write.
+    needed = int(cache.index) + prefix_len + p_len + n_new
+    if needed > cache.max_len:
+      cache = cache.grow(bucket_length(needed))
+  policy = None
+  if cache_policy is not None:
+    if isinstance(cache_policy, str):
+      kv_policies.get(cache_policy)  # unknown name: the registry's error
+    policy = _Policy(cache_policy,
+                     tuple(sorted((cache_policy_options or {}).items())))
+  elif cache_policy_options:
+    raise ValueError("cache_policy_options given without a cache_policy")
+
   stops = sorted({*stop_ids, *(() if eos_id is None else (eos_id,))})
   # A fixed-size stop array (-1 never matches) keeps the shape static.
   stop_arr = np.full((max(4, len(stops)),), -1, np.int32)
@@ -490,18 +599,26 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
   # NumPy scalars/arrays go through jit's fast argument path (no eager ops).
   temp = np.float32(temperature if not greedy else 1.0)
   top_p_arr = np.float32(1.0 if top_p is None else top_p)
-  carry = _prefill(graphdef, settings, n_new, model_tree, ids, mask, key,
-                   temp, top_p_arr, stop_arr)
+  offset_arr = np.int32(step_offset)
+  carry = _prefill(graphdef, settings, n_new, policy, model_tree, ids, mask,
+                   key, temp, top_p_arr, stop_arr, offset_arr, cache,
+                   prefix_embeds, prefix_mask)
   if timings is not None:
     jax.block_until_ready(carry)
     timings["prefill_s"] = time.perf_counter() - start
   if max_new_tokens > 1:
     carry = _decode(graphdef, settings, model_tree, carry, key, temp,
                     top_p_arr, stop_arr, np.int32(max_new_tokens),
-                    np.int32(pad_id))
+                    np.int32(pad_id), offset_arr)
   cache, tokens, logprobs, model_lps, done, lengths = carry
-  tokens, logprobs, model_lps, done, lengths = jax.device_get(
-      (tokens, logprobs, model_lps, done, lengths))
+  tokens, logprobs, model_lps, done, lengths, index = jax.device_get(
+      (tokens, logprobs, model_lps, done, lengths, cache.index))
+  if index > cache.max_len:
+    raise ValueError(
+        f"KV cache overflow during generation: {int(index)} slots were "
+        f"written but the capacity is {cache.max_len}"
+        + ("; the cache policy must leave room for max_new_tokens"
+           if cache_policy is not None else ""))
   if timings is not None:
     timings["decode_s"] = time.perf_counter() - start - timings["prefill_s"]
   return GenerateResult(

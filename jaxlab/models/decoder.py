@@ -217,6 +217,19 @@ class Decoder(nnx.Module):
         num_kv_heads=cfg.num_kv_heads, head_dim=cfg.resolved_head_dim,
         dtype=dtype or to_dtype(cfg.dtype))
 
+  @staticmethod
+  def default_positions(valid_bt: jax.Array,
+                        cache: attn_lib.KVCache | None = None) -> jax.Array:
+    """Position ids `forward` uses when none are given: counted over the
+    real tokens of `valid_bt` `[B, T]` (padding repeats its neighbour's id,
+    clipped at 0), continuing per row after the largest position the cache
+    holds."""
+    offset = 0
+    if cache is not None:
+      offset = jnp.max(cache.positions, axis=(1, 2))[:, None] + 1
+    positions = offset + jnp.cumsum(valid_bt.astype(jnp.int32), axis=1) - 1
+    return jnp.maximum(positions, 0).astype(jnp.int32)
+
   def rotary(self, positions_bt: jax.Array, *, seq_len: int
              ) -> tuple[jax.Array, jax.Array]:
     """RoPE (cos, sin) tables `[B, T, head_dim]` at `positions_bt`, as
@@ -299,11 +312,7 @@ class Decoder(nnx.Module):
                 else attention_mask.astype(bool))
     user_positions = positions
     if positions is None and (cache is not None or attention_mask is not None):
-      offset = 0
-      if cache is not None:
-        offset = jnp.max(cache.positions, axis=(1, 2))[:, None] + 1
-      positions = offset + jnp.cumsum(valid_bt, axis=1) - 1
-      positions = jnp.maximum(positions, 0)
+      positions = self.default_positions(valid_bt, cache)
     # The plain causal (or bidirectional) case passes no mask array, so the
     # fused attention kernels of GPU/TPU backends can be selected.
     plain = (cache is None and attention_mask is None and segment_ids is None

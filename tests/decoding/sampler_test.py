@@ -154,9 +154,10 @@ class GenerateTest(parameterized.TestCase):
                                return_cache=True)
     # Cache slots: 16 prompt slots (left-padded, padding at -1), then the
     # n_new - 1 fed-back tokens; the last token is never fed.
-    positions = np.asarray(batched.cache.positions)
-    self.assertEqual(positions.shape, (3, 16 + 16))
-    for row, prompt in zip(positions, PROMPTS):
+    positions = np.asarray(batched.cache.positions)  # [B, K, S]
+    self.assertEqual(positions.shape, (3, 2, 16 + 16))
+    np.testing.assert_array_equal(positions[:, 0], positions[:, 1])
+    for row, prompt in zip(positions[:, 0], PROMPTS):
       want = [-1] * (16 - len(prompt)) + list(range(len(prompt) + n_new - 1))
       np.testing.assert_array_equal(row[:len(want)], want)
       np.testing.assert_array_equal(row[len(want):], -1)
