@@ -10,24 +10,56 @@ import ml_collections
 from jaxlab.parallel import mesh as mesh_lib
 
 
+def _convert(key: str, value: str, default):
+  """`value` (command-line text) as the type of `default`."""
+  if default is None:
+    return value
+  if isinstance(default, bool):
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+      return True
+    if low in ("0", "false", "no", "off"):
+      return False
+    raise ValueError(f"config arg {key}={value!r}: expected a boolean "
+                     "(true/false)")
+  try:
+    return type(default)(value)
+  except ValueError:
+    raise ValueError(f"config arg {key}={value!r}: expected "
+                     f"{type(default).__name__}") from None
+
+
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
-  """'tiny,steps=10' -> {tiny: True, steps: 10} over `defaults` (big_vision)."""
+  """A config file's argument -> {preset: bool, key: value} (big_vision).
+
+  `configs/X.py:tiny,steps=10` gives `arg="tiny,steps=10"`. Every boolean
+  default is a *preset*, switched on by its bare name (`tiny`); every other
+  default is a `key=value` argument converted to the default's type. An
+  unknown preset or key, a bare key that needs a value, or a value of the
+  wrong type is one `ValueError` that lists what is valid.
+  """
   out = ml_collections.ConfigDict(defaults)
+  presets = sorted(k for k, v in defaults.items() if isinstance(v, bool))
+  keys = sorted(k for k, v in defaults.items() if not isinstance(v, bool))
+  valid = (f"valid presets: {', '.join(presets) or 'none'}; valid key=value "
+           f"args: {', '.join(keys) or 'none'}")
   for part in (arg or "").split(","):
     part = part.strip()
     if not part:
       continue
     if "=" in part:
-      k, v = part.split("=", 1)
+      k, v = (x.strip() for x in part.split("=", 1))
       if k not in out:
-        raise ValueError(f"unknown config arg {k!r}; valid: "
-                         f"{', '.join(sorted(out))}")
-      out[k] = type(out[k])(v) if out[k] is not None else v
-    else:
-      if part not in out:
-        raise ValueError(f"unknown config arg {part!r}; valid: "
-                         f"{', '.join(sorted(out))}")
+        raise ValueError(f"unknown config arg {k!r} (in {arg!r}); {valid}")
+      out[k] = _convert(k, v, defaults[k])
+    elif part in presets:
       out[part] = True
+    elif part in out:
+      raise ValueError(f"config arg {part!r} needs a value ({part}=...); "
+                       f"{valid}")
+    else:
+      raise ValueError(f"unknown preset {part!r} (in config arg {arg!r}); "
+                       f"{valid}")
   return out
 
 
@@ -90,10 +122,19 @@ def decoder_config() -> ml_collections.ConfigDict:
       "mlp_dim": 256,
       "max_position_embeddings": 2048,
       "rope_theta": 10000.0,
+      # RoPE scaling (jaxlab.nn.rope): method "default" is plain RoPE; e.g.
+      # --config.model.rope_scaling.method=yarn
+      # --config.model.rope_scaling.factor=4
+      # --config.model.rope_scaling.original_max_position=2048. A config file
+      # adds a method's other options (beta_fast, attention_factor, ...);
+      # original_max_position 0 means unset.
+      "rope_scaling": ml_collections.ConfigDict({
+          "method": "default", "factor": 1.0, "original_max_position": 0}),
       "tie_embeddings": False,
       "param_dtype": "float32",
       "dtype": "float32",       # "bfloat16" for bf16 compute
       "remat": False,
+      "init_std": 0.02,
   })
 
 

@@ -31,6 +31,7 @@ from flax import nnx
 
 from jaxlab.data.tokenizers import ByteTokenizer
 from jaxlab.evals import long_context as lc
+from jaxlab.models import registry as model_registry
 from jaxlab.nn import rope
 from jaxlab.train import trainer
 from experiments import results as results_lib
@@ -439,15 +440,13 @@ def run(config, workdir: str) -> dict[str, Any]:
   lengths = per_seed[0]["lengths"]
   train_len = int(config.task.train_len)
   summary = summarize(per_seed)
-  kw = dict(head_dim=int(config.model.dim) // int(config.model.num_heads),
-            base=float(config.model.rope_theta))
+  mcfg = model_registry.decoder_config(config.model)
   roots = {}
   for m in config.methods:
-    opts = lc.scaling_for(m, train_len=train_len, eval_len=lengths[-1]) or {}
-    opts = {k: v for k, v in opts.items() if k != "method"}
-    if m == "dynamic_ntk":
-      opts["seq_len"] = lengths[-1]
-    inv, _ = rope.inv_freq(m, **kw, **opts)
+    inv, _ = rope.scaling_tables(
+        rope.extension_scaling(m, train_len=train_len, eval_len=lengths[-1]),
+        head_dim=mcfg.resolved_head_dim, base=mcfg.rope_theta,
+        seq_len=lengths[-1])
     roots[m] = rope.rope_bound_first_root(inv, max_distance=1 << 16)
   out = {
       "methods": list(config.methods), "lengths": lengths,

@@ -32,6 +32,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.nn import rope as rope_lib
 
 # Mohtashami & Jaggi (2023) passkey prompt.
 PASSKEY_PREFIX = ("There is an important info hidden inside a lot of irrelevant"
@@ -324,20 +325,11 @@ def scaling_for(method: str, *, train_len: int, eval_len: int,
                 ) -> dict[str, Any] | None:
   """`rope_scaling` dict for `method` at S = eval_len / train_len.
 
-  Static methods get `factor=S` (at least 1) and `original_max_position=
-  train_len`; "dynamic_ntk" defaults to `factor=1`, for which its base grows
-  exactly with the current length (S_eff = L'/L). "default" is None.
-  `options` adds or overrides keys (e.g. {"beta_fast": 16}).
+  See `jaxlab.nn.rope.extension_scaling` (static methods get `factor=S`,
+  length-dependent ones factor 1; "default" is None).
   """
-  if method in ("default", "none"):
-    return None
-  factor = max(1.0, eval_len / train_len)
-  cfg: dict[str, Any] = {"method": method, "factor": factor,
-                         "original_max_position": train_len}
-  if method == "dynamic_ntk":
-    cfg["factor"] = 1.0
-  cfg.update(options or {})
-  return cfg
+  return rope_lib.extension_scaling(method, train_len=train_len,
+                                    eval_len=eval_len, options=options)
 
 
 def with_rope_scaling(model, rope_scaling: Mapping[str, Any] | None,

@@ -34,7 +34,7 @@ checkpoints: pair i couples dims i and i + head_dim/2.
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -66,8 +66,10 @@ def _default(*, head_dim, base, **unused) -> tuple[np.ndarray, float]:
   return default_inv_freq(head_dim, base), 1.0
 
 
-# Scalings whose frequencies depend on the current sequence length; the
-# decoder passes `seq_len=` (a static length) only to these.
+# Scalings whose frequencies depend on the current sequence length: the one
+# place that knows it. `scaling_tables` passes them `seq_len=` (a static
+# length) and `extension_scaling` gives them factor 1, because they derive the
+# stretch from the length themselves.
 _LENGTH_DEPENDENT = {"dynamic_ntk"}
 
 
@@ -399,6 +401,78 @@ def inv_freq(method: str, *, head_dim: int, base: float, factor: float = 1.0,
                         beta_fast=beta_fast, beta_slow=beta_slow,
                         options=options)
   return inv.astype(np.float32), scale
+
+
+# `rope_scaling` method names meaning plain RoPE.
+_PLAIN = ("", "none", "default")
+
+
+def normalize_scaling(scaling: Mapping[str, Any] | None
+                      ) -> dict[str, Any] | None:
+  """A `rope_scaling` mapping -> the canonical dict, or None for plain RoPE.
+
+  Accepts what a config holds (`config.model.rope_scaling`, e.g.
+  `{"method": "yarn", "factor": 4.0, "original_max_position": 64}`), an HF
+  import, or None. None, an empty mapping and the methods "default" / "none"
+  / "" mean plain RoPE (None). Entries set to None and an
+  `original_max_position` <= 0 are "unset" and dropped, so a config can carry
+  every key with a neutral value. A missing or unknown method is an error.
+  """
+  if scaling is None:
+    return None
+  if hasattr(scaling, "to_dict"):
+    scaling = scaling.to_dict()
+  out = {k: v for k, v in dict(scaling).items() if v is not None}
+  if not out:
+    return None
+  if "method" not in out:
+    raise ValueError(f"rope_scaling {out} needs a 'method' key; valid: "
+                     f"{', '.join(available())}")
+  method = out["method"]
+  if method in _PLAIN:
+    return None
+  if method not in _SCALINGS:
+    raise ValueError(f"unknown RoPE scaling method {method!r} "
+                     f"(rope_scaling.method); valid choices: "
+                     f"{', '.join(available())}")
+  if out.get("original_max_position", 1) <= 0:
+    del out["original_max_position"]
+  return out
+
+
+def scaling_tables(scaling: Mapping[str, Any] | None, *, head_dim: int,
+                   base: float, seq_len: int | None = None
+                   ) -> tuple[np.ndarray, float]:
+  """(inv_freq `[head_dim // 2]`, attention scale) of a `rope_scaling`.
+
+  `seq_len` (a static Python int, the current sequence length) reaches only
+  length-dependent methods (dynamic NTK); the others ignore it.
+  """
+  options = normalize_scaling(scaling) or {"method": "default"}
+  method = options.pop("method")
+  if seq_len is not None and uses_seq_len(method):
+    options["seq_len"] = int(seq_len)
+  return inv_freq(method, head_dim=head_dim, base=base, **options)
+
+
+def extension_scaling(method: str, *, train_len: int, eval_len: int,
+                      options: Mapping[str, Any] | None = None
+                      ) -> dict[str, Any] | None:
+  """`rope_scaling` for training at `train_len` and running at `eval_len`.
+
+  Static methods get `factor` S = eval_len / train_len (at least 1) and
+  `original_max_position=train_len`; length-dependent ones (dynamic NTK)
+  get factor 1, for which their base grows exactly with the current length
+  (S_eff = L'/L). Plain RoPE is None. `options` adds or overrides keys
+  (e.g. {"beta_fast": 16}).
+  """
+  if method in _PLAIN:
+    return None
+  factor = 1.0 if uses_seq_len(method) else max(1.0, eval_len / train_len)
+  cfg: dict[str, Any] = {"method": method, "factor": factor,
+                         "original_max_position": train_len}
+  cfg.update(options or {})
+  return cfg
 
 
 def cumulative_scale(method: str, *, head_dim: int, base: float,
