@@ -15,19 +15,23 @@ the fine data; held-out exact match of the final answer.
 
 import ml_collections
 
+from configs import common
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = (arg or "").split(",")
-  tiny, table = "tiny" in args, "table" in args
-  c = ml_collections.ConfigDict()
+  args = common.parse_arg(arg, tiny=False, table=False)
+  tiny, table = args.tiny, args.table
+  c = common.base_config()
   c.experiment = "mathfimer"
   c.seeds = (0, 1, 2)
-  # num_fim fine solutions train the FIM model; disjoint from num_train.
-  c.data = dict(num_fim=600, num_train=600, num_test=200, min_ops=3,
+  # The arithmetic problem pools: num_fim fine solutions train the FIM model
+  # (disjoint from the num_train solver pool); drop_frac of the steps are
+  # removed to make the coarse data.
+  c.problems = dict(num_fim=600, num_train=600, num_test=200, min_ops=3,
                 max_ops=5, drop_frac=0.4, seed=0)
   c.fim = dict(masks_per_solution=3, eta=0.8, rounds=2, max_new_tokens=24,
                min_step_chars=8)
-  c.model = dict(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
+  c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
                  mlp_dim=192)
   c.fim_train = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,
                      max_len=128)
@@ -35,7 +39,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                         max_len=128)
   c.eval = dict(max_new_tokens=96)
   if table:  # the measured docs table: ~25 min on 2 shared CPU cores
-    c.data.update(num_fim=400, num_train=400, num_test=60, min_ops=2,
+    c.problems.update(num_fim=400, num_train=400, num_test=60, min_ops=2,
                   max_ops=4)
     c.fim.update(rounds=2)
     c.fim_train.update(steps=500, batch_size=16, max_len=112)
@@ -43,7 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.update(max_new_tokens=72)
   if tiny:
     c.seeds = (0,)
-    c.data.update(num_fim=24, num_train=24, num_test=8)
+    c.problems.update(num_fim=24, num_train=24, num_test=8)
     c.fim.update(rounds=1, max_new_tokens=12)
     c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
                    mlp_dim=64)

@@ -14,11 +14,13 @@ the same lr, steps and lam.
 
 import ml_collections
 
+from configs import common
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = (arg or "").split(",")
-  tiny, small, table = "tiny" in args, "small" in args, "table" in args
-  c = ml_collections.ConfigDict()
+  args = common.parse_arg(arg, tiny=False, small=False, table=False)
+  tiny, small, table = args.tiny, args.small, args.table
+  c = common.base_config()
   c.experiment = "pmc"
   c.parts = "lottery,unlearn"
   c.seeds = (0, 1, 2)
@@ -26,8 +28,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.idk_answer = "I don't know."
   c.lottery = dict(num_colours=10, retain_colours=7, balls=100,
                    retain_balls=100, rounds=1500, seeds=(0, 1, 2))
-  c.data = dict(num_people=40, forget_frac=0.1, num_world=20, seed=0)
-  c.model = dict(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
+  # jaxlab.data.synthetic.facts.make_fact_set(**c.facts)
+  c.facts = dict(num_people=40, forget_frac=0.1, num_world=20, seed=0)
+  c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
                  mlp_dim=192)
   c.pretrain = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,
                     max_len=96)
@@ -40,13 +43,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 prefill_mode="answer_prefix", prefix_words=3,
                 retain_limit=80)
   if small:  # the CPU-budget table of docs/papers/pmc_mathfimer.md
-    c.data.update(num_people=20)
+    c.facts.update(num_people=20)
     c.pretrain.update(steps=600)
     c.unlearn.update(steps=30)
     c.eval.update(leak_samples=4, retain_limit=40)
   if table:  # the measured docs table: ~15 min on 2 shared CPU cores
     c.lottery.update(rounds=1500)
-    c.data.update(num_people=10, forget_frac=0.2, num_world=10)
+    c.facts.update(num_people=10, forget_frac=0.2, num_world=10)
     c.pretrain.update(steps=300)
     c.unlearn.update(steps=40, lr=1e-3, num_samples=6, temperature=1.5,
                      max_new_tokens=40, ref_max_new_tokens=40)
@@ -54,7 +57,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if tiny:
     c.seeds = (0,)
     c.lottery.update(rounds=100, seeds=(0,))
-    c.data.update(num_people=10, num_world=5)
+    c.facts.update(num_people=10, num_world=5)
     c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
                    mlp_dim=64)
     c.pretrain.update(steps=30, batch_size=16, warmup_steps=5)

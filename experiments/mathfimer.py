@@ -24,6 +24,7 @@ from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import arithmetic
 from jaxlab.evals import text as text_metrics
 from jaxlab.models import decoder
+from jaxlab.models import registry as model_registry
 from jaxlab.objectives import fim
 from jaxlab.objectives import self_generated as sg
 from jaxlab.train import runner
@@ -31,7 +32,7 @@ from experiments import results as results_lib
 
 
 def _model(tok, cfg, seed):
-  mcfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, **dict(cfg.model))
+  mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
   return decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
 
 
@@ -87,7 +88,7 @@ def inserted_steps(before, after) -> list[str]:
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   cfg = config
-  d = dict(cfg.data)
+  d = dict(cfg.problems)
   n_fim = int(d.get("num_fim", d["num_train"]))
   problems = arithmetic.make_problems(
       n_fim + d["num_train"] + d["num_test"], min_ops=d["min_ops"],

@@ -22,6 +22,7 @@ import numpy as np
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.models import decoder
+from jaxlab.models import registry as model_registry
 from jaxlab.objectives import pmc
 from jaxlab.objectives import self_generated as sg
 from jaxlab.train import runner
@@ -89,7 +90,7 @@ def _unlearn_config(cfg, method, seed):
 
 def run_unlearning(cfg, workdir: str) -> dict:
   tok = tokenizers.ByteTokenizer()
-  fs = facts_lib.make_fact_set(**dict(cfg.data))
+  fs = facts_lib.make_fact_set(**dict(cfg.facts))
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
@@ -97,7 +98,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
   log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
                           flush=True)
   for seed in cfg.seeds:
-    mcfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, **dict(cfg.model))
+    mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
     base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
     train = fs.train
     data = sg.encode_for_lm(tok, _prompts(train), [x.answer for x in train],
