@@ -15,20 +15,15 @@ WORKDIR/results.json. Args: `tiny` (random 2-layer model, 3 prompts, 24 new
 tokens: seconds on 2 CPU cores).
 """
 
-import ml_collections
-
 from configs import common
 
 
 def get_config(arg: str | None = None):
   args = common.parse_arg(arg, tiny=False)
-  c = ml_collections.ConfigDict()
+  c = common.base_config()
   c.experiment = "generate"
-  c.seed = 0
   c.checkpoint = ""            # HF checkpoint dir; "" = random `model`
   c.dtype = "float32"          # compute dtype for a loaded checkpoint
-  c.model = common.decoder_config()
-  c.model.init_std = 0.02
   c.tokenizer = "byte"         # byte | none | path/to/sentencepiece.model
   c.prompts = ("The quick brown fox", "def fib(n):", "Once upon a time")
   c.prompt_ids = ((1, 2, 3),)  # used when tokenizer == "none"

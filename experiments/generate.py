@@ -24,6 +24,7 @@ from jaxlab.data import tokenizers
 from jaxlab.decoding import sampler
 from jaxlab.io import hf
 from jaxlab.models import decoder as dec
+from jaxlab.models import registry as model_registry
 
 
 def _tokenizer(config):
@@ -42,13 +43,11 @@ def _tokenizer(config):
 def _model(config, tok) -> tuple[Any, dec.DecoderConfig]:
   if config.checkpoint:
     return hf.load(config.checkpoint, dtype=config.dtype)
-  fields = {k: v for k, v in config.model.to_dict().items() if k != "name"}
-  if not fields.get("vocab_size"):
-    if tok is None:
-      raise ValueError("config.model.vocab_size=0 needs a tokenizer; set "
-                       "config.model.vocab_size or config.tokenizer")
-    fields["vocab_size"] = tok.vocab_size
-  cfg = dec.DecoderConfig(**fields)
+  if not config.model.vocab_size and tok is None:
+    raise ValueError("config.model.vocab_size=0 needs a tokenizer; set "
+                     "config.model.vocab_size or config.tokenizer")
+  cfg = model_registry.decoder_config(
+      config.model, vocab_size=None if tok is None else tok.vocab_size)
   return dec.Decoder(cfg, rngs=nnx.Rngs(config.seed)), cfg
 
 
