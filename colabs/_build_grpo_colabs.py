@@ -8,24 +8,19 @@ suite executes, further shrunk so CI stays fast; "" for the full preset).
 """
 
 import os
+import sys
 
 import nbformat
 from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-_SETUP = """\
-import json, os, sys, tempfile
-# In Colab: !pip install -e <path to jaxlab> first.
-ROOT = os.path.abspath(os.path.join(os.getcwd(), "..")) if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
-sys.path.insert(0, ROOT)
-PRESET = os.environ.get("JAXLAB_COLAB_PRESET", "tiny") or None
-WORKDIR = tempfile.mkdtemp()
-print("preset:", PRESET)"""
+sys.path.insert(0, HERE)
+import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def trust_notebook():
   cells = [
+      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
       v4.new_markdown_cell(
           "# Trust-GRPO (SophiaVL-R1) in jaxlab\n\n"
           "Paper: *SophiaVL-R1: Reinforcing MLLMs Reasoning with Thinking "
@@ -34,7 +29,6 @@ def trust_notebook():
           "per-group trust gamma and annealed: R = R^o + gamma alpha "
           "exp(-t/T) R^t. Modules: `jaxlab.objectives.grpo`, "
           "`jaxlab.rl.learner`, `jaxlab.rewards.thinking`."),
-      v4.new_code_cell(_SETUP),
       v4.new_markdown_cell(
           "## 1. The trust weight on a hand-made group\nTwo correct "
           "responses whose thinking scores 0.2, two wrong ones scoring 0.8: "
@@ -81,6 +75,7 @@ def trust_notebook():
 
 def chart_notebook():
   cells = [
+      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
       v4.new_markdown_cell(
           "# MSRL chart-to-code rewards in jaxlab\n\n"
           "Paper: *Breaking the SFT Plateau: Multimodal Structured "
@@ -88,7 +83,6 @@ def chart_notebook():
           "2508.13587). R = w_t R_text + w_v R_vis + w_e R_exec, with the "
           "generated code executed in a sandbox. Modules: "
           "`jaxlab.rewards.sandbox`, `jaxlab.rewards.chart`."),
-      v4.new_code_cell(_SETUP),
       v4.new_markdown_cell(
           "## 1. Sandbox and rewards\nRender a chart, refuse hostile code, "
           "and score a near-miss completion field by field."),

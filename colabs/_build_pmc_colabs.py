@@ -8,24 +8,19 @@ suite executes; "" for the full README preset).
 """
 
 import os
+import sys
 
 import nbformat
 from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-_SETUP = """\
-import json, os, sys, tempfile
-# In Colab: !pip install -e <path to jaxlab> first.
-ROOT = os.path.abspath(os.path.join(os.getcwd(), "..")) if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
-sys.path.insert(0, ROOT)
-PRESET = os.environ.get("JAXLAB_COLAB_PRESET", "tiny") or None
-WORKDIR = tempfile.mkdtemp()
-print("preset:", PRESET)"""
+sys.path.insert(0, HERE)
+import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def pmc_notebook():
   cells = [
+      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
       v4.new_markdown_cell(
           "# Partial Model Collapse (PMC) unlearning in jaxlab\n\n"
           "Paper: *Model Collapse Is Not a Bug but a Feature in Machine "
@@ -35,7 +30,6 @@ def pmc_notebook():
           "recall) in a per-question cache whose score never increases, and "
           "trains on it with a lambda-weighted retain loss. Modules: "
           "`jaxlab.objectives.pmc`, `self_generated`, `unlearning`."),
-      v4.new_code_cell(_SETUP),
       v4.new_markdown_cell(
           "## 1. The lottery machine\nA categorical model retrained on its "
           "own samples collapses to one colour; mixed with a fixed retain "
@@ -70,6 +64,7 @@ def pmc_notebook():
 
 def mathfimer_notebook():
   cells = [
+      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
       v4.new_markdown_cell(
           "# MathFimer step expansion in jaxlab\n\nPaper: *MathFimer: "
           "Enhancing Mathematical Reasoning by Expanding Reasoning Steps "
@@ -77,7 +72,6 @@ def mathfimer_notebook():
           "a step between two steps; applied to every gap of a coarse "
           "solution, with a similarity filter (eta = 0.8), it expands the "
           "chain. Module: `jaxlab.objectives.fim`."),
-      v4.new_code_cell(_SETUP),
       v4.new_markdown_cell("## PSM format with a middle-only loss mask"),
       v4.new_code_cell(
           "from jaxlab.data import tokenizers\n"

@@ -1,9 +1,13 @@
 """Builds colabs/rerank_cl_vs_sft.ipynb (run: python colabs/_build_rerank_colab.py)."""
 
 import os
+import sys
 
 import nbformat
 from nbformat import v4
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 CELLS = [
     ("md", """# SFT or contrastive learning for (multimodal) LLM reranking?
@@ -23,10 +27,7 @@ import matplotlib.pyplot as plt
 from configs import rerank as rerank_configs
 from experiments import rerank as rerank_exp
 from jaxlab.data.synthetic import retrieval as synth
-from jaxlab.objectives import rerank
-# The test runs the `tiny` preset; use "probe,tiny" for the README table.
-PRESET = os.environ.get("JAXLAB_COLAB_PRESET", "probe,tiny")
-print(PRESET)"""),
+from jaxlab.objectives import rerank"""),
     ("md", "## The weights: CL normalises over the group, SFT per document"),
     ("code", """z_yes = jnp.array([[1.0, 0.5, 0.0, -0.5, -1.0]])  # positive first
 z_no = jnp.zeros_like(z_yes)
@@ -60,8 +61,10 @@ for r in table:
 
 def build() -> nbformat.NotebookNode:
   nb = v4.new_notebook()
-  nb.cells = [v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
-              for kind, s in CELLS]
+  # The test runs the `tiny` preset; "probe,tiny" is the README table.
+  nb.cells = [v4.new_code_cell(_setup_cell.setup_cell("probe,tiny"))] + [
+      v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
+      for kind, s in CELLS]
   nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                "language": "python"}
   return nb

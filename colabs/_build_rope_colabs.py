@@ -3,28 +3,23 @@
     python colabs/_build_rope_colabs.py
 
 Each notebook runs its experiment with the config arg in the environment
-variable JAXLAB_COLAB_ARG (default "tiny"; the test uses "tiny,smoke").
+variable JAXLAB_COLAB_PRESET (default "tiny"; the test uses "tiny,smoke").
 """
 
 import os
+import sys
 
 import nbformat
 from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-SETUP = """\
-# In Colab: !pip install -q "git+<repo url>"  (jaxlab and its deps)
-import json, os, sys, tempfile
-root = os.path.abspath("..") if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
-sys.path.insert(0, root)
-ARG = os.environ.get("JAXLAB_COLAB_ARG", "tiny")
-WORKDIR = tempfile.mkdtemp(prefix="colab_")
-print("config arg:", ARG, "| workdir:", WORKDIR)"""
+sys.path.insert(0, HERE)
+import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def rope_extension() -> nbformat.NotebookNode:
   cells = [
+      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
       v4.new_markdown_cell(
           "# MrRoPE: mixed-radix RoPE extension (paper D), miniature\n\n"
           "Every RoPE scaling is a *cumulative scale* $s_i$ on the default "
@@ -36,7 +31,6 @@ def rope_extension() -> nbformat.NotebookNode:
           "filler; the prompt ends with `#`) and evaluate it training-free "
           "at longer lengths under every scaling. Spec: `papers/A-G.md` "
           "section D."),
-      v4.new_code_cell(SETUP),
       v4.new_code_cell("""\
 import numpy as np
 from jaxlab.nn import rope
@@ -64,7 +58,7 @@ display(Image(exp.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""
           "must be near 1 before the long-length table means anything."),
       v4.new_code_cell("""\
 from configs import rope_extension as cfg_mod
-config = cfg_mod.get_config(ARG)
+config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 for rec in result["per_seed"]:
   print("seed", rec["seed"], "learning curve (step, exact):",
@@ -87,6 +81,7 @@ for m in ("yarn", "mrope_pro"):
 
 def frequency_entropy() -> nbformat.NotebookNode:
   cells = [
+      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
       v4.new_markdown_cell(
           "# Frequency Entropy of rotary pairs (paper C), miniature\n\n"
           "SpectrumFE (short-time, 'bands') and SequenceFE (global, "
@@ -94,7 +89,6 @@ def frequency_entropy() -> nbformat.NotebookNode:
           "head and pair; a NoPE layer is the control; weighted RoPE "
           "attenuates selected pairs at inference. Spec: `papers/A-G.md` "
           "section C."),
-      v4.new_code_cell(SETUP),
       v4.new_code_cell("""\
 import numpy as np
 from jaxlab.analysis import frequency_entropy as fe
@@ -106,7 +100,7 @@ print(f"SpectrumFE white noise: {float(fe.spectrum_fe(np.random.default_rng(0).s
 from configs import frequency_entropy as cfg_mod
 from experiments import frequency_entropy as exp
 from IPython.display import Image, display
-config = cfg_mod.get_config(ARG)
+config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 print(json.dumps(result["per_layer"], indent=1))
 print("SequenceFE RoPE vs NoPE:", result["sequence_fe_rope_vs_nope_native"])

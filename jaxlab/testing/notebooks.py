@@ -9,6 +9,9 @@ from nbclient import NotebookClient
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 COLABS = os.path.join(ROOT, "colabs")
+# The one environment variable a notebook reads its config preset from
+# (colabs/_setup_cell.py writes the cell that reads it).
+PRESET_ENV = "JAXLAB_COLAB_PRESET"
 
 
 @contextlib.contextmanager
@@ -26,13 +29,17 @@ def _environ(**env: str):
         os.environ[k] = v
 
 
-def run_notebook(name: str, *, timeout_s: int = 600, **env: str) -> str:
+def run_notebook(name: str, *, preset: str | None = None, timeout_s: int = 600,
+                 **env: str) -> str:
   """Runs `colabs/<name>` top to bottom; returns its concatenated text output.
 
-  `env` (e.g. `JAXLAB_COLAB_PRESET="tiny"`) reaches the kernel, which is how
-  a notebook picks its CPU-sized preset. A failing cell raises
-  `nbclient.exceptions.CellExecutionError` with the cell's traceback.
+  `preset` (e.g. "tiny") reaches the kernel as `JAXLAB_COLAB_PRESET`, which
+  is how a notebook picks its CPU-sized config preset; `env` sets other
+  variables. A failing cell raises `nbclient.exceptions.CellExecutionError`
+  with the cell's traceback.
   """
+  if preset is not None:
+    env[PRESET_ENV] = preset
   nb = nbformat.read(os.path.join(COLABS, name), as_version=4)
   with _environ(**env):
     NotebookClient(nb, timeout=timeout_s, kernel_name="python3",

@@ -5,7 +5,7 @@ from absl.testing import absltest
 from jaxlab.testing import notebooks
 
 def _run(name):
-  return notebooks.run_notebook(name, JAXLAB_COLAB_PRESET="tiny")
+  return notebooks.run_notebook(name, preset="tiny")
 
 
 class GrpoColabsTest(absltest.TestCase):

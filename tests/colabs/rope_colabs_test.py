@@ -5,7 +5,7 @@ from absl.testing import absltest
 from jaxlab.testing import notebooks
 
 def _run(name: str) -> str:
-  return notebooks.run_notebook(name, JAXLAB_COLAB_ARG="tiny,smoke")
+  return notebooks.run_notebook(name, preset="tiny,smoke")
 
 
 class RopeColabsTest(absltest.TestCase):

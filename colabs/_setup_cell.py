@@ -1,0 +1,37 @@
+"""The first cell of every jaxlab notebook (used by colabs/_build_*.py).
+
+In Colab (`google.colab` imported) the cell pip-installs this repository's
+package (jaxlab plus the `configs` and `experiments` packages, see
+pyproject.toml) from `JAXLAB_REPO_URL`; elsewhere it puts the checkout the
+notebook sits in on `sys.path`. It then reads the config preset from the one
+environment variable `JAXLAB_COLAB_PRESET` (what the tests set; "" is the
+config's full default) and makes a scratch `WORKDIR`.
+"""
+
+# The environment variable every notebook reads its config preset from.
+PRESET_ENV = "JAXLAB_COLAB_PRESET"
+# This repository (no URL is recorded in pyproject.toml or the README): the
+# one place to change for a fork or mirror.
+REPO_URL = "https://github.com/jaxlab/jaxlab"
+
+_TEMPLATE = '''\
+# Setup: in Colab, install jaxlab (with configs/ and experiments/) from its
+# repository; anywhere else, use the checkout this notebook sits in.
+JAXLAB_REPO_URL = "{repo_url}"  # this repository; edit for a fork or mirror
+import json, os, subprocess, sys, tempfile
+if "google.colab" in sys.modules:
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                  "git+" + JAXLAB_REPO_URL], check=True)
+else:
+  ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
+  sys.path.insert(0, ROOT)
+# Config preset (configs/<name>.py:<preset>); "" is the full default.
+PRESET = os.environ.get("{env}", "{default}")
+WORKDIR = tempfile.mkdtemp(prefix="colab_")
+print("preset:", repr(PRESET), "| workdir:", WORKDIR)'''
+
+
+def setup_cell(default_preset: str = "tiny") -> str:
+  """Source of the first code cell; `default_preset` when the env is unset."""
+  return _TEMPLATE.format(repo_url=REPO_URL, env=PRESET_ENV,
+                          default=default_preset)
