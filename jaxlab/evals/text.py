@@ -7,9 +7,10 @@ One implementation of each, from a maintained library:
   ROUGE-L *recall*, spec B.3 and B.10). Its default tokenizer lowercases,
   turns every run of non-[a-z0-9] into a space, splits on whitespace,
   Porter-stems (NLTK; memoised here, same stems) tokens longer than 3
-  characters when `use_stemmer`, and drops empty tokens. ROUGE-L: P = LCS / |prediction|,
-  R = LCS / |reference|, F = 2PR / (P + R), (0, 0, 0) when either side has
-  no tokens; ROUGE-n: clipped n-gram overlap over max(count, 1).
+  characters when `use_stemmer`, and drops empty tokens.
+  ROUGE-L: P = LCS / |prediction|, R = LCS / |reference|, F = 2PR / (P + R),
+  (0, 0, 0) when either side has no tokens; ROUGE-n: clipped n-gram overlap
+  over max(count, 1).
 * Edit distances (Levenshtein, unit costs) and the longest common
   subsequence are `rapidfuzz.distance`, over strings (characters) or any
   sequences of hashable items (e.g. word lists).

@@ -1,4 +1,4 @@
-"""Tests for the Trust-GRPO rewards in jaxlab.rewards.thinking (hand-computed)."""
+"""Tests of the Trust-GRPO rewards in jaxlab.rewards.thinking (by hand)."""
 
 import math
 

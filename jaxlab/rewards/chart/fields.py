@@ -20,11 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxlab.evals.text import edit_similarity
-from jaxlab.evals.text import levenshtein
-from jaxlab.rewards.chart.normalize import PLOT_METHODS
-from jaxlab.rewards.chart.normalize import PlotCall
-from jaxlab.rewards.chart.normalize import normalize_code
+from jaxlab.evals import text as text_metrics
+from jaxlab.rewards.chart import normalize
 
 __all__ = [
     "TEXT_DIMENSIONS", "edit_similarity", "exact_f1", "extract_chart_types",
@@ -32,6 +29,11 @@ __all__ = [
     "levenshtein", "numeric_soft_f1", "text_reward", "text_reward_fields",
     "text_score",
 ]
+
+# The one edit distance of the library (rapidfuzz), under the names R_text
+# uses.
+levenshtein = text_metrics.levenshtein
+edit_similarity = text_metrics.edit_similarity
 
 # ----------------------------------------------------------------------------
 # Field extractors.
@@ -64,7 +66,7 @@ def _flat_strings(v: Any) -> list[str]:
   return []
 
 
-def extract_data_values(calls: Sequence[PlotCall]) -> list[float]:
+def extract_data_values(calls: Sequence[normalize.PlotCall]) -> list[float]:
   """Numbers plotted as data (bar heights, line y, scatter x/y, pie, ...)."""
   out = []
   for c in calls:
@@ -73,15 +75,16 @@ def extract_data_values(calls: Sequence[PlotCall]) -> list[float]:
   return out
 
 
-def extract_chart_types(calls: Sequence[PlotCall]) -> list[str]:
-  return [c.method for c in calls if c.method in PLOT_METHODS]
+def extract_chart_types(calls: Sequence[normalize.PlotCall]) -> list[str]:
+  return [c.method for c in calls if c.method in normalize.PLOT_METHODS]
 
 
-def extract_layout(calls: Sequence[PlotCall]) -> list[tuple[int, int, int, int]]:
+def extract_layout(calls: Sequence[normalize.PlotCall]
+                   ) -> list[tuple[int, int, int, int]]:
   """(nrows, ncols, row, col) of every subplot that holds a plot call."""
   seen = []
   for c in calls:
-    if c.method in PLOT_METHODS and c.axes is not None:
+    if c.method in normalize.PLOT_METHODS and c.axes is not None:
       t = (c.axes.nrows, c.axes.ncols, c.axes.row, c.axes.col)
       if t not in seen:
         seen.append(t)
@@ -95,13 +98,13 @@ _TEXT_FIELDS = {"set_title": ("label",), "set_xlabel": ("xlabel",),
                 "legend": ("labels",), "text": ("s",), "annotate": ("text",)}
 
 
-def extract_text(calls: Sequence[PlotCall]) -> dict[str, str]:
+def extract_text(calls: Sequence[normalize.PlotCall]) -> dict[str, str]:
   """Text elements keyed by (subplot, role): title, labels, legend, ticks."""
   out: dict[str, list[str]] = {}
   for c in calls:
     pos = "fig" if c.axes is None else f"{c.axes.row},{c.axes.col}"
     keys = _TEXT_FIELDS.get(c.method, ())
-    if c.method in PLOT_METHODS:
+    if c.method in normalize.PLOT_METHODS:
       keys = ("label", "labels")   # series labels feed the legend
       role = "legend"
     else:
@@ -127,11 +130,11 @@ def _to_hex(colour: Any) -> str | None:
     return str(colour).strip().lower() if isinstance(colour, str) else None
 
 
-def extract_colors(calls: Sequence[PlotCall]) -> list[str]:
+def extract_colors(calls: Sequence[normalize.PlotCall]) -> list[str]:
   """Explicit colours of plot calls, normalised to '#rrggbb'."""
   out = []
   for c in calls:
-    if c.method not in PLOT_METHODS:
+    if c.method not in normalize.PLOT_METHODS:
       continue
     for key in ("color", "facecolor"):
       v = c.kwargs.get(key)
@@ -205,10 +208,10 @@ TEXT_DIMENSIONS = ("data", "type", "layout", "text", "color")
 def text_reward_fields(pred_code: str, gt_code: str, *,
                        rel_tol: float = 0.05) -> dict[str, float]:
   """Per-dimension scores of R_text (spec F item 4); all 0 if unparseable."""
-  gt_calls = normalize_code(gt_code)
+  gt_calls = normalize.normalize_code(gt_code)
   if gt_calls is None:
     raise ValueError("the ground-truth code does not parse")
-  pred_calls = normalize_code(pred_code)
+  pred_calls = normalize.normalize_code(pred_code)
   if pred_calls is None:
     return {d: 0.0 for d in TEXT_DIMENSIONS}
   return {

@@ -21,11 +21,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from jaxlab.rewards import sandbox
-from jaxlab.rewards.chart.fields import TEXT_DIMENSIONS
-from jaxlab.rewards.chart.fields import text_reward
-from jaxlab.rewards.chart.judges import Judge
-from jaxlab.rewards.chart.judges import get_judge
-from jaxlab.rewards.chart.normalize import extract_code
+from jaxlab.rewards.chart import fields
+from jaxlab.rewards.chart import judges
+from jaxlab.rewards.chart import normalize
 
 # ----------------------------------------------------------------------------
 # Rewards and curriculum.
@@ -42,7 +40,7 @@ class ChartRewardConfig:
   w_vis: float = 1.0
   w_exec: float = 1.0
   text_weights: tuple[tuple[str, float], ...] = tuple(
-      (d, 1.0) for d in TEXT_DIMENSIONS)
+      (d, 1.0) for d in fields.TEXT_DIMENSIONS)
   rel_tol: float = 0.05
   judge: str = "ssim"
   timeout_s: float = 10.0
@@ -60,11 +58,11 @@ def exec_reward(result: sandbox.RenderResult) -> float:
 
 
 def visual_reward(result: sandbox.RenderResult, target: np.ndarray,
-                  judge: str | Judge = "ssim") -> float:
+                  judge: str | judges.Judge = "ssim") -> float:
   """R_vis: judge(rendering, target) in [0, 1]; render failure -> 0."""
   if not result.ok or result.image is None:
     return 0.0
-  fn = get_judge(judge) if isinstance(judge, str) else judge
+  fn = judges.get_judge(judge) if isinstance(judge, str) else judge
   return float(np.clip(fn(result.image, target), 0.0, 1.0))
 
 
@@ -79,10 +77,10 @@ def chart_reward(completion: str, gt_code: str, target_image: np.ndarray | None,
                  ) -> dict[str, float]:
   """All reward components of one completion (spec F item 4)."""
   render = render or sandbox.render_chart
-  code = extract_code(completion, require_fence=cfg.require_fence)
+  code = normalize.extract_code(completion, require_fence=cfg.require_fence)
   if code is None:
     return {"reward": 0.0, "text": 0.0, "vis": 0.0, "exec": 0.0}
-  r_text = text_reward(code, gt_code, weights=dict(cfg.text_weights),
+  r_text = fields.text_reward(code, gt_code, weights=dict(cfg.text_weights),
                        rel_tol=cfg.rel_tol)
   need_render = cfg.w_exec != 0 or cfg.w_vis != 0
   result = render(code, timeout_s=cfg.timeout_s, size=cfg.size) if (
