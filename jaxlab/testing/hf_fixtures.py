@@ -3,6 +3,9 @@
     path = make_hf_checkpoint(tmp_dir, "qwen2", num_kv_heads=1)
     hf_model = load_hf_model(path)                       # torch, eval, fp32
     logits = hf_logits(hf_model, ids_bt)                 # numpy [B, T, V]
+    out = hf_forward(hf_model, ids_bt, mask_bt,           # attentions, cache
+                     position_ids_bt=hf_positions(mask_bt),
+                     output_attentions=True)
 
 Checkpoints are built with transformers' own `LlamaForCausalLM` /
 `Qwen2ForCausalLM` from a fixed torch seed and written with
@@ -196,3 +199,36 @@ def hf_logits(model, input_ids_bt, attention_mask_bt=None) -> np.ndarray:
                                            dtype=torch.long)
   with torch.no_grad():
     return model(input_ids=ids, **kw).logits.float().numpy()
+
+
+def hf_positions(attention_mask_bt) -> np.ndarray:
+  """Position ids counted over real tokens (padding clipped to 0), the
+  convention of `jaxlab.models.decoder.Decoder.default_positions` and of
+  transformers' `generate` for left-padded batches."""
+  mask = np.asarray(attention_mask_bt).astype(np.int64)
+  return np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+
+
+def hf_forward(model, input_ids_bt, attention_mask_bt=None, *,
+               position_ids_bt=None, past_key_values=None,
+               output_attentions: bool = False, use_cache: bool = False):
+  """One transformers forward (no grad); returns its output object.
+
+  `attention_mask_bt` covers the cached tokens too when `past_key_values`
+  is given (transformers' convention); `output_attentions=True` needs the
+  eager attention implementation (what `load_hf_model` / `make_hf_model`
+  give), whose probabilities `out.attentions` are `[B, N, T, S]` per layer.
+  """
+  import torch  # pylint: disable=g-import-not-at-top
+  kw = dict(output_attentions=output_attentions, use_cache=use_cache)
+  if attention_mask_bt is not None:
+    kw["attention_mask"] = torch.as_tensor(np.asarray(attention_mask_bt),
+                                           dtype=torch.long)
+  if position_ids_bt is not None:
+    kw["position_ids"] = torch.as_tensor(np.asarray(position_ids_bt),
+                                         dtype=torch.long)
+  if past_key_values is not None:
+    kw["past_key_values"] = past_key_values
+  ids = torch.as_tensor(np.asarray(input_ids_bt), dtype=torch.long)
+  with torch.no_grad():
+    return model(input_ids=ids, **kw)
