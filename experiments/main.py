@@ -24,6 +24,7 @@ and results; when a process dies the others stop within
 import importlib
 import json
 import os
+import pkgutil
 import sys
 
 from absl import app
@@ -59,8 +60,43 @@ _INIT_TIMEOUT = flags.DEFINE_integer(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+# Where losses register themselves (`jaxlab.train.losses.register`): every
+# module of these packages, and these modules, are imported before a run, so
+# `config.loss.name` finds a paper's loss without the experiment importing its
+# module first.
+LOSS_PACKAGES = ("jaxlab.objectives",)
+LOSS_MODULES = ("jaxlab.train.losses", "jaxlab.rl.learner")
+
+
+def import_loss_modules() -> tuple[str, ...]:
+  """Imports every module that registers losses; returns the loss names."""
+  for package_name in LOSS_PACKAGES:
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+      importlib.import_module(f"{package_name}.{info.name}")
+  for module_name in LOSS_MODULES:
+    importlib.import_module(module_name)
+  from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
+  return losses.available()
+
+
+def check_loss(config) -> None:
+  """`config.loss.name` is a registered loss (one error listing the valid)."""
+  section = config.get("loss")
+  if section is None or not hasattr(section, "get"):
+    return
+  name = section.get("name")
+  if name is None:
+    return
+  valid = import_loss_modules()
+  if name not in valid:
+    raise ValueError(f"config.loss.name={name!r} is not a registered loss; "
+                     f"valid: {', '.join(valid)}")
+
+
 def run_experiment(config, workdir: str) -> dict:
   """Imports `experiments.<config.experiment>` and runs it."""
+  check_loss(config)
   name = config.get("experiment", "train")
   try:
     module = importlib.import_module(f"experiments.{name}")
@@ -127,7 +163,17 @@ def _parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
+    msg = str(e)
+    if "Traceback (most recent call last)" in msg:
+      # ml_collections embeds the config file's traceback (e.g. an unknown
+      # preset raised by common.parse_arg): keep the flag and the error.
+      lines = [line for line in msg.splitlines() if line.strip()]
+      flag = lines[0].split(": Error whilst", 1)[0]
+      last = lines[-1]
+      for kind in ("ValueError: ", "KeyError: ", "TypeError: "):
+        last = last.removeprefix(kind)
+      msg = f"{flag}: {last}"
+    print(f"error: {msg}", file=sys.stderr)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     # ml_collections raises these for an unknown --config.a.b key or a value
     # of the wrong type; name the offending flag.

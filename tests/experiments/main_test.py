@@ -105,6 +105,28 @@ class MainTest(absltest.TestCase):
       self.assertIn(needle, err)
       self.assertNotIn("Traceback", err)
 
+    # An unknown loss name: one line listing every registered loss, including
+    # those of modules no experiment imported (objectives.unlearning).
+    rc, _, err = launch(f"{tmp}/l", "--config.loss.name=nope")
+    self.assertNotEqual(rc, 0)
+    self.assertIn("config.loss.name='nope' is not a registered loss; valid: ",
+                  err)
+    self.assertIn("unlearn_pmc", err)
+    self.assertNotIn("Traceback", err)
+    self.assertLen(err.strip().splitlines(), 1)
+
+    # An unknown preset of the config file: one line naming the valid ones.
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.main",
+         "--config=configs/lm_tiny.py:tinny", f"--workdir={tmp}/p"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertEqual(
+        proc.stderr.strip(),
+        "error: flag --config=configs/lm_tiny.py:tinny: unknown preset "
+        "'tinny' (in config arg 'tinny'); valid presets: tiny; valid "
+        "key=value args: none")
+
     locked = os.path.join(tmp, "ro")
     os.makedirs(locked)
     os.chmod(locked, 0o500)
@@ -124,6 +146,32 @@ class MainTest(absltest.TestCase):
     self.assertNotEqual(rc, 0)
     self.assertIn(f"{bad}:3: invalid JSON", err)
     self.assertNotIn("Traceback", err)
+
+  def test_loss_found_without_importing_its_module(self):
+    # A fresh interpreter: the launcher imports the module registering
+    # `unlearn_pmc` itself; an unknown name lists every registered loss.
+    code = (
+        "import sys\n"
+        "from ml_collections import ConfigDict\n"
+        "from experiments import main\n"
+        "assert 'jaxlab.objectives.unlearning' not in sys.modules\n"
+        "main.check_loss(ConfigDict({'loss': {'name': 'unlearn_pmc'}}))\n"
+        "from jaxlab.train import losses\n"
+        "print('found', losses.get('unlearn_pmc').__module__)\n"
+        "try:\n"
+        "  main.check_loss(ConfigDict({'loss': {'name': 'nope'}}))\n"
+        "except ValueError as e:\n"
+        "  print('error', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    self.assertEqual(lines[0], "found jaxlab.objectives.unlearning")
+    self.assertTrue(lines[1].startswith(
+        "error config.loss.name='nope' is not a registered loss; valid: "),
+                    lines[1])
+    for name in ("lm", "rerank", "unlearn_pmc", "unlearn_npo"):
+      self.assertIn(name, lines[1].split("valid: ")[1].split(", "))
 
   def test_lm_tiny_loss_goes_down(self):
     tmp = self._tmp()
