@@ -9,29 +9,65 @@ See experiments/chart_to_code.py. Reward weights are [inferred] (equal; the
 paper's were not found); the visual judge is SSIM, the CPU proxy for
 Qwen2.5-VL-72B. Rendering one chart in the sandbox costs ~0.5 s, so groups
 and steps are small.
+
+Sections reach their classes whole: `config.model` -> `DecoderConfig` (the
+vocabulary is the code grammar's), `ViTConfig(**config.vit)` (its output
+width is the decoder's), `GRPOConfig(**config.grpo)`,
+`ChartRewardConfig(**config.reward)`; `config.sft.optim` and
+`config.rl.optim` are `jaxlab.train.optim` sections of the two sub-trainings.
 """
 
 import ml_collections
 
+from configs import common
+
+EOS, PAD = 2, 0  # experiments/chart_to_code.py's grammar ids
+
+
+def _adam(lr: float) -> ml_collections.ConfigDict:
+  """Adam (optax's default b2 = 0.999) at a constant lr, clipped at 1."""
+  o = common.optim_config()
+  o.update(lr=lr, warmup_steps=0, schedule="constant", weight_decay=0.0,
+           b2=0.999, clip_norm=1.0)
+  return o
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  tiny = arg is not None and "tiny" in arg.split(",")
-  c = ml_collections.ConfigDict()
+  a = common.parse_arg(arg, tiny=False)
+  c = common.base_config()
   c.experiment = "chart_to_code"
   c.seeds = (0, 1, 2)
-  c.max_len = 28
-  c.data = dict(sft_size=48, stage_size=64, eval_size=24)
-  c.model = dict(dim=64, num_layers=2)
-  c.sft = dict(steps=300, batch_size=32, lr=3e-3, eval_every=50, seed=0)
-  c.rl = dict(stage1_steps=15, stage2_steps=15, prompts_per_step=4,
-              group_size=4, lr=5e-4, clip_eps=0.2, kl_beta=0.01,
-              entropy_coef=0.0)
-  c.reward = dict(w_text=1.0, w_vis=1.0, w_exec=1.0, judge="ssim",
-                  timeout_s=10.0, workers=2)
-  if tiny:
+  c.max_len = 28                    # code tokens (incl. EOS) per sample
+  c.data = ml_collections.ConfigDict(
+      {"sft_size": 48, "stage_size": 64, "eval_size": 24})
+  # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
+  c.model.update(dim=64, num_layers=2, num_heads=2, num_kv_heads=2,
+                 mlp_dim=128, max_position_embeddings=64)
+  c.vit = ml_collections.ConfigDict({
+      "image_size": 32, "patch_size": 8, "dim": 64, "num_layers": 1,
+      "num_heads": 2, "mlp_dim": 128})
+  c.sft = ml_collections.ConfigDict(
+      {"steps": 300, "batch_size": 32, "eval_every": 50,
+       "optim": _adam(3e-3)})
+  c.rl = ml_collections.ConfigDict(
+      {"stage1_steps": 15, "stage2_steps": 15, "prompts_per_step": 4,
+       "optim": _adam(5e-4)})
+  # GRPOConfig fields: one rollout -> one clipped update, k3 KL to the
+  # post-SFT policy, sampling at temperature 1 up to max_len tokens.
+  c.grpo = ml_collections.ConfigDict({
+      "group_size": 4, "num_iterations": 1, "num_minibatches": 1,
+      "advantage": "grpo", "clip_eps": 0.2,
+      "clip_eps_high": ml_collections.FieldReference(None, field_type=float),
+      "kl_beta": 0.01, "entropy_coef": 0.0, "aggregation": "token_mean",
+      "max_new_tokens": c.get_ref("max_len"), "temperature": 1.0,
+      "eos_id": EOS, "pad_id": PAD})
+  c.reward = ml_collections.ConfigDict(
+      {"w_text": 1.0, "w_vis": 1.0, "w_exec": 1.0, "judge": "ssim",
+       "timeout_s": 10.0, "max_workers": 2})
+  if a.tiny:
     c.seeds = (0,)
     c.data.update(sft_size=16, stage_size=8, eval_size=4)
     c.sft.update(steps=20, eval_every=10)
-    c.rl.update(stage1_steps=1, stage2_steps=1, prompts_per_step=2,
-                group_size=2)
+    c.rl.update(stage1_steps=1, stage2_steps=1, prompts_per_step=2)
+    c.grpo.group_size = 2
   return c

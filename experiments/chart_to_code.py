@@ -21,26 +21,40 @@ charts). Generated code is executed in `jaxlab.rewards.sandbox` (parallel
 renders via `chart_group_reward`). After each phase the held-out set is
 decoded greedily and scored: execution rate, data-value soft F1 (+-5 %),
 chart-type accuracy, text reward and SSIM visual similarity.
+
+Every update is the generic trainer's step: SFT through
+`jaxlab.train.runner.StepRunner` (teacher-forced NLL of the code given the
+image), GRPO through `jaxlab.rl.learner.GRPOLearner` (the registered `grpo`
+loss: clipped ratio, k3 KL to the post-SFT policy, global-norm clipping via
+optax). Rollouts and evaluation decode with `jaxlab.decoding.sampler`
+(KV cache, the image prefix as `prefix_embeds`); a rollout batch carries the
+images as `prefix_inputs`, so the GRPO loss re-encodes them and the ViT
+learns with the decoder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
 import os
 import time
-import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
+from experiments import results as results_lib
+from jaxlab.decoding import sampler
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import registry as model_registry
 from jaxlab.models import vit as vit_lib
 from jaxlab.objectives import grpo
 from jaxlab.rewards import chart
+from jaxlab.rl import learner as learner_lib
+from jaxlab.rl import rollout as rollout_lib
+from jaxlab.train import losses as losses_lib
+from jaxlab.train import runner as runner_lib
 
 PAD, BOS, EOS = 0, 1, 2
 KINDS = ("bar", "plot", "scatter")
@@ -114,54 +128,67 @@ def small_image(img_hw3: np.ndarray) -> np.ndarray:
 
 
 class ChartPolicy(nnx.Module):
-  """ViT prefix tokens + a decoder LM over the code grammar."""
+  """ViT prefix tokens + a decoder LM over the code grammar.
 
-  def __init__(self, dim: int, num_layers: int, max_len: int, seed: int):
-    rngs = nnx.Rngs(seed)
-    self.vit = vit_lib.ViTEncoder(vit_lib.ViTConfig(
-        image_size=32, patch_size=8, dim=dim, num_layers=1, num_heads=2,
-        mlp_dim=2 * dim, out_dim=dim), rngs=rngs)
-    self.dec = decoder_lib.Decoder(decoder_lib.DecoderConfig(
-        vocab_size=len(VOCAB), dim=dim, num_layers=num_layers, num_heads=2,
-        num_kv_heads=2, mlp_dim=2 * dim,
-        max_position_embeddings=16 + max_len + 2), rngs=rngs)
-    self.num_prefix = 16
+  The image's `vit` patch tokens (projected to the decoder width) are a
+  prefix fed through `Decoder.forward(inputs_embeds=...)` before the token
+  embeddings: for sampling through `jaxlab.decoding.sampler.generate(dec,
+  ..., prefix_embeds=policy.prefix_embeds(images))` and for teacher forcing
+  in `forward`.
+  """
+
+  def __init__(self, dec_cfg: decoder_lib.DecoderConfig,
+               vit_cfg: vit_lib.ViTConfig, *, rngs: nnx.Rngs):
+    if vit_cfg.out_dim != dec_cfg.dim:
+      raise ValueError(f"vit out_dim={vit_cfg.out_dim} must equal the "
+                       f"decoder width model.dim={dec_cfg.dim}")
+    self.vit = vit_lib.ViTEncoder(vit_cfg, rngs=rngs)
+    self.dec = decoder_lib.Decoder(dec_cfg, rngs=rngs)
+    self.num_prefix = vit_cfg.num_patches
+
+  def prefix_embeds(self, images_bhwc: jax.Array) -> jax.Array:
+    """Images `[B, H, W, 3]` in [0, 1] -> prefix `[B, P, D]`."""
+    return self.vit(images_bhwc)
+
+  def forward(self, input_ids_bt: jax.Array,
+              attention_mask: jax.Array | None = None, *,
+              prefix_inputs: jax.Array | None = None,
+              prefix_embeds: jax.Array | None = None
+              ) -> decoder_lib.DecoderOutput:
+    """Decoder output over `[prefix; ids]`, logits of the T ids only.
+
+    The prefix is `prefix_embeds [B, P, D]` or, computed here (so the ViT
+    is trained with the decoder), `prefix_embeds(prefix_inputs)` of images
+    `[B, H, W, 3]`: the signature the GRPO loss calls with a rollout
+    batch's `prefix_inputs` (`jaxlab.objectives.grpo.policy_token_logprobs`).
+    Row t of the logits predicts ids[:, t + 1]; `attention_mask [B, T]`
+    marks the real ids (the prefix is always attended), so positions are
+    counted over [prefix; real ids] as the sampler counts them.
+    """
+    if (prefix_inputs is None) == (prefix_embeds is None):
+      raise ValueError("ChartPolicy.forward needs exactly one of "
+                       "prefix_inputs (images) and prefix_embeds")
+    if prefix_embeds is None:
+      prefix_embeds = self.prefix_embeds(prefix_inputs)
+    b, p = prefix_embeds.shape[:2]
+    h = jnp.concatenate(
+        [prefix_embeds,
+         self.dec.embed(input_ids_bt).astype(prefix_embeds.dtype)], axis=1)
+    mask = None if attention_mask is None else jnp.concatenate(
+        [jnp.ones((b, p), bool), attention_mask.astype(bool)], axis=1)
+    out = self.dec.forward(inputs_embeds=h, attention_mask=mask)
+    return dataclasses.replace(out, logits=out.logits[:, p:])
 
   def logits(self, images_bhwc, ids_bt):
     """Logits `[B, T, V]` where row t predicts ids[:, t + 1]."""
-    prefix = self.vit(images_bhwc)
-    h = jnp.concatenate([prefix, self.dec.embed(ids_bt).astype(prefix.dtype)],
-                        axis=1)
-    out = self.dec.forward(inputs_embeds=h).logits
-    return out[:, self.num_prefix:]
+    return self.forward(ids_bt, prefix_inputs=images_bhwc).logits
 
 
-def _seq_logp(model, images, ids_bt):
-  """Per-token log-probs `[B, T]` of ids[:, 1:] (column 0 is 0) + entropy."""
-  logits = model.logits(images, ids_bt)[:, :-1]
-  lp, ent = grpo.token_logprobs_and_entropy(logits, ids_bt[:, 1:])
-  pad = lambda x: jnp.pad(x, ((0, 0), (1, 0)))  # noqa: E731
-  return pad(lp), pad(ent)
-
-
-@functools.partial(nnx.jit, static_argnums=(3, 4))
-def _sample(model, images, key, max_len: int, greedy: bool):
-  """Autoregressive sampling (full forward each step; sequences are short)."""
-  b = images.shape[0]
-  ids = jnp.zeros((b, max_len + 1), jnp.int32).at[:, 0].set(BOS)
-
-  def body(t, carry):
-    ids, done = carry
-    logits = model.logits(images, ids)[:, t]
-    tok = (jnp.argmax(logits, -1) if greedy else
-           jax.random.categorical(jax.random.fold_in(key, t), logits))
-    tok = jnp.where(done, PAD, tok).astype(jnp.int32)
-    ids = ids.at[:, t + 1].set(tok)
-    return ids, done | (tok == EOS)
-
-  ids, _ = jax.lax.fori_loop(0, max_len, body,
-                             (ids, jnp.zeros((b,), bool)))
-  return ids
+def make_policy(config, seed: int) -> ChartPolicy:
+  """`DecoderConfig` from `config.model`, `ViTConfig(**config.vit)`."""
+  dec_cfg = model_registry.decoder_config(config.model, vocab_size=len(VOCAB))
+  vit_cfg = vit_lib.ViTConfig(**config.vit, out_dim=dec_cfg.dim)
+  return ChartPolicy(dec_cfg, vit_cfg, rngs=nnx.Rngs(seed))
 
 
 def completion_mask(ids: np.ndarray) -> np.ndarray:
@@ -172,45 +199,82 @@ def completion_mask(ids: np.ndarray) -> np.ndarray:
   return np.pad(keep, ((0, 0), (1, 0))).astype(np.float32)
 
 
-def sft(model, charts, cfg, max_len, val) -> list[dict]:
-  opt = nnx.Optimizer(model, optax.adam(cfg.lr), wrt=nnx.Param)
+# -- SFT: the trainer's step on a teacher-forced, image-conditioned NLL --------
 
-  def arrays(cs):
-    ids = np.zeros((len(cs), max_len + 1), np.int32)
-    for i, c in enumerate(cs):
-      seq = [BOS] + c["ids"]
-      ids[i, :len(seq)] = seq
-    mask = completion_mask(ids)
-    imgs = np.stack([small_image(c["image"]) for c in cs])
-    return jnp.asarray(imgs), jnp.asarray(ids), jnp.asarray(mask)
 
-  @nnx.jit
-  def loss_fn(model, imgs, ids, mask):
-    lp, _ = _seq_logp(model, imgs, ids)
-    return -jnp.sum(lp * mask) / jnp.sum(mask)
+def sft_loss(model: ChartPolicy, batch: dict[str, jax.Array], *,
+             rng: jax.Array | None = None, config=None):
+  """Token-mean NLL of the code tokens (and EOS) given the image.
 
-  @nnx.jit
-  def step(model, opt, imgs, ids, mask):
-    loss, g = nnx.value_and_grad(loss_fn)(model, imgs, ids, mask)
-    opt.update(model, g)
-    return loss
+  batch: `images [B, 32, 32, 3]`, `ids [B, T]` ([BOS, code.., EOS, pad..]),
+  `mask [B, T]` (1 on the tokens to predict, column 0 is 0).
+  """
+  del rng, config
+  logits = model.logits(batch["images"], batch["ids"])[:, :-1]
+  total, count = losses_lib.masked_token_nll(logits, batch["ids"][:, 1:],
+                                             batch["mask"][:, 1:])
+  return total / jnp.maximum(count, 1.0), {"tokens": count}
 
-  rng = np.random.default_rng(cfg.seed)
-  val_arr = arrays(val)
+
+@nnx.jit
+def _sft_eval_loss(model, batch):
+  return sft_loss(model, batch)[0]
+
+
+def sft_arrays(charts, max_len: int) -> dict[str, np.ndarray]:
+  ids = np.zeros((len(charts), max_len + 1), np.int32)
+  for i, c in enumerate(charts):
+    seq = [BOS] + c["ids"]
+    ids[i, :len(seq)] = seq
+  return {"images": np.stack([small_image(c["image"]) for c in charts]),
+          "ids": ids, "mask": completion_mask(ids)}
+
+
+def sft(model, charts, sft_cfg, max_len, val, seed: int) -> list[dict]:
+  """SFT on `charts` with the trainer's update (`StepRunner`): minibatches
+  drawn with replacement; the held-out loss every `eval_every` steps."""
+  steps = int(sft_cfg.steps)
+  runner = runner_lib.StepRunner(model, loss=sft_loss, loss_config=None,
+                                 optim=sft_cfg.optim, steps=steps, seed=seed)
+  rng = np.random.default_rng(seed)
+  val_arr = {k: jnp.asarray(v) for k, v in sft_arrays(val, max_len).items()}
   history = []
-  for s in range(cfg.steps):
-    rows = rng.integers(0, len(charts), cfg.batch_size)
-    loss = step(model, opt, *arrays([charts[i] for i in rows]))
-    if (s + 1) % cfg.eval_every == 0:
-      history.append({"step": s + 1, "train_loss": float(loss),
-                      "val_loss": float(loss_fn(model, *val_arr))})
+  for s in range(steps):
+    rows = rng.integers(0, len(charts), int(sft_cfg.batch_size))
+    m = runner.step(sft_arrays([charts[i] for i in rows], max_len), s)
+    if (s + 1) % int(sft_cfg.eval_every) == 0:
+      history.append({"step": s + 1, "train_loss": m["loss"],
+                      "val_loss": float(_sft_eval_loss(runner.model(),
+                                                       val_arr))})
+  runner.write_back()
   return history
 
 
+# -- sampling through the KV-cache sampler, image prefix first ------------------
+
+
+@nnx.jit
+def _prefix(model, images):
+  return model.prefix_embeds(images)
+
+
+def sample_codes(model: ChartPolicy, images: np.ndarray, *, max_len: int,
+                 temperature: float, key: jax.Array | None = None
+                 ) -> list[list[int]]:
+  """Token lists (ending at EOS when one is emitted) of `[BOS]` continued
+  under the image prefix, by `jaxlab.decoding.sampler.generate`."""
+  prefix = _prefix(model, jnp.asarray(images))
+  out = sampler.generate(model.dec, [[BOS]] * len(images),
+                         prefix_embeds=prefix, max_new_tokens=max_len,
+                         temperature=temperature, eos_id=EOS, pad_id=PAD,
+                         key=key)
+  return out.tokens
+
+
 def evaluate(model, charts, max_len, reward_cfg) -> dict[str, float]:
-  imgs = jnp.asarray(np.stack([small_image(c["image"]) for c in charts]))
-  ids = np.asarray(_sample(model, imgs, jax.random.key(0), max_len, True))
-  codes = [detokenize(r[1:]) for r in ids]
+  imgs = np.stack([small_image(c["image"]) for c in charts])
+  codes = [detokenize(t) for t in
+           sample_codes(model, imgs, max_len=max_len, temperature=0.0)]
   _, comp = chart.chart_group_reward(
       codes, [c["code"] for c in charts], [c["image"] for c in charts],
       reward_cfg.replace(w_vis=1.0, w_exec=1.0, w_text=1.0))
@@ -227,94 +291,152 @@ def evaluate(model, charts, max_len, reward_cfg) -> dict[str, float]:
           "example": codes[0]}
 
 
-def grpo_stage(model, ref, opt, charts, reward_cfg, rl, max_len, seed,
-               log) -> None:
+# -- GRPO: rollouts through the sampler, updates by the GRPO learner ------------
+
+
+@functools.partial(jax.jit, static_argnums=(0, 6))
+def _rollout_logp(graphdef, state, images, ids, attn, comp, temperature):
+  """Teacher-forced log pi_T of the sampled tokens (0 off `comp`): the
+  function the `grpo` loss scores the policy with, so the first ratio is 1."""
+  model = nnx.merge(graphdef, state)
+  logp, _ = grpo.policy_token_logprobs(model, ids, attn, temperature,
+                                       prefix_inputs=images)
+  return logp * comp
+
+
+def rollout_logp(model, images, ids, attn, comp, temperature) -> np.ndarray:
+  graphdef, state = nnx.split(model)
+  return np.asarray(_rollout_logp(graphdef, state, jnp.asarray(images),
+                                  jnp.asarray(ids), jnp.asarray(attn),
+                                  jnp.asarray(comp, jnp.float32),
+                                  float(temperature)))
+
+
+def rollout(learner: learner_lib.GRPOLearner, images: np.ndarray, *,
+            key: jax.Array) -> rollout_lib.RolloutBatch:
+  """G samples per chart (rows of `images` come in groups of G) from the
+  current policy through the sampler, with old / reference log-probs."""
+  cfg = learner.cfg
+  policy = learner.policy
+  tokens = sample_codes(policy, images, max_len=cfg.max_new_tokens,
+                        temperature=cfg.temperature, key=key)
+  prompts = [[BOS]] * len(images)
+  ids, attn, comp = sampler.pack_sequences(
+      prompts, tokens, pad_id=PAD, length=1 + cfg.max_new_tokens)
+  old = rollout_logp(policy, images, ids, attn, comp, cfg.temperature)
+  ref = (rollout_logp(learner.ref, images, ids, attn, comp, cfg.temperature)
+         if learner.ref is not None else None)
+  g = cfg.group_size
+  return rollout_lib.RolloutBatch(
+      prompts=prompts[::g], completions=tokens, input_ids_bt=ids,
+      attention_mask_bt=attn, completion_mask_bt=comp, old_logp_bt=old,
+      ref_logp_bt=ref, group_size=g, prefix_inputs=images)
+
+
+def make_learner(config, model: ChartPolicy) -> learner_lib.GRPOLearner:
+  """`GRPOConfig(**config.grpo)` with `config.rl.optim`, one optimizer
+  state over both stages (the schedule counts every update)."""
+  return learner_lib.GRPOLearner(
+      model, learner_lib.GRPOConfig(**config.grpo), config.rl.optim,
+      total_steps=int(config.rl.stage1_steps) + int(config.rl.stage2_steps))
+
+
+def grpo_stage(learner, charts, reward_cfg, rl, steps: int, max_len: int,
+               seed: int, log: list) -> None:
   """GRPO on `charts` with `reward_cfg` (one rollout -> one update)."""
-  g = rl.group_size
+  del max_len  # the learner's GRPOConfig.max_new_tokens
+  g = learner.cfg.group_size
   rng = np.random.default_rng(seed)
-
-  @nnx.jit
-  def update(model, opt, imgs, ids, mask, old, ref_lp, adv):
-    def loss_fn(m):
-      lp, ent = _seq_logp(m, imgs, ids)
-      return grpo.grpo_loss(lp, old, ref_lp, adv, mask, clip_eps=rl.clip_eps,
-                            kl_beta=rl.kl_beta, entropy=ent,
-                            entropy_coef=rl.entropy_coef)
-    (loss, metrics), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-    opt.update(model, grads)
-    return metrics
-
-  logp_fn = nnx.jit(lambda m, i, x: _seq_logp(m, i, x)[0])
-  for step in range(rl.steps):
+  for step in range(steps):
     batch = [charts[i] for i in rng.integers(0, len(charts),
-                                             rl.prompts_per_step)]
+                                             int(rl.prompts_per_step))]
     rep = [c for c in batch for _ in range(g)]
-    imgs = jnp.asarray(np.stack([small_image(c["image"]) for c in rep]))
-    ids = np.asarray(_sample(model, imgs, jax.random.key(seed * 1000 + step),
-                             max_len, False))
-    mask = completion_mask(ids)
-    codes = [detokenize(r[1:]) for r in ids]
+    imgs = np.stack([small_image(c["image"]) for c in rep])
+    key = jax.random.key(seed * 1000 + step)
+    k_roll, k_upd = jax.random.split(key)
+    rb = rollout(learner, imgs, key=k_roll)
+    codes = [detokenize(t) for t in rb.completions]
     rewards, comp = chart.chart_group_reward(
         codes, [c["code"] for c in rep], [c["image"] for c in rep],
         reward_cfg)
-    adv = grpo.group_advantages(jnp.asarray(rewards), g)
-    ids_j, mask_j = jnp.asarray(ids), jnp.asarray(mask)
-    old = logp_fn(model, imgs, ids_j) * mask_j
-    ref_lp = logp_fn(ref, imgs, ids_j) * mask_j
-    m = update(model, opt, imgs, ids_j, mask_j, old, ref_lp, adv)
-    log.append({"step": step, "reward": float(rewards.mean()),
+    m = learner.update(rb, np.asarray(rewards, np.float32), k_upd)
+    log.append({"step": step, "reward": float(np.mean(rewards)),
                 "exec": float(comp["exec"].mean()),
                 "text": float(comp["text"].mean()),
-                "vis": float(comp["vis"].mean()), "kl": float(m["kl"])})
+                "vis": float(comp["vis"].mean()), "kl": m["kl"],
+                "loss": m["loss"], "grad_norm": m["grad_norm"]})
 
 
 def run_one(config, seed: int) -> dict:
   t0 = time.time()
-  max_len = config.max_len
+  max_len = int(config.max_len)
   sft_charts = make_charts(config.data.sft_size, 10 * seed + 1)
   stage1 = make_charts(config.data.stage_size, 10 * seed + 2)
   stage2 = make_charts(config.data.stage_size, 10 * seed + 3)
   val = make_charts(config.data.eval_size, 99)          # fixed across seeds
-  model = ChartPolicy(config.model.dim, config.model.num_layers, max_len,
-                      seed)
-  base = chart.ChartRewardConfig(
-      w_text=config.reward.w_text, w_vis=config.reward.w_vis,
-      w_exec=config.reward.w_exec, judge=config.reward.judge,
-      timeout_s=config.reward.timeout_s, max_workers=config.reward.workers)
-  sft_cfg = types.SimpleNamespace(**{**dict(config.sft), "seed": seed})
-  sft_hist = sft(model, sft_charts, sft_cfg, max_len, val[:64])
+  model = make_policy(config, seed)
+  base = chart.ChartRewardConfig(**config.reward)
+  sft_hist = sft(model, sft_charts, config.sft, max_len, val[:64], seed)
   phases = {"sft": evaluate(model, val, max_len, base)}
-  ref = nnx.clone(model)
-  opt = nnx.Optimizer(model, optax.adam(config.rl.lr), wrt=nnx.Param)
   cur = chart.CurriculumConfig.two_stage(config.rl.stage1_steps,
                                          config.rl.stage2_steps, base=base)
+  learner = make_learner(config, model)
   logs = {}
   for st, data in zip(cur.stages, (stage1, stage2)):
-    rl = types.SimpleNamespace(**dict(config.rl), steps=st.steps)
     logs[st.name] = []
-    grpo_stage(model, ref, opt, data, st.reward, rl, max_len,
+    grpo_stage(learner, data, st.reward, config.rl, st.steps, max_len,
                seed + (7 if st.name == "text_vis_exec" else 0),
                logs[st.name])
-    phases[st.name] = evaluate(model, val, max_len, base)
+    phases[st.name] = evaluate(learner.policy, val, max_len, base)
   return {"phases": phases, "sft_history": sft_hist, "rl_logs": logs,
           "elapsed_s": time.time() - t0}
 
 
+PHASE_LABELS = {"sft": "SFT", "text_exec": "+ GRPO stage 1 (text + exec)",
+                "text_vis_exec": "+ GRPO stage 2 (+ visual)"}
+
+
+def results_table(runs: list[dict], seeds) -> results_lib.Table:
+  """The held-out metrics after each phase, one value per seed."""
+  table = results_lib.Table(
+      "phases", "Chart-to-code: held-out greedy decoding after each phase",
+      row_label="phase",
+      columns=[results_lib.Column("exec_rate", "exec rate"),
+               results_lib.Column("data_f1", "data-value soft F1"),
+               results_lib.Column("type_acc", "chart-type acc"),
+               results_lib.Column("text_reward", "R_text"),
+               results_lib.Column("visual_ssim", "visual SSIM")])
+  for seed, r in zip(seeds, runs):
+    for phase, m in r["phases"].items():
+      table.add_seed(PHASE_LABELS.get(phase, phase), seed,
+                     {c.key: m[c.key] for c in table.columns})
+  return table
+
+
 def run(config, workdir: str) -> dict:
+  """All seeds; writes WORKDIR/results.json (`experiments.results` schema:
+  the phase table per seed, the stage comparisons paired by seed; curves and
+  example completions under `extra`) and chart_to_code.png."""
+  t0 = time.time()
   os.makedirs(workdir, exist_ok=True)
-  runs = [run_one(config, s) for s in config.seeds]
-  metrics = ("exec_rate", "data_f1", "type_acc", "text_reward",
-             "visual_ssim")
-  table = {}
-  for phase in runs[0]["phases"]:
-    table[phase] = {m: (float(np.mean([r["phases"][phase][m] for r in runs])),
-                        float(np.std([r["phases"][phase][m] for r in runs])))
-                    for m in metrics}
-  result = {"table": table, "runs": runs, "seeds": list(config.seeds)}
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(result, f, indent=1)
+  seeds = [int(s) for s in config.seeds]
+  runs = [run_one(config, s) for s in seeds]
+  table = results_table(runs, seeds)
+  comparisons = [
+      results_lib.Comparison("phases", "data_f1", PHASE_LABELS["text_exec"],
+                             PHASE_LABELS["sft"], "stage 1 − SFT"),
+      results_lib.Comparison("phases", "visual_ssim",
+                             PHASE_LABELS["text_vis_exec"],
+                             PHASE_LABELS["text_exec"], "stage 2 − stage 1")]
+  results_lib.write(
+      workdir, "chart_to_code", tables=[table], comparisons=comparisons,
+      extra={"runs": [dict(r, seed=s) for s, r in zip(seeds, runs)]},
+      config=config, start_time=t0)
   _plot(runs, workdir)
-  return {f"{p}/{m}": v[0] for p, row in table.items() for m, v in row.items()}
+  return {f"{p}/{m}": float(np.mean([r["phases"][p][m] for r in runs]))
+          for p in runs[0]["phases"]
+          for m in ("exec_rate", "data_f1", "type_acc", "text_reward",
+                    "visual_ssim")}
 
 
 def _plot(runs, workdir):

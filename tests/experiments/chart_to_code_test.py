@@ -1,0 +1,151 @@
+"""The chart-to-code experiment's policy, SFT loss, sampling and GRPO pieces."""
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from configs import chart_to_code as c2c_configs
+from experiments import chart_to_code as c2c
+from jaxlab.rl import learner as learner_lib
+
+
+def _tiny_config():
+  config = c2c_configs.get_config("tiny")
+  with config.unlocked():
+    config.model.update(dim=32, mlp_dim=64)
+    config.vit.update(dim=32, mlp_dim=64)
+    config.max_len = 12
+  return config
+
+
+def _images(n, seed=0):
+  return np.random.default_rng(seed).uniform(size=(n, 32, 32, 3)).astype(
+      np.float32)
+
+
+def _reference_greedy(policy, images, max_len):
+  """The former cache-less sampler: a full forward over [prefix; ids] per
+  step, argmax of the last real position, PAD after EOS."""
+  b = images.shape[0]
+  ids = np.zeros((b, max_len + 1), np.int32)
+  ids[:, 0] = c2c.BOS
+  done = np.zeros(b, bool)
+  for t in range(max_len):
+    logits = np.asarray(policy.logits(jnp.asarray(images),
+                                      jnp.asarray(ids[:, :t + 1])))[:, t]
+    tok = np.where(done, c2c.PAD, logits.argmax(-1))
+    ids[:, t + 1] = tok
+    done |= tok == c2c.EOS
+  out = []
+  for row in ids[:, 1:]:
+    row = list(row)
+    out.append(row[:row.index(c2c.EOS) + 1] if c2c.EOS in row else row)
+  return out
+
+
+class PolicyTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.config = _tiny_config()
+    self.policy = c2c.make_policy(self.config, seed=0)
+
+  def test_sections_reach_their_classes(self):
+    self.assertEqual(self.policy.dec.cfg.vocab_size, len(c2c.VOCAB))
+    self.assertEqual(self.policy.dec.cfg.dim, 32)
+    self.assertEqual(self.policy.dec.cfg.num_heads, 2)
+    self.assertEqual(self.policy.vit.cfg.out_dim, 32)
+    self.assertEqual(self.policy.vit.cfg.patch_size, 8)
+    self.assertEqual(self.policy.num_prefix, 16)
+    cfg = learner_lib.GRPOConfig(**self.config.grpo)
+    self.assertEqual((cfg.group_size, cfg.max_new_tokens, cfg.eos_id),
+                     (2, 12, c2c.EOS))
+
+  def test_unknown_preset_is_an_error(self):
+    with self.assertRaisesRegex(ValueError, "unknown preset 'tinyy'"):
+      c2c_configs.get_config("tinyy")
+
+  def test_forward_is_the_concatenated_prefix(self):
+    imgs = _images(2)
+    ids = jnp.array([[c2c.BOS, 3, 9, 12], [c2c.BOS, 4, 9, 13]], jnp.int32)
+    prefix = self.policy.vit(jnp.asarray(imgs))
+    h = jnp.concatenate([prefix, self.policy.dec.embed(ids)], axis=1)
+    want = self.policy.dec.forward(inputs_embeds=h).logits[:, 16:]
+    np.testing.assert_allclose(self.policy.logits(imgs, ids), want,
+                               atol=1e-5)
+    # A right-padded row gives the same logits on its real tokens.
+    attn = jnp.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    got = self.policy.forward(ids, attn, prefix_inputs=imgs).logits
+    np.testing.assert_allclose(got[:, :3], want[:, :3], atol=1e-5)
+
+  def test_sampler_with_prefix_equals_cacheless_greedy(self):
+    imgs = _images(3, seed=1)
+    got = c2c.sample_codes(self.policy, imgs, max_len=self.config.max_len,
+                           temperature=0.0)
+    want = _reference_greedy(self.policy, imgs, self.config.max_len)
+    self.assertEqual(got, want)
+
+  def test_sft_loss_matches_numpy(self):
+    charts = [{"ids": [3, 9, 12, c2c.EOS], "image": np.zeros((64, 64, 3),
+                                                              np.uint8)},
+              {"ids": [4, 9, c2c.EOS], "image": np.full((64, 64, 3), 200,
+                                                         np.uint8)}]
+    batch = c2c.sft_arrays(charts, max_len=6)
+    loss, m = c2c.sft_loss(self.policy, batch)
+    logits = np.asarray(self.policy.logits(batch["images"], batch["ids"]),
+                        np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = []
+    for b, c in enumerate(charts):
+      seq = [c2c.BOS] + c["ids"]
+      nll += [-logp[b, t, seq[t + 1]] for t in range(len(seq) - 1)]
+    self.assertEqual(float(m["tokens"]), 7.0)
+    self.assertAlmostEqual(float(loss), float(np.mean(nll)), places=5)
+
+  def test_rollout_logp_is_the_sampling_distribution(self):
+    imgs = _images(2, seed=2)
+    tokens = c2c.sample_codes(self.policy, imgs, max_len=5, temperature=1.0,
+                              key=jax.random.key(3))
+    from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
+    ids, attn, comp = sampler.pack_sequences([[c2c.BOS]] * 2, tokens,
+                                             length=6)
+    lp = c2c.rollout_logp(self.policy, imgs, ids, attn, comp, 0.5)
+    logits = np.asarray(self.policy.logits(imgs, jnp.asarray(ids)),
+                        np.float64) / 0.5
+    logz = np.log(np.exp(logits).sum(-1))
+    for b, toks in enumerate(tokens):
+      for i, tok in enumerate(toks):
+        self.assertAlmostEqual(lp[b, i + 1], logits[b, i, tok] - logz[b, i],
+                               places=4)
+      self.assertTrue(np.all(lp[b, len(toks) + 1:] == 0.0))
+    self.assertTrue(np.all(lp[:, 0] == 0.0))
+
+
+class GRPOTest(absltest.TestCase):
+
+  def test_learner_update_trains_the_vit_from_rollouts(self):
+    config = _tiny_config()
+    policy = c2c.make_policy(config, seed=0)
+    vit_before = np.asarray(policy.vit.patch_embed_kd[...]).copy()
+    learner = c2c.make_learner(config, policy)
+    imgs = np.repeat(_images(2, seed=4), 2, axis=0)     # 2 groups of G=2
+    rb = c2c.rollout(learner, imgs, key=jax.random.key(0))
+    self.assertEqual(rb.input_ids_bt.shape, (4, 1 + config.max_len))
+    # The old log-probs are the loss's own: the first ratio is exactly 1
+    # and the reference (post-SFT copy) equals the policy before any update.
+    np.testing.assert_allclose(rb.old_logp_bt, rb.ref_logp_bt, atol=1e-6)
+    m = learner.update(rb, np.array([1.0, 0.0, 0.0, 1.0], np.float32),
+                       jax.random.key(1))
+    self.assertAlmostEqual(m["kl"], 0.0, places=5)
+    self.assertGreater(m["grad_norm"], 0.0)
+    vit_after = np.asarray(learner.policy.vit.patch_embed_kd[...])
+    self.assertGreater(np.abs(vit_after - vit_before).max(), 1e-6)
+    # A second rollout from the updated policy no longer matches the ref.
+    rb2 = c2c.rollout(learner, imgs, key=jax.random.key(2))
+    self.assertGreater(np.abs(rb2.old_logp_bt - rb2.ref_logp_bt).max(), 1e-6)
+
+
+if __name__ == "__main__":
+  absltest.main()
