@@ -53,6 +53,47 @@ class DecoderTest(parameterized.TestCase):
                                   [0, 1, 2, 3, 4, 5, 6, 7, 8, -1, -1, -1])
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)
 
+  def test_cache_capacity_error_eager_and_jit(self):
+    model = _model()
+    ids = _ids(2, 5)
+    cache = model.forward(ids[:, :4], cache=model.init_cache(2, 5)).cache
+    model.forward(ids[:, 4:5], cache=cache)  # the last free slot: fine
+    with self.assertRaisesRegex(ValueError, r"writing 2 new tokens at index "
+                                r"4 needs 6 slots but the capacity is 5"):
+      model.forward(ids[:, 3:5], cache=cache)
+    # Under jit nothing can raise: the logits are NaN, the index counts the
+    # write, and the next eager use raises.
+    graphdef, state = nnx.split(model)
+    step = jax.jit(lambda st, x, c: nnx.merge(graphdef, st).forward(
+        x, cache=c))
+    out = step(state, ids[:, 3:5], cache)
+    self.assertTrue(bool(jnp.isnan(out.logits).all()))
+    self.assertEqual(int(out.cache.index), 6)
+    self.assertTrue(bool(out.cache.overflowed()))
+    ok = step(state, ids[:, 4:5], cache)
+    self.assertFalse(bool(jnp.isnan(ok.logits).any()))
+    with self.assertRaisesRegex(ValueError, "capacity is 5"):
+      model.forward(ids[:, 4:5], cache=out.cache)
+
+  def test_per_kv_head_cache_slots(self):
+    model = _model()  # 4 query heads, 2 KV heads
+    ids = _ids(2, 7, seed=3)
+    cache = model.forward(ids[:, :6], cache=model.init_cache(2, 8)).cache
+    nxt = ids[:, 6:7]
+    ref = model.forward(nxt, cache=cache).logits
+    # Each KV head keeps all slots in its own order: same attention.
+    perm = jnp.asarray([[[5, 4, 3, 2, 1, 0], [2, 0, 1, 5, 3, 4]]] * 2)
+    got = model.forward(nxt, cache=cache.gather(perm, max_len=8)).logits
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+    # KV head 0 drops slot 2: as if query heads 0 and 1 (its group) could
+    # not see slot 2.
+    keep = jnp.asarray([[[0, 1, 3, 4, 5, -1], [0, 1, 2, 3, 4, 5]]] * 2)
+    got = model.forward(nxt, cache=cache.gather(keep, max_len=8)).logits
+    deny = jnp.ones((1, 4, 1, 8), bool).at[:, :2, :, 2].set(False)
+    want = model.forward(nxt, cache=cache, extra_mask=deny).logits
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    self.assertGreater(float(jnp.abs(want - ref).max()), 1e-4)
+
   def test_left_padded_batch_equals_unpadded_rows(self):
     model = _model()
     long, short = _ids(1, 7, seed=1)[0], _ids(1, 4, seed=2)[0]
