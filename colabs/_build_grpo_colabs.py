@@ -110,12 +110,11 @@ def chart_notebook():
           "if PRESET == 'tiny':\n"
           "  config.data.eval_size = 2; config.rl.prompts_per_step = 1; "
           "config.sft.steps = 10; config.sft.eval_every = 5\n"
-          "flat = c2c.run(config, WORKDIR)\n"
-          "res = json.load(open(os.path.join(WORKDIR, 'results.json')))\n"
+          "flat = c2c.run(config, WORKDIR)  # phase/metric -> mean over seeds\n"
           "print('| phase | exec | data F1 | SSIM |')\n"
-          "for p, row in res['table'].items():\n"
-          "  print(f\"| {p} | {row['exec_rate'][0]:.2f} | "
-          "{row['data_f1'][0]:.2f} | {row['visual_ssim'][0]:.2f} |\")"),
+          "for p in ('sft', 'text_exec', 'text_vis_exec'):\n"
+          "  print(f\"| {p} | {flat[p + '/exec_rate']:.2f} | "
+          "{flat[p + '/data_f1']:.2f} | {flat[p + '/visual_ssim']:.2f} |\")"),
   ]
   return v4.new_notebook(cells=cells, metadata={"kernelspec": {
       "name": "python3", "display_name": "Python 3", "language": "python"}})

@@ -51,7 +51,7 @@ workdir = tempfile.mkdtemp(prefix="rerank_colab_")
 summary = rerank_exp.run(config, workdir)
 results = json.load(open(os.path.join(workdir, "results.json")))
 print(open(os.path.join(workdir, "table.md")).read())"""),
-    ("code", """table = results["table"]
+    ("code", """table = results["extra"]["table"]  # experiments.results schema
 assert all(np.isfinite(r["ndcg@10_mean"]) for r in table)
 for r in table:
   print(f'{r["cell"]:24s} nDCG@10 {100 * r["ndcg@10_mean"]:.1f} ± {100 * r["ndcg@10_std"]:.1f}'

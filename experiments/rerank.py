@@ -4,9 +4,15 @@ For each cell ("W/D" surrogate or "native/cl|sft"), each negatives count N and
 each seed, trains the multimodal reranker (`jaxlab.models.reranker`) with the
 generic trainer and the registered `"rerank"` loss, then reranks held-out
 synthetic queries (1 positive + 15 negatives, half near-duplicates) and
-scores nDCG@10 / MRR@10. Writes WORKDIR/results.json (per cell: nDCG@10 mean
-and std over seeds, mean W+ / W- over training), table.md and per-run
-workdirs under WORKDIR/runs/ (a finished run is skipped on re-launch).
+scores nDCG@10 / MRR@10. Writes WORKDIR/results.json (`experiments.results`
+schema: per-seed nDCG@10, MRR@10 and mean W+ / W- of each cell, the claimed
+paired comparisons), table.md and per-run workdirs under WORKDIR/runs/ (a
+finished run is skipped on re-launch).
+
+Every training is the trainer's: the reranker cells through `trainer.train`
+on the registered `"rerank"` loss, the embedding miniature's head
+pretraining through `jaxlab.train.runner.StepRunner` on
+`"rerank_head_pretrain"`.
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ import dataclasses
 import functools
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from experiments import results as results_lib
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import retrieval as synth
 from jaxlab.evals import ranking
@@ -326,7 +334,56 @@ def markdown(table: list[dict], k: int) -> str:
   return "\n".join(lines) + "\n"
 
 
+def row_label(cell: str, n_neg: int, with_n: bool) -> str:
+  return f"{cell} N={n_neg}" if with_n else cell
+
+
+def results_table(runs: list[dict], k: int, with_n: bool
+                  ) -> results_lib.Table:
+  """Per-seed nDCG@k, MRR@k and mean weights of every (cell, N)."""
+  cols = [results_lib.Column(f"ndcg@{k}", f"nDCG@{k} × 100", decimals=1,
+                             scale=100),
+          results_lib.Column(f"mrr@{k}", f"MRR@{k} × 100", decimals=1,
+                             scale=100),
+          results_lib.Column("w_pos", "mean W+"),
+          results_lib.Column("w_neg", "mean W−"),
+          results_lib.Column("w_cl_pos", "W_CL+"),
+          results_lib.Column("w_cl_neg", "W_CL−"),
+          results_lib.Column("w_sft_pos", "W_SFT+"),
+          results_lib.Column("w_sft_neg", "W_SFT−")]
+  table = results_lib.Table(
+      "probe", "W × D probing: held-out reranking after training each cell",
+      columns=cols, row_label="W / D")
+  for r in runs:
+    table.add_seed(row_label(r["cell"], r["negatives"], with_n), r["seed"],
+                   {c.key: r[c.key] for c in cols})
+  return table
+
+
+# The README's claims, each a paired difference of nDCG over seeds: W at
+# fixed D, D at fixed W, and the tau-mask against the constant weight.
+CLAIMED = (("cl/sft", "sft/sft"), ("cl/cl", "sft/cl"), ("sft/cl", "sft/sft"),
+           ("constant_tau_mask/sft", "constant/sft"))
+
+
+def comparisons(cells, sweep, with_n: bool, k: int
+                ) -> list[results_lib.Comparison]:
+  out = []
+  for n_neg in sweep:
+    for a, b in CLAIMED:
+      if a in cells and b in cells:
+        out.append(results_lib.Comparison(
+            "probe", f"ndcg@{k}", row_label(a, n_neg, with_n),
+            row_label(b, n_neg, with_n)))
+  return out
+
+
 def run(config, workdir: str) -> dict:
+  """Every (N, cell, seed); writes WORKDIR/results.json (the
+  `experiments.results` schema: the per-seed table, the claimed paired
+  comparisons, the summary table and per-run metrics under `extra`) and
+  table.md."""
+  t0 = time.time()
   tok = make_tokenizer(config)
   rcfg = reranker_config(config, tok)
   template = rr.PromptTemplate(system=config.prompt.system,
@@ -357,11 +414,12 @@ def run(config, workdir: str) -> dict:
               f"W-={r['w_neg']:.3f}", flush=True)
         runs.append(r)
   table = summarize(runs, k)
-  results = {"table": table, "runs": runs, "cells": cells,
-             "negatives": list(sweep), "seeds": list(config.seeds),
-             "config": json.loads(config.to_json_best_effort())}
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=1)
+  results_lib.write(
+      workdir, "rerank", tables=[results_table(runs, k, len(sweep) > 1)],
+      comparisons=comparisons(cells, sweep, len(sweep) > 1, k),
+      extra={"table": table, "runs": runs, "cells": cells,
+             "negatives": list(sweep), "seeds": list(config.seeds)},
+      config=config, start_time=t0)
   md = markdown(table, k)
   with open(os.path.join(workdir, "table.md"), "w") as f:
     f.write(md)
