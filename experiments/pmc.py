@@ -165,6 +165,7 @@ TABLE_COLUMNS = (
     ("leak_greedy", "leak greedy ↓"),
     ("leak_prefill", "leak, prefilled with the answer's first 3 words ↓"),
     ("leak_sampling", "leak sampling ↓"))
+PERCENT_ALREADY = ("uq", "utility")  # pmc.unlearning_quality / utility
 
 
 def results_tables(out: dict) -> tuple[list, list]:
@@ -189,7 +190,8 @@ def results_tables(out: dict) -> tuple[list, list]:
   if ps:
     t = results_lib.Table(
         "unlearning", "Tiny-LM TOFU-like unlearning (values × 100)",
-        [results_lib.Column(k, lab, decimals=1, scale=100)
+        [results_lib.Column(k, lab, decimals=1,
+                            scale=1 if k in PERCENT_ALREADY else 100)
          for k, lab in TABLE_COLUMNS], row_label="method")
     for m, rows in ps["methods"].items():
       for seed, r in zip(ps["seeds"], rows):
