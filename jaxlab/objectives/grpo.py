@@ -253,3 +253,56 @@ def token_logprobs_and_entropy(logits_btv: Array, tokens_bt: Array,
 def compute_advantages(rewards: Array, group_size: int, estimator: str = "grpo",
                        **kw: Any) -> Array:
   return get_advantage_estimator(estimator)(rewards, group_size, **kw)
+
+
+# ----------------------------------------------------------------------------
+# The `grpo` trainer loss (the GRPO learner's update is the trainer's step).
+# ----------------------------------------------------------------------------
+
+from jaxlab.train import losses as _losses  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def policy_token_logprobs(model, ids_bt: Array, attn_bt: Array,
+                          temperature: float, **forward_kw
+                          ) -> tuple[Array, Array]:
+  """log pi_T(x_t | x_<t) and the entropy of pi_T, each `[B, T]` (0 at t=0).
+
+  pi_T = softmax(logits / temperature): the distribution the sampler draws
+  from at `temperature`, so the PPO ratio, the KL to the reference and the
+  entropy are all of the sampling distribution. The rollout computes the
+  old and reference log-probs at the same temperature
+  (`jaxlab.rl.rollout`), so the first update's ratio is exactly 1.
+  `forward_kw` go to `model.forward` (e.g. `prefix_inputs` of an
+  image-prefixed policy).
+  """
+  logits = model.forward(ids_bt, attention_mask=attn_bt, **forward_kw).logits
+  logp, ent = token_logprobs_and_entropy(logits[:, :-1], ids_bt[:, 1:],
+                                         temperature)
+  pad = lambda x: jnp.pad(x, ((0, 0), (1, 0)))  # noqa: E731
+  return pad(logp), pad(ent)
+
+
+@_losses.register("grpo")
+def grpo_policy_loss(model, batch: dict[str, Array], *, rng: Array,
+                     config: Any) -> tuple[Array, dict[str, Array]]:
+  """`grpo_loss` of the policy `model` on one rollout minibatch (G Eq. 7).
+
+  batch: `ids`, `attn` `[B, T]` packed prompt + response, `mask` `[B, T]`
+  response tokens, `old` `[B, T]` rollout-policy log-probs, `adv` `[B]`
+  advantages, optional `ref` `[B, T]` reference log-probs (KL term),
+  optional `prefix_inputs` `[B, ...]` passed to `model.forward` (the inputs
+  a prefix-conditioned policy encodes, e.g. images; see `RolloutBatch`).
+  config: `temperature, clip_eps, clip_eps_high, kl_beta, entropy_coef,
+  aggregation` (a `jaxlab.rl.learner.GRPOConfig`, or a ConfigDict with those
+  fields).
+  """
+  del rng
+  forward_kw = ({"prefix_inputs": batch["prefix_inputs"]}
+                if "prefix_inputs" in batch else {})
+  logp, ent = policy_token_logprobs(model, batch["ids"], batch["attn"],
+                                    config.temperature, **forward_kw)
+  return grpo_loss(
+      logp, batch["old"], batch.get("ref"), batch["adv"], batch["mask"],
+      clip_eps=config.clip_eps, clip_eps_high=config.clip_eps_high,
+      kl_beta=config.kl_beta, entropy=ent, entropy_coef=config.entropy_coef,
+      aggregation=config.aggregation)

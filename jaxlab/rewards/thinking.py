@@ -369,13 +369,21 @@ class TinyThinkingScorer:
     ids, mask = self._encode([questions[i] for i in keep],
                              [thinkings[i] for i in keep])
     y = labels[keep]
-    opt = nnx.Optimizer(self.net, optax.adam(lr), wrt=nnx.Param)
+    # The trainer's update (jaxlab.train.runner) with plain Adam: optax's
+    # defaults (b2 0.999), constant lr, no clipping or weight decay.
+    from jaxlab.train import runner as runner_lib  # pylint: disable=g-import-not-at-top
+    runner = runner_lib.StepRunner(
+        self.net, loss=scorer_bce_loss, loss_config=None,
+        optim=runner_lib.optim_config(lr=lr, clip_norm=0.0, b1=0.9,
+                                      b2=0.999, eps=1e-8),
+        steps=steps, seed=seed)
     rng = np.random.default_rng(seed)
     loss = float("nan")
-    for _ in range(steps):
+    for step in range(steps):
       rows = rng.integers(0, len(y), min(batch_size, len(y)))
-      loss = float(_train_step(self.net, opt, jnp.asarray(ids[rows]),
-                               jnp.asarray(mask[rows]), jnp.asarray(y[rows])))
+      loss = runner.step({"ids": ids[rows], "mask": mask[rows],
+                          "labels": y[rows]}, step)["loss"]
+    runner.write_back()
     return {"num_train": int(len(y)), "final_loss": loss}
 
 
@@ -384,10 +392,9 @@ def _predict(net, ids, mask):
   return jax.nn.sigmoid(net(ids, mask))
 
 
-@nnx.jit
-def _train_step(net, opt, ids, mask, y):
-  def loss_fn(m):
-    return jnp.mean(optax.sigmoid_binary_cross_entropy(m(ids, mask), y))
-  loss, g = nnx.value_and_grad(loss_fn)(net)
-  opt.update(net, g)
-  return loss
+def scorer_bce_loss(net, batch, *, rng, config):
+  """Mean binary cross-entropy of the scorer's logits to soft labels."""
+  del rng, config
+  logits = net(batch["ids"], batch["mask"])
+  return jnp.mean(optax.sigmoid_binary_cross_entropy(
+      logits, batch["labels"])), {}

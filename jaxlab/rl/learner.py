@@ -3,14 +3,23 @@
     learner = GRPOLearner(policy, GRPOConfig(group_size=8), optim_cfg,
                           total_steps=100)
     metrics = learner.step(prompts, reward_fn, key=key)
+    learner.policy                     # the current weights (an nnx.Module)
 
 `reward_fn(batch: RolloutBatch, step: int) -> (rewards [P*G], metrics)`
 receives the whole rollout batch (all groups), so group-level rewards such as
 Trust-GRPO's gamma (`jaxlab.rewards.thinking.combine_trust_rewards`) plug in
 directly. Each rollout batch is used for `num_iterations` optimisation steps
 (mu in the GRPO paper; the PPO ratio moves away from 1 after the first),
-each over `num_minibatches` minibatches of whole rows. The optimizer comes
-from `jaxlab.train.optim.make_optimizer` (AdamW, warmup, clipping).
+each over `num_minibatches` minibatches of whole rows.
+
+Every update is the generic trainer's step (`jaxlab.train.runner.StepRunner`
+over `trainer.make_train_step`) on the registered `grpo` loss
+(`jaxlab.objectives.grpo.grpo_policy_loss`): the optimizer from
+`jaxlab.train.optim` (AdamW, warmup, global-norm clipping via optax,
+parameter groups), the state born sharded on the mesh and donated,
+`optim.grad_accum` micro-batches per update. The log-probs of the rollout
+(old) and reference policies are computed at the sampling temperature, like
+the loss's: the GRPO loss scores the sampling distribution softmax(z / T).
 
 Spec: shared/papers/A-G.md, G items 5-7 and "Shared building blocks" 1.
 """
@@ -19,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,9 +37,9 @@ import numpy as np
 from flax import nnx
 
 from jaxlab import parallel
-from jaxlab.objectives import grpo
+from jaxlab.objectives import grpo  # registers the `grpo` loss
 from jaxlab.rl import rollout as rollout_lib
-from jaxlab.train import optim
+from jaxlab.train import runner as runner_lib
 
 RewardFn = Callable[[rollout_lib.RolloutBatch, int],
                     tuple[np.ndarray, Mapping[str, Any]]]
@@ -79,73 +87,56 @@ class GRPOConfig:
                        f"{', '.join(grpo.AGGREGATIONS)}")
 
 
-def _loss(model, batch, cfg: GRPOConfig):
-  logits = model.forward(batch["ids"], attention_mask=batch["attn"]).logits
-  logp, ent = grpo.token_logprobs_and_entropy(logits[:, :-1], batch["ids"][:, 1:],
-                                              cfg.temperature)
-  pad = lambda x: jnp.pad(x, ((0, 0), (1, 0)))  # noqa: E731
-  return grpo.grpo_loss(
-      pad(logp), batch["old"], batch.get("ref"), batch["adv"], batch["mask"],
-      clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-      kl_beta=cfg.kl_beta, entropy=pad(ent), entropy_coef=cfg.entropy_coef,
-      aggregation=cfg.aggregation)
-
-
-@functools.partial(nnx.jit, static_argnums=3)
-def _train_step(model, optimizer, batch, cfg):
-  (loss, metrics), grads = nnx.value_and_grad(_loss, has_aux=True)(
-      model, batch, cfg)
-  optimizer.update(model, grads)
-  metrics["grad_norm"] = optax_global_norm(grads)
-  return metrics
-
-
-def optax_global_norm(tree) -> jax.Array:
-  leaves = jax.tree_util.tree_leaves(tree)
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
-                      for x in leaves))
-
-
 class GRPOLearner:
-  """Owns the policy, a frozen reference copy and the optimizer.
+  """Owns the policy's train state (the trainer's), and a frozen reference.
+
+  `optim_cfg`: a `config.optim` section, or a mapping of the fields to change
+  in `jaxlab.train.runner.optim_config` (constant lr, no warmup, no decay,
+  clipping at 1; the rest from `configs/common.optim_config()`); the
+  schedule counts updates (`total_steps * num_iterations * num_minibatches`).
 
   With `mesh`, the policy's weights are placed on it by their logical axis
-  names (`jaxlab.parallel.shard_params` under `rules`) and every update's
-  minibatch is split over the batch axes ('data', 'fsdp'); the same code then
-  runs data-, FSDP- and tensor-parallel. Minibatch rows must divide by
-  data * fsdp.
+  names under `rules` (default `configs/common.sharding_rules()`) and every
+  update's minibatch is split over the batch axes ('data', 'fsdp'); the same
+  code then runs data-, FSDP- and tensor-parallel. Minibatch rows must divide
+  by data * fsdp * optim.grad_accum. Without a mesh the learner uses one
+  device.
   """
 
   def __init__(self, policy: nnx.Module, cfg: GRPOConfig,
                optim_cfg: Mapping[str, Any], *, total_steps: int,
                mesh: jax.sharding.Mesh | None = None,
-               rules: Any = None):
+               rules: Any = None, seed: int = 0):
     self.cfg = cfg
     self.mesh = mesh
+    if rules is None:
+      from configs import common  # pylint: disable=g-import-not-at-top
+      rules = common.sharding_rules()
     self.rules = parallel.rules_from_config(rules)
-    if mesh is not None:
-      with self._mesh_ctx():
-        policy = parallel.shard_params(policy, mesh)
-    self.policy = policy
-    self.ref = nnx.clone(policy) if cfg.kl_beta > 0 else None
-    tx = optim.make_optimizer(optim_cfg, total_steps * cfg.num_iterations *
-                              cfg.num_minibatches)
-    with self._mesh_ctx():
-      self.optimizer = nnx.Optimizer(policy, tx, wrt=nnx.Param)
+    if "lr" not in optim_cfg:
+      raise ValueError("GRPOLearner: optim_cfg needs an lr (a config.optim "
+                       "section or a mapping of optim fields)")
+    optim = runner_lib.optim_config(**dict(optim_cfg))
+    self.runner = runner_lib.StepRunner(
+        policy, loss="grpo", loss_config=cfg, optim=optim,
+        steps=total_steps * cfg.num_iterations * cfg.num_minibatches,
+        seed=seed, mesh=mesh, rules=self.rules)
+    self.ref = None
+    if cfg.kl_beta > 0:
+      # A copy of the initial weights (the runner's buffers are donated).
+      graphdef, state = nnx.split(self.runner.model())
+      self.ref = nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
     self.step_count = 0
+
+  @property
+  def policy(self) -> nnx.Module:
+    """The current policy (for sampling, evaluation); stale after `update`."""
+    return self.runner.model()
 
   def _mesh_ctx(self):
     if self.mesh is None:
       return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(jax.set_mesh(self.mesh))
-    stack.enter_context(nnx.logical_axis_rules(self.rules))
-    return stack
-
-  def _put(self, x: np.ndarray) -> jax.Array:
-    if self.mesh is None:
-      return jnp.asarray(x)
-    return jax.device_put(x, parallel.batch_sharding(self.mesh, self.rules))
+    return self.runner._ctx()  # pylint: disable=protected-access
 
   def rollout(self, prompts, key) -> rollout_lib.RolloutBatch:
     c = self.cfg
@@ -166,6 +157,8 @@ class GRPOLearner:
               "adv": adv}
     if batch.ref_logp_bt is not None:
       arrays["ref"] = batch.ref_logp_bt
+    if batch.prefix_inputs is not None:
+      arrays["prefix_inputs"] = batch.prefix_inputs
     n = len(adv)
     if n % c.num_minibatches:
       raise ValueError(f"{n} rows do not split into {c.num_minibatches} "
@@ -173,14 +166,14 @@ class GRPOLearner:
     mb = n // c.num_minibatches
     history = []
     for it in range(c.num_iterations):
-      perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, it), n))
+      k_it = jax.random.fold_in(key, it)
+      perm = np.asarray(jax.random.permutation(k_it, n))
       for j in range(c.num_minibatches):
         rows = perm[j * mb:(j + 1) * mb]
-        sub = {k: self._put(v[rows]) for k, v in arrays.items()}
-        with self._mesh_ctx():
-          history.append(_train_step(self.policy, self.optimizer, sub, c))
-    out = {k: float(np.mean([float(h[k]) for h in history]))
-           for k in history[0]}
+        history.append(self.runner.step(
+            {k: v[rows] for k, v in arrays.items()}, 0,
+            rng=jax.random.fold_in(k_it, j)))
+    out = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
     out["adv_abs_mean"] = float(np.mean(np.abs(adv)))
     return out
 

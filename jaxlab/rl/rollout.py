@@ -11,6 +11,11 @@ The old-policy log-probs are recomputed teacher-forced with
 `sampler.token_logprobs` rather than taken from the sampler, as veRL does:
 the learner recomputes log pi_theta the same way, so the PPO ratio is
 exactly 1 on the first optimisation step (no sampler-vs-trainer numerics gap).
+Old and reference log-probs are those of the sampling distribution,
+softmax(logits / temperature), the distribution the GRPO loss
+(`jaxlab.objectives.grpo.grpo_policy_loss`) scores: at temperature != 1 a
+temperature-1 old log-prob would make the first ratio exp(log pi_T -
+log pi_1) != 1 and the KL compare two different temperatures.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class RolloutBatch:
     old_logp_bt: `[P*G, T]` log-probs of the rollout policy (0 off-mask).
     ref_logp_bt: `[P*G, T]` log-probs of the reference, or None.
     group_size: G.
+    prefix_inputs: optional `[P*G, ...]` per-row inputs of a prefix-
+      conditioned policy (e.g. images of an image-prefixed decoder); the
+      `grpo` loss passes them as `model.forward(ids, attention_mask=attn,
+      prefix_inputs=...)`, so the policy encodes them inside the gradient.
   """
   prompts: list[list[int]]
   completions: list[list[int]]
@@ -49,22 +58,27 @@ class RolloutBatch:
   old_logp_bt: np.ndarray
   ref_logp_bt: np.ndarray | None
   group_size: int
+  prefix_inputs: np.ndarray | None = None
 
   @property
   def repeated_prompts(self) -> list[list[int]]:
     return [p for p in self.prompts for _ in range(self.group_size)]
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _logp_jit(graphdef, state, ids, attn, comp):
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _logp_jit(graphdef, state, ids, attn, comp, temperature):
   model = nnx.merge(graphdef, state)
-  return sampler.token_logprobs(model, ids, attn, loss_mask_bt=comp)
+  return sampler.token_logprobs(model, ids, attn, loss_mask_bt=comp,
+                                temperature=temperature)
 
 
-def teacher_forced_logp(model, ids, attn, comp) -> np.ndarray:
+def teacher_forced_logp(model, ids, attn, comp, *,
+                        temperature: float = 1.0) -> np.ndarray:
+  """`[B, T]` log softmax(logits / temperature)[x_t], 0 off `comp`."""
   graphdef, state = nnx.split(model)
   return np.asarray(_logp_jit(graphdef, state, jnp.asarray(ids),
-                              jnp.asarray(attn), jnp.asarray(comp)))
+                              jnp.asarray(attn), jnp.asarray(comp),
+                              float(temperature)))
 
 
 def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
@@ -80,7 +94,8 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
     prompts: P prompts.
     group_size: G >= 2 (a group of one has no baseline).
     max_new_tokens / temperature / top_p / eos_id / pad_id: sampler settings
-      (temperature 1.0 as in the SophiaVL-R1 yaml).
+      (temperature 1.0 as in the SophiaVL-R1 yaml); the old and reference
+      log-probs are at `temperature` too.
     key: PRNG key for sampling.
     completion_length: pad packed sequences to prompt + this many tokens so
       every batch has one shape (one compilation); default max_new_tokens.
@@ -96,7 +111,9 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
   length = max(len(p) for p in rep) + (completion_length or max_new_tokens)
   ids, attn, comp = sampler.pack_sequences(rep, out.tokens, pad_id=pad_id,
                                            length=length)
-  old = teacher_forced_logp(policy, ids, attn, comp)
-  ref_lp = teacher_forced_logp(ref, ids, attn, comp) if ref is not None else None
+  # At the sampling temperature: the loss scores softmax(logits / T).
+  old = teacher_forced_logp(policy, ids, attn, comp, temperature=temperature)
+  ref_lp = (teacher_forced_logp(ref, ids, attn, comp, temperature=temperature)
+            if ref is not None else None)
   return RolloutBatch([list(p) for p in prompts], out.tokens, ids, attn, comp,
                       old, ref_lp, group_size)

@@ -1,6 +1,11 @@
 """Tests for the trainable tiny thinking reward model."""
 
+import chex
+import jax
+from flax import nnx
+import jax.numpy as jnp
 import numpy as np
+import optax
 from absl.testing import absltest
 
 from jaxlab.rewards import thinking
@@ -62,6 +67,33 @@ class TinyScorerTest(absltest.TestCase):
     mu_c, mu_w = rt[:2].mean(), rt[2:].mean()
     self.assertLess(mu_c, mu_w)
     self.assertAlmostEqual(gamma, float(np.exp(mu_c - mu_w)), places=5)
+
+  def test_fit_is_plain_adam_on_bce(self):
+    """`fit` (the trainer's step) == a hand-written optax.adam loop."""
+    qs, ts, ys = _data(40, 3, pos_frac=0.5)
+    scorer = thinking.TinyThinkingScorer()
+    ref = nnx.clone(scorer.net)
+    scorer.fit(qs, ts, ys, steps=3, batch_size=8, lr=1e-2, balance=False,
+               seed=4)
+    ids, mask = scorer._encode(qs, ts)  # pylint: disable=protected-access
+    rng = np.random.default_rng(4)
+    params = nnx.state(ref, nnx.Param)
+    tx = optax.adam(1e-2)
+    opt_state = tx.init(params)
+    graphdef, _, rest = nnx.split(ref, nnx.Param, ...)
+    for _ in range(3):
+      rows = rng.integers(0, len(ys), 8)
+
+      def loss_fn(p, rows=rows):
+        net = nnx.merge(graphdef, p, rest)
+        logits = net(jnp.asarray(ids[rows]), jnp.asarray(mask[rows]))
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(
+            logits, jnp.asarray(ys[rows])))
+      grads = jax.grad(loss_fn)(params)
+      updates, opt_state = tx.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+    chex.assert_trees_all_close(nnx.state(scorer.net, nnx.Param), params,
+                                atol=1e-6)
 
   def test_bad_labels(self):
     scorer = thinking.TinyThinkingScorer()

@@ -1,14 +1,22 @@
 """Tests for jaxlab.rl (rollout + GRPO learner) on a tiny decoder."""
 
+import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from absl.testing import absltest
 from flax import nnx
 
 from jaxlab import parallel
+from jaxlab.decoding import sampler
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.objectives import grpo
 from jaxlab.rl import learner as learner_lib
 from jaxlab.rl import rollout as rollout_lib
+from jaxlab.train import losses
+from jaxlab.train import optim as optim_lib
+from jaxlab.train import runner
 
 _TARGET = 7
 
@@ -46,7 +54,7 @@ class LearnerTest(absltest.TestCase):
   def test_first_update_has_unit_ratio_and_zero_kl(self):
     learner = learner_lib.GRPOLearner(
         _model(), learner_lib.GRPOConfig(group_size=4, max_new_tokens=2),
-        {"lr": 1e-3, "schedule": "constant"}, total_steps=1)
+        {"lr": 1e-3}, total_steps=1)
     m = learner.step([[1, 2]] * 4, _reward, key=jax.random.key(1))
     self.assertAlmostEqual(m["ratio_mean"], 1.0, places=5)
     self.assertAlmostEqual(m["kl"], 0.0, places=6)
@@ -70,7 +78,8 @@ class LearnerTest(absltest.TestCase):
     cfg = learner_lib.GRPOConfig(group_size=4, max_new_tokens=3,
                                  num_iterations=2, kl_beta=0.04)
     optim_cfg = {"lr": 1e-2, "schedule": "constant"}
-    single = learner_lib.GRPOLearner(_model(3, num_kv_heads=2), cfg, optim_cfg, total_steps=2)
+    single = learner_lib.GRPOLearner(_model(3, num_kv_heads=2), cfg,
+                                     optim_cfg, total_steps=2)
     mesh = parallel.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
     sharded = learner_lib.GRPOLearner(_model(3, num_kv_heads=2), cfg, optim_cfg,
                                       total_steps=2, mesh=mesh)
@@ -100,6 +109,70 @@ class LearnerTest(absltest.TestCase):
                   for a, b in zip(p1, jax.tree.leaves(
                       nnx.state(_model(3, num_kv_heads=2), nnx.Param))))
     self.assertGreater(changed, 1e-3)   # and the weights moved
+
+  def test_old_and_ref_logprobs_are_at_the_sampling_temperature(self):
+    model = _model(2)
+    t = 0.5
+    batch = rollout_lib.rollout(model, model, [[1, 3], [1, 4]], group_size=2,
+                                max_new_tokens=3, temperature=t,
+                                key=jax.random.key(0))
+    ids, attn, comp = (batch.input_ids_bt, batch.attention_mask_bt,
+                       batch.completion_mask_bt)
+    want = sampler.token_logprobs(model, ids, attn, loss_mask_bt=comp,
+                                  temperature=t)
+    at_one = sampler.token_logprobs(model, ids, attn, loss_mask_bt=comp)
+    np.testing.assert_allclose(batch.old_logp_bt, want, atol=1e-5)
+    np.testing.assert_allclose(batch.ref_logp_bt, want, atol=1e-5)
+    self.assertGreater(float(np.abs(np.asarray(at_one) - want).max()), 1e-2)
+    # The loss scores the same distribution: the first ratio is exactly 1
+    # and the KL to the (identical) reference is 0 at T = 0.5 too.
+    learner = learner_lib.GRPOLearner(
+        _model(2), learner_lib.GRPOConfig(group_size=4, max_new_tokens=2,
+                                          temperature=t),
+        {"lr": 1e-3}, total_steps=1)
+    m = learner.step([[1, 2]] * 2, _reward, key=jax.random.key(1))
+    self.assertAlmostEqual(m["ratio_mean"], 1.0, places=5)
+    self.assertAlmostEqual(m["kl"], 0.0, places=6)
+
+  def test_update_is_the_grpo_loss_gradient_applied_by_optax(self):
+    """The learner's update == grad of the registered `grpo` loss + AdamW."""
+    cfg = learner_lib.GRPOConfig(group_size=4, max_new_tokens=3,
+                                 temperature=0.7, kl_beta=0.04,
+                                 entropy_coef=1e-2, clip_eps_high=0.28)
+    optim = {"lr": 1e-2, "weight_decay": 0.1, "clip_norm": 0.05,
+             "b2": 0.99}
+    learner = learner_lib.GRPOLearner(_model(5), cfg, optim, total_steps=1)
+    batch = learner.rollout([[1, 2], [1, 3]], jax.random.key(6))
+    rewards = np.array([1, 0, 0, 1, 0.5, 0, 1, 0], np.float32)
+    m = learner.update(batch, rewards, jax.random.key(7))
+
+    ref = _model(5)
+    adv = grpo.compute_advantages(jnp.asarray(rewards), 4, "grpo")
+    arrays = {"ids": batch.input_ids_bt, "attn": batch.attention_mask_bt,
+              "mask": batch.completion_mask_bt, "old": batch.old_logp_bt,
+              "ref": batch.ref_logp_bt, "adv": adv}
+    loss_fn = losses.get("grpo")
+    (loss, _), grads = nnx.value_and_grad(
+        lambda mdl: loss_fn(mdl, arrays, rng=None, config=cfg),
+        has_aux=True)(ref)
+    tx = optim_lib.make_optimizer(runner.optim_config(**optim), 1)
+    params = nnx.state(ref, nnx.Param)
+    g = nnx.state(grads, nnx.Param)
+    updates, _ = tx.update(g, tx.init(params), params)
+    want = optax.apply_updates(params, updates)
+    self.assertAlmostEqual(m["loss"], float(loss), places=5)
+    self.assertAlmostEqual(m["grad_norm"], float(optax.tree.norm(g)),
+                           places=4)
+    self.assertGreater(m["grad_norm"], 0.05)  # the clipping was active
+    got = nnx.state(learner.policy, nnx.Param)
+    # Adam's first step is ~lr * sign(g): a tiny gradient entry summed in
+    # another row order moves by up to ~1e-3 of one lr (1e-2) step.
+    chex.assert_trees_all_close(got, want, atol=1e-4)
+    moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+                for a, b in zip(jax.tree.leaves(got),
+                                jax.tree.leaves(nnx.state(_model(5),
+                                                          nnx.Param))))
+    self.assertGreater(moved, 5e-3)
 
   def test_bad_config(self):
     with self.assertRaisesRegex(ValueError, "group_size=1"):
