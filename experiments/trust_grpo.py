@@ -32,15 +32,15 @@ import os
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from jaxlab.decoding import sampler
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import registry as model_registry
 from jaxlab.rewards import thinking as thinking_rewards
 from jaxlab.rl import learner as learner_lib
+from jaxlab.train import runner as runner_lib
 
 PAD, BOS, EOS, HACK = 0, 1, 2, 3
 _A0 = 4  # question tokens a: _A0 .. _A0+K-1, b: next K, values v: next K,
@@ -139,23 +139,18 @@ def sft_format(model, task: Task, cfg, seed: int) -> None:
 
   No question's answer is taught (v is random), so greedy accuracy after it
   is at chance; it teaches `<think> <answer> EOS` and "the answer restates
-  the thinking value".
+  the thinking value". The update is the trainer's (`runner.StepRunner`,
+  `lm` loss on the thinking, answer and EOS tokens) with plain Adam (b2
+  0.999, constant lr, no clipping or decay). Trains `model` in place.
   """
-  opt = nnx.Optimizer(model, optax.adam(cfg.lr), wrt=nnx.Param)
+  runner = runner_lib.StepRunner(
+      model, loss="lm", loss_config=None,
+      optim=runner_lib.optim_config(lr=cfg.lr, clip_norm=0.0, b1=0.9,
+                                    b2=0.999, eps=1e-8),
+      steps=cfg.steps, seed=seed)
   rng = np.random.default_rng(seed)
-
-  @nnx.jit
-  def step(model, opt, ids, mask):
-    def loss_fn(m):
-      logits = m(ids)[:, :-1]
-      nll = optax.softmax_cross_entropy_with_integer_labels(logits, ids[:, 1:])
-      return jnp.sum(nll * mask[:, 1:]) / jnp.sum(mask[:, 1:])
-    loss, g = nnx.value_and_grad(loss_fn)(model)
-    opt.update(model, g)
-    return loss
-
   k = task.k
-  for _ in range(cfg.steps):
+  for step in range(cfg.steps):
     rows = []
     for q in rng.integers(0, len(task.questions), cfg.batch_size):
       v = int(rng.integers(k))
@@ -163,9 +158,11 @@ def sft_format(model, task: Task, cfg, seed: int) -> None:
       ans = int(rng.integers(k)) if think == HACK else v
       rows.append(task.prompt(int(q)) + [think, task.ans0 + ans, EOS])
     ids = np.array(rows, np.int32)
-    mask = np.zeros_like(ids, np.float32)
-    mask[:, 3:] = 1.0
-    step(model, opt, jnp.asarray(ids), jnp.asarray(mask))
+    mask = np.zeros((len(rows), ids.shape[1] - 1), np.float32)
+    mask[:, 2:] = 1.0  # targets ids[3:]: thinking, answer, EOS
+    runner.step({"inputs": ids[:, :-1], "targets": ids[:, 1:],
+                 "loss_mask": mask}, step)
+  runner.write_back()
 
 
 def evaluate(model, task: Task, *, samples: int, key) -> dict[str, float]:
@@ -194,18 +191,14 @@ def evaluate(model, task: Task, *, samples: int, key) -> dict[str, float]:
 def run_one(config, variant: str, seed: int) -> dict:
   task = make_task(config.task)
   rl = config.rl
-  mcfg = decoder_lib.DecoderConfig(vocab_size=task.vocab_size,
-                                   max_position_embeddings=16,
-                                   **dict(config.model))
+  mcfg = model_registry.decoder_config(config.model,
+                                       vocab_size=task.vocab_size)
   model = decoder_lib.Decoder(mcfg, rngs=nnx.Rngs(seed))
   sft_format(model, task, config.sft, seed)
-  gcfg = learner_lib.GRPOConfig(
-      group_size=rl.group_size, num_iterations=rl.num_iterations,
-      advantage=rl.advantage, clip_eps=rl.clip_eps, kl_beta=rl.kl_beta,
-      entropy_coef=rl.entropy_coef, aggregation=rl.aggregation,
-      max_new_tokens=3, temperature=rl.temperature, eos_id=EOS, pad_id=PAD)
-  learner = learner_lib.GRPOLearner(model, gcfg, dict(config.optim),
-                                    total_steps=rl.steps)
+  gcfg = learner_lib.GRPOConfig(**config.grpo, max_new_tokens=3, eos_id=EOS,
+                                pad_id=PAD)
+  learner = learner_lib.GRPOLearner(model, gcfg, config.optim,
+                                    total_steps=rl.steps, seed=seed)
   trust = trust_config(variant, config.trust)
   rng = np.random.default_rng(seed + 1000)
   # [groups with gamma < 1, groups where gamma is defined] per subset; for
@@ -243,7 +236,7 @@ def run_one(config, variant: str, seed: int) -> dict:
 
   key = jax.random.key(seed)
   curve = []
-  ev = evaluate(model, task, samples=rl.eval_samples, key=eval_key)
+  ev = evaluate(learner.policy, task, samples=rl.eval_samples, key=eval_key)
   curve.append(dict(ev, step=0))
   for step in range(rl.steps):
     if rl.prompts_per_step >= n_q:
@@ -254,7 +247,7 @@ def run_one(config, variant: str, seed: int) -> dict:
     metrics = learner.step(prompts, lambda b, s: reward_fn(b, s, qis),
                            key=jax.random.fold_in(key, step))
     if (step + 1) % rl.eval_every == 0 or step + 1 == rl.steps:
-      ev = evaluate(model, task, samples=rl.eval_samples,
+      ev = evaluate(learner.policy, task, samples=rl.eval_samples,
                     key=jax.random.fold_in(eval_key, step + 1))
       ev.update(step=step + 1, train_outcome=metrics["outcome"],
                 train_hack_rate_hackable=metrics["train_hack_rate_hackable"],
