@@ -267,7 +267,8 @@ def run_one(config, workdir, *, cell, n_neg, seed, tok, rcfg, template,
   cfg = copy.deepcopy(config)
   with cfg.unlocked():
     cfg.seed = int(seed)
-    cfg.loss.update(fields)
+    for key, value in fields.items():
+      cfg.loss[key] = value
   t = config.task
   embedding = config.model_kind == "embedding"
   if embedding:
