@@ -385,14 +385,14 @@ def train(config, workdir: str, *, model: Any = None,
   """Trains per `config` in `workdir`, resuming from its latest checkpoint.
 
   Args:
-    config: ConfigDict with `seed`, `model`, `data`, `loss`, `optim`,
-      `train`, `mesh`, `sharding_rules`, optional `lora`, `init_from`
-      (see `configs/common.py`).
+    config: ConfigDict built from `configs/common.base_config()` (`seed`,
+      `model`, `data`, `loss`, `optim`, `train`, `mesh`, `sharding_rules`,
+      `lora`, `init_from`); the trainer has no defaults of its own.
     workdir: where checkpoints, metrics.jsonl and TensorBoard events go.
     model: None (build `config.model` by name, or import `config.init_from`),
       a zero-arg factory (called under jit: born sharded), a
       `registry.ModelSpec`, or a built `nnx.Module` (sharded after the fact).
-    loss_fn: `fn(model, batch, *, rng, config)`; default
+    loss_fn: `fn(model, batch, *, rng, config[, step])`; default
       `losses.get(config.loss.name)`.
     train_source / eval_source: random-access sequences (or grain
       MapDatasets) of examples, dicts of fixed-shape numpy arrays; default:
@@ -408,7 +408,7 @@ def train(config, workdir: str, *, model: Any = None,
     NonFiniteError: a step's loss or grad norm is NaN/Inf (names the step;
       checkpoints up to the previous save are kept).
     ValueError: unwritable workdir, a checkpoint of another model shape,
-      bad config values.
+      bad config values, a config field missing (not from base_config()).
   """
   parallel.maybe_initialize_distributed()
   workdir = check_workdir(workdir)

@@ -191,5 +191,30 @@ class TrainerTest(absltest.TestCase):
     self.assertEqual(sorted(os.listdir(f"{tmp}/checkpoints/2/state")), before)
 
 
+class ConfigDefaultsTest(absltest.TestCase):
+
+  def test_missing_field_names_it_and_base_config(self):
+    c = common.base_config()
+    del c["lora"]
+    with self.assertRaisesRegex(ValueError, r"config.lora.rank is missing "
+                                r"\(no 'lora'\).*base_config\(\)"):
+      trainer.build(c, model=nnx.Linear(2, 2, rngs=nnx.Rngs(0)),
+                    mesh=mesh_of(1, 1, 1))
+
+  def test_peak_flops_minus_one_means_no_mfu(self):
+    c = common.base_config()
+    c.train.peak_flops = -1.0
+    self.assertIsNone(trainer.peak_flops_of(c, flops_known=True))
+    c.train.peak_flops = 2e12
+    self.assertEqual(trainer.peak_flops_of(c, flops_known=True), 2e12)
+    c.train.peak_flops = 0.0   # measure, but only when FLOPs are known
+    self.assertIsNone(trainer.peak_flops_of(c, flops_known=False))
+    writer = metrics_lib.MetricsWriter(
+        self.create_tempdir().full_path, total_steps=2, tokens_per_step=8,
+        flops_per_step=1e9, peak_flops=None, tensorboard=False)
+    writer.start(0)
+    self.assertNotIn("perf/mfu", writer.perf(1))
+
+
 if __name__ == "__main__":
   absltest.main()
