@@ -34,7 +34,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False)
   c = common.base_config()
   c.experiment = "trust_grpo"
-  c.seeds = (0, 1, 2)
+  c.seeds = tuple(range(10))  # RL miniatures: 10 seeds (issue 11)
   c.variants = "outcome,thinking,anneal,trust,trust_code"
   c.task = dict(modulus=5, hackable_frac=0.3, task_seed=1234,
                 # informative questions: right v / wrong v / HACK

@@ -27,7 +27,6 @@ accuracy curves in WORKDIR/accuracy.png.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -35,6 +34,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from experiments import results as results_lib
 from jaxlab.decoding import sampler
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
@@ -274,6 +274,50 @@ def summarize(runs: dict[str, list]) -> dict[str, dict[str, tuple]]:
   return table
 
 
+VARIANT_LABELS = {
+    "outcome": "outcome only",
+    "thinking": "+ thinking reward",
+    "anneal": "+ anneal",
+    "trust": "Trust-GRPO (paper)",
+    "trust_code": "Trust-GRPO (code switches)",
+}
+TABLE_COLUMNS = (
+    ("acc", "accuracy", 3),
+    ("acc_hackable", "acc. on hackable questions", 3),
+    ("sampled_hack_rate_hackable", "sampled hack rate (hackable)", 3),
+    ("gamma_lt1_rate_hackable", "γ<1 on hackable groups", 2),
+    ("gamma_lt1_rate_informative", "γ<1 on informative groups", 2),
+)
+# The comparisons the docs claim, (column, a, b): a − b paired by seed.
+CLAIMED = (
+    ("acc", "thinking", "outcome"),
+    ("acc", "trust", "thinking"),
+    ("acc", "trust", "outcome"),
+    ("acc", "trust_code", "outcome"),
+    ("acc_hackable", "trust", "thinking"),
+    ("sampled_hack_rate_hackable", "trust", "thinking"),
+)
+
+
+def results_tables(runs: dict[str, list], seeds: list[int]
+                   ) -> tuple[list, list]:
+  """The docs' table (per-seed finals) and its claimed comparisons."""
+  t = results_lib.Table(
+      "variants", "Trust-GRPO miniature: final greedy accuracy and hacking",
+      [results_lib.Column(k, label, decimals=d) for k, label, d in
+       TABLE_COLUMNS], row_label="variant")
+  for v, rs in runs.items():
+    for seed, r in zip(seeds, rs):
+      # NaN (γ undefined: no group with both outcomes) is stored as None.
+      t.add_seed(VARIANT_LABELS.get(v, v), seed,
+                 {k: r["final"].get(k) for k, _, _ in TABLE_COLUMNS})
+  comparisons = [
+      results_lib.Comparison("variants", col, VARIANT_LABELS[a],
+                             VARIANT_LABELS[b], label=f"{a} − {b}")
+      for col, a, b in CLAIMED if a in runs and b in runs]
+  return [t], comparisons
+
+
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   variants = [v.strip() for v in config.variants.split(",") if v.strip()]
@@ -285,10 +329,12 @@ def run(config, workdir: str) -> dict:
     for seed in config.seeds:
       runs.setdefault(v, []).append(run_one(config, v, seed))
   table = summarize(runs)
-  result = {"table": table, "runs": runs, "seeds": list(config.seeds),
-            "elapsed_s": time.time() - t0}
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(result, f, indent=1)
+  tables, comparisons = results_tables(runs, list(config.seeds))
+  results_lib.write(workdir, "trust_grpo", tables=tables,
+                    comparisons=comparisons,
+                    extra={"summary": table, "runs": runs,
+                           "seeds": list(config.seeds)},
+                    config=config, start_time=t0)
   plot(runs, workdir)
   flat = {}
   for v, row in table.items():
