@@ -342,6 +342,53 @@ class ResultsSchemaTest(absltest.TestCase):
         "acc"], res["tables"][0]["columns"][0]), "50.00")
 
 
+class ExperimentTablesTest(absltest.TestCase):
+  """The experiments' tables carry the per-seed values they were given."""
+
+  def test_pmc(self):
+    from experiments import pmc  # pylint: disable=g-import-not-at-top
+    rec = lambda u, f: {"utility": u, "recall_forget": f, "uq": 50.0}  # pylint: disable=g-long-lambda
+    out = {"per_seed": {"seeds": [3, 4], "methods": {
+        "original": [rec(97.0, 0.9), rec(98.0, 0.95)],
+        "pmc": [rec(70.0, 0.0), rec(72.0, 0.1)],
+        "gd": [rec(40.0, 0.05), rec(41.0, 0.0)]}}}
+    tables, comps = pmc.results_tables(out)
+    res = results.build("pmc", tables=tables, comparisons=comps)
+    t = report.find_table(res, "unlearning")
+    cells = {r["label"]: r["cells"] for r in t["rows"]}
+    self.assertEqual(cells["PMC"]["utility"], _cell([3, 4], [70.0, 72.0]))
+    scale = {c["key"]: c["scale"] for c in t["columns"]}
+    self.assertEqual((scale["utility"], scale["recall_forget"]), (1, 100))
+    self.assertIn(("utility", "PMC", "GD"),
+                  [(c["column"], c["a"], c["b"]) for c in res["comparisons"]])
+    self.assertIn("prefilled with the answer's first 3 words",
+                  {c["key"]: c["label"] for c in t["columns"]}["leak_prefill"])
+
+  def test_rope_extension(self):
+    from experiments import rope_extension  # pylint: disable=g-import-not-at-top
+    methods = ["default", "yarn", "mrope_uni", "mrope_pro"]
+    per_seed = []
+    for seed in (0, 1):
+      metrics = {k: {m: [seed + i + 0.1 * j for j in range(5)]
+                     for i, m in enumerate(methods)}
+                 for k in ("passkey", "passkey_token_acc", "perplexity")}
+      per_seed.append({"seed": seed, "methods": methods,
+                       "lengths": [64, 128, 256, 512, 1024],
+                       "metrics": metrics, "learning_curve": []})
+    tables, comps = rope_extension.results_tables(per_seed, 64)
+    res = results.build("rope", tables=tables, comparisons=comps)
+    t = report.find_table(res, "summary")
+    self.assertEqual([c["key"] for c in t["columns"]],
+                     ["pk4", "pk8", "pk16", "ppl8", "ppl16"])
+    cells = {r["label"]: r["cells"] for r in t["rows"]}
+    # mrope_pro is method index 3; 16x is length index 4.
+    self.assertEqual(cells["MrRoPE-Pro"]["ppl16"]["values"], [3.4, 4.4])
+    self.assertEqual(cells["MrRoPE-Pro"]["ppl16"]["seeds"], [0, 1])
+    pairs = [(c["column"], c["a"], c["b"]) for c in res["comparisons"]]
+    self.assertIn(("pk16", "MrRoPE-Pro", "YaRN (HF ramp)"), pairs)
+    self.assertIn(("ppl8", "MrRoPE-Uni", "none"), pairs)
+
+
 class RepoDocsTest(absltest.TestCase):
 
   def test_committed_tables_are_generated(self):
