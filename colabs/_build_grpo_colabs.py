@@ -62,7 +62,7 @@ def trust_notebook():
           "flat = tg.run(config, WORKDIR)\n"
           "res = json.load(open(os.path.join(WORKDIR, 'results.json')))\n"
           "print('| variant | acc | sampled hack rate (hackable) |')\n"
-          "for v, row in res['table'].items():\n"
+          "for v, row in res['extra']['summary'].items():\n"
           "  print(f\"| {v} | {row['acc'][0]:.3f} | "
           "{row['sampled_hack_rate_hackable'][0]:.3f} |\")"),
       v4.new_code_cell(

@@ -27,6 +27,7 @@ accuracy curves in WORKDIR/accuracy.png.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -284,7 +285,9 @@ VARIANT_LABELS = {
 TABLE_COLUMNS = (
     ("acc", "accuracy", 3),
     ("acc_hackable", "acc. on hackable questions", 3),
+    ("acc_informative", "acc. on informative questions", 3),
     ("sampled_hack_rate_hackable", "sampled hack rate (hackable)", 3),
+    ("sampled_hack_rate_informative", "sampled hack rate (informative)", 3),
     ("gamma_lt1_rate_hackable", "γ<1 on hackable groups", 2),
     ("gamma_lt1_rate_informative", "γ<1 on informative groups", 2),
 )
@@ -295,6 +298,7 @@ CLAIMED = (
     ("acc", "trust", "outcome"),
     ("acc", "trust_code", "outcome"),
     ("acc_hackable", "trust", "thinking"),
+    ("acc_informative", "trust", "outcome"),
     ("sampled_hack_rate_hackable", "trust", "thinking"),
 )
 
@@ -332,9 +336,14 @@ def run(config, workdir: str) -> dict:
   tables, comparisons = results_tables(runs, list(config.seeds))
   results_lib.write(workdir, "trust_grpo", tables=tables,
                     comparisons=comparisons,
-                    extra={"summary": table, "runs": runs,
-                           "seeds": list(config.seeds)},
+                    # Per-seed finals only (small enough to commit); the
+                    # accuracy curves go to WORKDIR/curves.json.
+                    extra={"summary": table, "seeds": list(config.seeds),
+                           "runs": {v: [{"final": r["final"]} for r in rs]
+                                    for v, rs in runs.items()}},
                     config=config, start_time=t0)
+  with open(os.path.join(workdir, "curves.json"), "w") as f:
+    json.dump({v: [r["curve"] for r in rs] for v, rs in runs.items()}, f)
   plot(runs, workdir)
   flat = {}
   for v, row in table.items():
