@@ -108,7 +108,7 @@ def chart_notebook():
           "from experiments import chart_to_code as c2c\n"
           "config = c2c_config.get_config(PRESET)\n"
           "if PRESET == 'tiny':\n"
-          "  config.data.eval_size = 2; config.rl.prompts_per_step = 1; "
+          "  config.charts.eval_size = 2; config.rl.prompts_per_step = 1; "
           "config.sft.steps = 10; config.sft.eval_every = 5\n"
           "flat = c2c.run(config, WORKDIR)  # phase/metric -> mean over seeds\n"
           "print('| phase | exec | data F1 | SSIM |')\n"

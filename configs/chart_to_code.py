@@ -38,7 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.experiment = "chart_to_code"
   c.seeds = (0, 1, 2)
   c.max_len = 28                    # code tokens (incl. EOS) per sample
-  c.data = ml_collections.ConfigDict(
+  c.charts = ml_collections.ConfigDict(  # chart pools (base c.data unused)
       {"sft_size": 48, "stage_size": 64, "eval_size": 24})
   # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
   c.model.update(dim=64, num_layers=2, num_heads=2, num_kv_heads=2,
@@ -66,7 +66,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
        "timeout_s": 10.0, "max_workers": 2})
   if a.tiny:
     c.seeds = (0,)
-    c.data.update(sft_size=16, stage_size=8, eval_size=4)
+    c.charts.update(sft_size=16, stage_size=8, eval_size=4)
     c.sft.update(steps=20, eval_every=10)
     c.rl.update(stage1_steps=1, stage2_steps=1, prompts_per_step=2)
     c.grpo.group_size = 2

@@ -370,10 +370,10 @@ def grpo_stage(learner, charts, reward_cfg, rl, steps: int, max_len: int,
 def run_one(config, seed: int) -> dict:
   t0 = time.time()
   max_len = int(config.max_len)
-  sft_charts = make_charts(config.data.sft_size, 10 * seed + 1)
-  stage1 = make_charts(config.data.stage_size, 10 * seed + 2)
-  stage2 = make_charts(config.data.stage_size, 10 * seed + 3)
-  val = make_charts(config.data.eval_size, 99)          # fixed across seeds
+  sft_charts = make_charts(config.charts.sft_size, 10 * seed + 1)
+  stage1 = make_charts(config.charts.stage_size, 10 * seed + 2)
+  stage2 = make_charts(config.charts.stage_size, 10 * seed + 3)
+  val = make_charts(config.charts.eval_size, 99)          # fixed across seeds
   model = make_policy(config, seed)
   base = chart.ChartRewardConfig(**config.reward)
   sft_hist = sft(model, sft_charts, config.sft, max_len, val[:64], seed)

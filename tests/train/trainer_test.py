@@ -209,8 +209,11 @@ class ConfigDefaultsTest(absltest.TestCase):
     self.assertEqual(trainer.peak_flops_of(c, flops_known=True), 2e12)
     c.train.peak_flops = 0.0   # measure, but only when FLOPs are known
     self.assertIsNone(trainer.peak_flops_of(c, flops_known=False))
+    # absltest's create_tempdir needs parsed absl flags, which pytest lacks.
+    workdir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
     writer = metrics_lib.MetricsWriter(
-        self.create_tempdir().full_path, total_steps=2, tokens_per_step=8,
+        workdir, total_steps=2, tokens_per_step=8,
         flops_per_step=1e9, peak_flops=None, tensorboard=False)
     writer.start(0)
     self.assertNotIn("perf/mfu", writer.perf(1))
