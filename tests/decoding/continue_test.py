@@ -4,20 +4,12 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jaxlab.decoding import sampler
-from jaxlab.models import decoder as dec
+from jaxlab.testing import tiny_models
 
-# Rows of different prompt lengths.
-PROMPTS = [[5, 17, 3, 22, 9, 1, 30], [11, 2], [40, 41, 42, 7]]
-
-
-def _model(seed=0, **kw):
-  cfg = dec.DecoderConfig(**{**dict(
-      vocab_size=64, dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
-      mlp_dim=64, init_std=0.5), **kw})
-  return dec.Decoder(cfg, rngs=nnx.Rngs(seed))
+PROMPTS = tiny_models.PROMPTS
+_model = tiny_models.tiny_decoder
 
 
 class ContinueFromCacheTest(absltest.TestCase):

@@ -6,19 +6,13 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jaxlab.decoding import kv_policies
 from jaxlab.decoding import sampler
-from jaxlab.models import decoder as dec
+from jaxlab.testing import tiny_models
 
-PROMPTS = [[5, 17, 3, 22, 9, 1, 30], [11, 2], [40, 41, 42, 7]]
-
-
-def _model(seed=0):
-  cfg = dec.DecoderConfig(vocab_size=64, dim=32, num_layers=2, num_heads=4,
-                          num_kv_heads=2, mlp_dim=64, init_std=0.5)
-  return dec.Decoder(cfg, rngs=nnx.Rngs(seed))
+PROMPTS = tiny_models.PROMPTS
+_model = tiny_models.tiny_decoder
 
 
 def _drop_first_real(cache, *, model, prefill, budget):

@@ -18,18 +18,11 @@ from configs import generate as configs_generate
 from experiments import generate as experiments_generate
 from jaxlab.decoding import sampler
 from jaxlab.io import hf
-from jaxlab.models import decoder as dec
 from jaxlab.testing import hf_fixtures
+from jaxlab.testing import tiny_models
 
-PROMPTS = [[5, 17, 3, 22, 9, 1, 30], [11, 2], [40, 41, 42, 7]]
-
-
-def _tiny_decoder(seed=0, **kw):
-  # init_std 0.5 spreads the logits so greedy choices are not near-ties.
-  cfg = dec.DecoderConfig(**{**dict(
-      vocab_size=64, dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
-      mlp_dim=64, init_std=0.5), **kw})
-  return dec.Decoder(cfg, rngs=nnx.Rngs(seed))
+PROMPTS = tiny_models.PROMPTS
+_tiny_decoder = tiny_models.tiny_decoder
 
 
 _REF_LEN = 32
