@@ -154,17 +154,17 @@ def run(config, workdir: str) -> dict:
   for name, rs in rows.items():
     for k in rs[0]:
       vals = [r[k] for r in rs]
-      summary[f"{name}/{k}_mean"] = float(np.mean(vals))
-      summary[f"{name}/{k}_std"] = float(np.std(vals))
+      (summary[f"{name}/{k}_mean"], summary[f"{name}/{k}_std"],
+       _) = results_lib.mean_std(vals)
   for r in range(cfg.fim.rounds):
     for k in ("insertion_rate", "rejection_rate", "rejected_similar",
               "rejected_empty", "gaps", "skipped_short", "steps_after",
               "inserted_correct_frac"):
       vals = [h[r][k] for h in expansion]
-      summary[f"round{r + 1}/{k}_mean"] = float(np.mean(vals))
-      summary[f"round{r + 1}/{k}_std"] = float(np.std(vals))
+      (summary[f"round{r + 1}/{k}_mean"], summary[f"round{r + 1}/{k}_std"],
+       _) = results_lib.mean_std(vals)
   names = list(rows)
-  lines = [f"mean ± std over {len(cfg.seeds)} seed(s)", "",
+  lines = [f"mean ± sample std (ddof 1) over {len(cfg.seeds)} seed(s)", "",
            "| train data | steps/solution | correct steps (%) | held-out EM (%) "
            "| generated steps |",
            "|---|---|---|---|---|"]

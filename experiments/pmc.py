@@ -144,8 +144,8 @@ def run_unlearning(cfg, workdir: str) -> dict:
     for k in METRICS:
       vals = [r[k] for r in rows if k in r]
       if vals:
-        summary[f"{m}/{k}_mean"] = float(np.mean(vals))
-        summary[f"{m}/{k}_std"] = float(np.std(vals))
+        summary[f"{m}/{k}_mean"], summary[f"{m}/{k}_std"], _ = (
+            results_lib.mean_std(vals))
   _write_table(summary, ["original"] + methods, len(cfg.seeds), workdir)
   summary.update(extra)
   summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
@@ -215,7 +215,7 @@ def results_tables(out: dict) -> tuple[list, list]:
 def _write_table(summary, methods, n_seeds, workdir):
   cols = ("uq", "utility", "recall_forget", "recall_retain", "recall_world",
           "leak_greedy", "leak_prefill", "leak_sampling")
-  lines = [f"mean ± std over {n_seeds} seed(s)", "",
+  lines = [f"mean ± sample std (ddof 1) over {n_seeds} seed(s)", "",
            "| method | " + " | ".join(cols) + " |",
            "|---" * (len(cols) + 1) + "|"]
   for m in methods:

@@ -54,6 +54,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from scipy import stats
 
+from experiments import results as results_lib
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join("docs", "results")
 DOCS = ("README.md", os.path.join("docs", "papers", "*.md"))
@@ -79,13 +81,7 @@ def values(cell: dict[str, Any] | None) -> list[float]:
   return [float(v) for v in cell["values"] if v is not None]
 
 
-def mean_std(vals: Sequence[float]) -> tuple[float, float, int]:
-  """(mean, sample std with ddof 1 (0 for n < 2), n)."""
-  n = len(vals)
-  if n == 0:
-    return float("nan"), float("nan"), 0
-  a = np.asarray(vals, np.float64)
-  return float(a.mean()), (float(a.std(ddof=1)) if n > 1 else 0.0), n
+mean_std = results_lib.mean_std
 
 
 def paired_differences(cell_a: dict[str, Any] | None,

@@ -76,6 +76,8 @@ import sys
 import time
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 SCHEMA_VERSION = 1
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy",
             "scipy", "ml_collections", "grain", "transformers", "torch")
@@ -159,6 +161,15 @@ class Table:
             "columns": [dataclasses.asdict(c) for c in self.columns],
             "rows": [{"label": r, "cells": cells}
                      for r, cells in self._rows.items()]}
+
+
+def mean_std(vals: Sequence[float]) -> tuple[float, float, int]:
+  """(mean, sample std with ddof 1 (0 for n < 2), n): the one spread rule."""
+  n = len(vals)
+  if n == 0:
+    return float("nan"), float("nan"), 0
+  a = np.asarray(vals, np.float64)
+  return float(a.mean()), (float(a.std(ddof=1)) if n > 1 else 0.0), n
 
 
 def _num(v: Any) -> float | None:

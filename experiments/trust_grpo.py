@@ -267,11 +267,9 @@ def summarize(runs: dict[str, list]) -> dict[str, dict[str, tuple]]:
     keys = rs[0]["final"].keys()
     table[v] = {}
     for k in keys:
-      vals = np.array([r["final"][k] for r in rs], float)
-      if np.all(np.isnan(vals)):
-        table[v][k] = (float("nan"), float("nan"))
-      else:
-        table[v][k] = (float(np.nanmean(vals)), float(np.nanstd(vals)))
+      vals = [x for x in (float(r["final"][k]) for r in rs)
+              if not np.isnan(x)]     # NaN: gamma undefined for that seed
+      table[v][k] = results_lib.mean_std(vals)[:2]
   return table
 
 
