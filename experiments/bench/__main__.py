@@ -1,9 +1,18 @@
-"""Dispatches `python -m experiments.bench {decode,train,text_metrics} [flags]`."""
+"""Dispatches `python -m experiments.bench NAME [flags]`.
+
+NAME is any module of this package with a `main(argv)` (decode, train,
+text_metrics, ...): a new benchmark is a new file, nothing to register.
+"""
 
 import importlib
+import os
+import pkgutil
 import sys
 
-_BENCHMARKS = ("decode", "train", "text_metrics")
+# `gpu` runs as `python -m experiments.bench.gpu` on the accelerator host.
+_BENCHMARKS = tuple(sorted(
+    info.name for info in pkgutil.iter_modules([os.path.dirname(__file__)])
+    if not info.name.startswith("_") and info.name != "gpu"))
 
 
 def main(argv: list[str]) -> None:
