@@ -176,3 +176,44 @@ class SentencePieceTokenizer(Tokenizer):
     if pid == self._sp.unk_id() and piece != self._sp.id_to_piece(pid):
       return super().token_id(piece)
     return pid
+
+
+def from_pretrained(path: str) -> Tokenizer:
+  """A Hugging Face checkpoint directory's own tokenizer (`HFTokenizer`).
+
+  `tokenizer.json` through the `tokenizers` library (sentencepiece
+  `tokenizer.model` as the fallback), special tokens and the chat template
+  from the checkpoint's configs; see `jaxlab.data.hf_tokenizer`.
+  """
+  from jaxlab.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
+  return hf_tokenizer.from_pretrained(path)
+
+
+TOKENIZER_NAMES = ("byte", "sentencepiece", "auto", "hf")
+
+
+def build(name: str, *, path: str = "", checkpoint: str = "",
+          field: str = "tokenizer") -> Tokenizer:
+  """The tokenizer a config names (one rule for every experiment).
+
+  `byte`; `sentencepiece` (a `.model` file at `path`); `auto` (the
+  checkpoint's own, `checkpoint` being the HF directory the model is loaded
+  from); `hf` (a checkpoint directory's tokenizer at `path`). `field` names
+  the config field in error messages.
+  """
+  if name == "byte":
+    return ByteTokenizer()
+  if name == "sentencepiece":
+    return SentencePieceTokenizer(path)
+  if name == "auto":
+    if not checkpoint:
+      raise ValueError(f"{field}='auto' uses the tokenizer of the checkpoint "
+                       "the model is loaded from, but no checkpoint is set "
+                       "(init_from / checkpoint)")
+    return from_pretrained(checkpoint)
+  if name == "hf":
+    if not path:
+      raise ValueError(f"{field}='hf' needs the tokenizer directory as the "
+                       "path field")
+    return from_pretrained(path)
+  raise ValueError(f"{field}={name!r}; valid: {', '.join(TOKENIZER_NAMES)}")
