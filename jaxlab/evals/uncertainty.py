@@ -1,0 +1,314 @@
+r"""Sampling-based uncertainty of free-form answers and its evaluation.
+
+Semantic entropy after Farquhar et al. (Nature 2024) as used by paper J
+(spec `papers/H-N.md` section J, pipeline steps 2-4 and "Metrics"):
+
+  * `semantic_ids`: greedy clustering of R sampled answers; sample j joins
+    sample i's cluster if `are_equivalent(i, j)`, a bidirectional-entailment
+    test through any `EntailmentModel` (labels 0 contradiction, 1 neutral,
+    2 entailment). Non-strict rule: equivalent iff neither direction is a
+    contradiction and not (neutral, neutral); strict: both entailment. On CPU
+    `StringMatchEntailment` stands in for the NLI model (exact, normalised or
+    numeric matching).
+  * cluster probabilities p_c(j) = sum_{r in j} e^{l_r} / sum_r e^{l_r} from
+    the length-normalised log-likelihoods l_r (`cluster_probs`).
+  * `naive_entropy` = -(1/R) sum_r l_r, `semantic_entropy` (Rao)
+    = -sum_j p_c(j) log p_c(j), `discrete_semantic_entropy` = entropy of the
+    cluster frequencies, `renyi2_entropy` = -log sum_j p_c(j)^2 (paper J's
+    base measure SE_R).
+
+Evaluation (`uncertainty/utils/eval_utils.py` of the SE code):
+
+  * `auroc(scores, incorrect)`: area under the ROC curve of "answer is
+    incorrect" scored by the uncertainty (Mann-Whitney with tied ranks, equal
+    to sklearn's `roc_auc_score`).
+  * `aurac(uncertainty, correct)`: quantiles q in linspace(0.1, 1, 20),
+    acc(q) = mean accuracy of the answers with uncertainty <=
+    quantile(u, q), AURAC = sum_q acc(q) dq with dq = 0.9 / 19.
+  * `accuracy_at_fractions`: acc(q) at answer fractions {0.8, 0.9, 0.95, 1}
+    (the rejection-accuracy curve).
+  * `bootstrap_interval`: percentile bootstrap, 1000 resamples, 90 %.
+
+The entropy functions take batched `[..., R]` arrays and are jnp (jit- and
+vmap-friendly); the metrics are host NumPy.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Callable, Protocol, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
+QUANTILES = np.linspace(0.1, 1.0, 20)
+ANSWER_FRACTIONS = (0.8, 0.9, 0.95, 1.0)
+
+
+# -- semantic clustering -------------------------------------------------------
+
+
+class EntailmentModel(Protocol):
+  """What `semantic_ids` needs from an NLI model (e.g. DeBERTa-large-MNLI)."""
+
+  def check_implication(self, premise: str, hypothesis: str) -> int:
+    """0 contradiction, 1 neutral, 2 entailment."""
+
+
+_ARTICLES = {"a", "an", "the"}
+_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?")
+
+
+def normalise_answer(text: str) -> str:
+  """SQuAD-style: lower case, no punctuation or articles, single spaces."""
+  text = text.lower()
+  text = "".join(ch for ch in text if ch not in string.punctuation)
+  return " ".join(w for w in text.split() if w not in _ARTICLES)
+
+
+def _first_number(text: str) -> float | None:
+  m = _NUMBER.search(text)
+  return None if m is None else float(m.group().replace(",", ""))
+
+
+class StringMatchEntailment:
+  """A CPU stand-in for bidirectional NLI: equal keys entail, else contradict.
+
+  mode "exact" compares the strings, "normalised" `normalise_answer` of
+  both, "numeric" the first number in each (falling back to "normalised"
+  when either has none). `key_fn` is applied to both texts first (e.g. to
+  extract the answer span from a sentence).
+  """
+
+  MODES = ("exact", "normalised", "numeric")
+
+  def __init__(self, mode: str = "normalised",
+               key_fn: Callable[[str], str] | None = None):
+    if mode not in self.MODES:
+      raise ValueError(f"StringMatchEntailment mode must be one of "
+                       f"{self.MODES}, got {mode!r}")
+    self.mode = mode
+    self.key_fn = key_fn
+
+  def key(self, text: str):
+    if self.key_fn is not None:
+      text = self.key_fn(text)
+    if self.mode == "exact":
+      return text
+    if self.mode == "numeric":
+      num = _first_number(text)
+      if num is not None:
+        return num
+    return normalise_answer(text)
+
+  def check_implication(self, premise: str, hypothesis: str) -> int:
+    return ENTAILMENT if self.key(premise) == self.key(hypothesis) else (
+        CONTRADICTION)
+
+
+def are_equivalent(a: str, b: str, model: EntailmentModel, *,
+                   strict: bool = False) -> bool:
+  """Bidirectional entailment (the SE code's `are_equivalent`)."""
+  i1 = model.check_implication(a, b)
+  i2 = model.check_implication(b, a)
+  if i1 not in (0, 1, 2) or i2 not in (0, 1, 2):
+    raise ValueError(f"check_implication must return 0, 1 or 2, got "
+                     f"{i1!r} and {i2!r}")
+  if strict:
+    return i1 == ENTAILMENT and i2 == ENTAILMENT
+  return CONTRADICTION not in (i1, i2) and (i1, i2) != (NEUTRAL, NEUTRAL)
+
+
+def semantic_ids(answers: Sequence[str], model: EntailmentModel | None = None,
+                 *, strict: bool = False, question: str | None = None
+                 ) -> np.ndarray:
+  """Greedy semantic clusters `[R]` int ids in [0, R) (SE's get_semantic_ids).
+
+  Sample i that has no cluster yet opens cluster `next_id`, and every later
+  sample j equivalent to it is (re)assigned to it, as in the SE code. With
+  `question`, each answer is prefixed by it before the entailment test.
+  """
+  model = model or StringMatchEntailment("normalised")
+  texts = [f"{question} {a}" if question else a for a in answers]
+  ids = [-1] * len(texts)
+  next_id = 0
+  for i, t in enumerate(texts):
+    if ids[i] == -1:
+      ids[i] = next_id
+      for j in range(i + 1, len(texts)):
+        if are_equivalent(t, texts[j], model, strict=strict):
+          ids[j] = next_id
+      next_id += 1
+  return np.asarray(ids, np.int32)
+
+
+# -- entropies (batched over leading axes) -------------------------------------
+
+
+@jax.jit
+def cluster_log_probs(log_liks: jax.Array, ids: jax.Array) -> jax.Array:
+  """log p_c(j) `[..., R]` (index j = cluster id; -inf for unused ids).
+
+  The SE code's `logsumexp_by_id(..., agg="sum_normalized")`:
+  log p_c(j) = logsumexp_{r in j} l_r - logsumexp_r l_r.
+  """
+  log_liks = jnp.asarray(log_liks)
+  oh = jax.nn.one_hot(ids, log_liks.shape[-1], dtype=bool)   # [..., R, C]
+  lse = jax.nn.logsumexp(jnp.where(oh, log_liks[..., None], -jnp.inf),
+                         axis=-2)
+  return lse - jax.nn.logsumexp(log_liks, axis=-1, keepdims=True)
+
+
+@jax.jit
+def cluster_probs(log_liks: jax.Array, ids: jax.Array) -> jax.Array:
+  """p_c(j) `[..., R]` (0 for unused ids)."""
+  return jnp.exp(cluster_log_probs(log_liks, ids))
+
+
+def _plogp(p):
+  return jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
+
+
+@jax.jit
+def naive_entropy(log_liks: jax.Array) -> jax.Array:
+  """NE = -(1/R) sum_r l_r (the SE code's `predictive_entropy`)."""
+  return -jnp.mean(jnp.asarray(log_liks), axis=-1)
+
+
+@jax.jit
+def semantic_entropy(log_liks: jax.Array, ids: jax.Array) -> jax.Array:
+  """SE = -sum_j p_c(j) log p_c(j) (`predictive_entropy_rao`)."""
+  return -jnp.sum(_plogp(cluster_probs(log_liks, ids)), axis=-1)
+
+
+@jax.jit
+def discrete_semantic_entropy(ids: jax.Array) -> jax.Array:
+  """DSE: Shannon entropy of the cluster frequencies n_j / R."""
+  ids = jnp.asarray(ids)
+  freq = jax.nn.one_hot(ids, ids.shape[-1]).mean(-2)
+  return -jnp.sum(_plogp(freq), axis=-1)
+
+
+@jax.jit
+def renyi2_entropy(log_liks: jax.Array, ids: jax.Array) -> jax.Array:
+  """SE_R = -log sum_j p_c(j)^2 (paper J, step 4)."""
+  return -jnp.log(jnp.sum(cluster_probs(log_liks, ids) ** 2, axis=-1))
+
+
+# -- evaluation ------------------------------------------------------------------
+
+
+def _binary(name: str, labels) -> np.ndarray:
+  a = np.asarray(labels)
+  if a.ndim != 1:
+    raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+  if a.dtype != bool and not np.all(np.isin(a, (0, 1))):
+    raise ValueError(f"{name} must be booleans or 0/1")
+  return a.astype(bool)
+
+
+def _scores(name: str, scores, n: int) -> np.ndarray:
+  s = np.asarray(scores, np.float64)
+  if s.shape != (n,):
+    raise ValueError(f"{name} must have shape ({n},) like the labels, got "
+                     f"{s.shape}")
+  if not np.all(np.isfinite(s)):
+    raise ValueError(f"{name} must be finite")
+  return s
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+  order = np.argsort(x, kind="mergesort")
+  xs = x[order]
+  ranks = np.empty(len(x), np.float64)
+  starts = np.r_[0, np.flatnonzero(np.diff(xs)) + 1]
+  ends = np.r_[starts[1:], len(x)]
+  for s, e in zip(starts, ends):
+    ranks[order[s:e]] = (s + e + 1) / 2.0  # mean of ranks s+1 .. e
+  return ranks
+
+
+def auroc(scores, incorrect) -> float:
+  """AUROC of `scores` (uncertainty) for the positive class `incorrect`.
+
+  P(score of a random incorrect answer > score of a random correct one),
+  ties counting 1/2: the Mann-Whitney U / (n_pos n_neg), which equals
+  sklearn's `roc_auc_score(incorrect, scores)`.
+  """
+  y = _binary("incorrect", incorrect)
+  s = _scores("scores", scores, len(y))
+  n_pos, n_neg = int(y.sum()), int((~y).sum())
+  if n_pos == 0 or n_neg == 0:
+    raise ValueError(
+        f"auroc needs both classes in `incorrect`, got {n_pos} incorrect and "
+        f"{n_neg} correct answers: AUROC is undefined for a single class")
+  ranks = _average_ranks(s)
+  u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
+  return float(u / (n_pos * n_neg))
+
+
+def accuracy_at_quantile(uncertainty, correct, quantile: float) -> float:
+  """Mean accuracy of the answers with uncertainty <= quantile(u, q)."""
+  c = _binary("correct", correct)
+  u = _scores("uncertainty", uncertainty, len(c))
+  if not 0 < quantile <= 1:
+    raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+  return float(c[u <= np.quantile(u, quantile)].mean())
+
+
+def aurac(uncertainty, correct) -> float:
+  """Area under the rejection-accuracy curve (SE code, max 0.9)."""
+  c = _binary("correct", correct)
+  if len(c) == 0:
+    raise ValueError("aurac needs at least one answer")
+  dq = QUANTILES[1] - QUANTILES[0]  # 0.9 / 19
+  return float(sum(accuracy_at_quantile(uncertainty, c, q)
+                   for q in QUANTILES) * dq)
+
+
+def accuracy_at_fractions(uncertainty, correct,
+                          fractions: Sequence[float] = ANSWER_FRACTIONS
+                          ) -> dict[float, float]:
+  """Accuracy when answering only the `fraction` most certain questions."""
+  return {float(f): accuracy_at_quantile(uncertainty, correct, f)
+          for f in fractions}
+
+
+def rejection_curve(uncertainty, correct,
+                    quantiles: Sequence[float] = tuple(QUANTILES)
+                    ) -> np.ndarray:
+  """acc(q) at `quantiles` (the curve whose area is `aurac`)."""
+  return np.array([accuracy_at_quantile(uncertainty, correct, q)
+                   for q in quantiles])
+
+
+def bootstrap_interval(metric: Callable[..., float], *arrays,
+                       num_resamples: int = 1000, confidence: float = 0.9,
+                       seed: int = 0) -> tuple[float, float]:
+  """Percentile bootstrap interval of `metric(*arrays)` over examples.
+
+  Resamples whose metric raises ValueError (e.g. a single-class resample for
+  `auroc`) are skipped.
+  """
+  if not 0 < confidence < 1:
+    raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+  arrays = [np.asarray(a) for a in arrays]
+  n = len(arrays[0])
+  if any(len(a) != n for a in arrays):
+    raise ValueError("bootstrap_interval arrays must have the same length")
+  rng = np.random.default_rng(seed)
+  vals = []
+  for _ in range(num_resamples):
+    idx = rng.integers(0, n, n)
+    try:
+      vals.append(metric(*(a[idx] for a in arrays)))
+    except ValueError:
+      continue
+  if not vals:
+    return float("nan"), float("nan")
+  alpha = (1 - confidence) / 2
+  lo, hi = np.quantile(vals, [alpha, 1 - alpha])
+  return float(lo), float(hi)
