@@ -1,4 +1,4 @@
-"""Import and export Hugging Face Llama / Qwen2 checkpoints without torch.
+"""Import and export Hugging Face Llama / Qwen2 / Qwen3 / Mistral checkpoints.
 
     model, cfg = jaxlab.io.hf.load("/ckpt/dir", dtype="bfloat16")
     logits_btv = model(input_ids_bt)                    # [B, T, V] float32
@@ -29,6 +29,11 @@ Layout mapping (HF `nn.Linear.weight` is `[out, in]`):
   layers.i.post_attention_layernorm    [D]       -> mlp_norm.scale
   model.norm.weight                    [D]       -> final_norm.scale
   lm_head.weight                       [V, D]    -> lm_head_dv [D, V]
+  layers.i.self_attn.q_norm/k_norm     [H]       -> q_norm/k_norm.scale (Qwen3)
+
+Architectures: Llama; Qwen2 (q/k/v biases); Qwen3 (no biases, per-head q/k
+RMSNorm, `head_dim` independent of `hidden_size`); Mistral (Llama weights
+with a sliding window on every layer). torch is never imported.
 """
 
 from collections.abc import Callable, Mapping
@@ -45,8 +50,17 @@ import safetensors.numpy
 
 from jaxlab.models import decoder as decoder_lib
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM",
+                           "Qwen3ForCausalLM", "MistralForCausalLM")
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}
+# Fields that mean a model jaxlab's decoder cannot represent (mixture of
+# experts), each with what it would need.
+_UNSUPPORTED_FIELDS = {
+    "num_experts": "mixture-of-experts layers",
+    "num_local_experts": "mixture-of-experts layers",
+    "n_routed_experts": "mixture-of-experts layers",
+}
 
 # HF rope_type -> jaxlab.nn.rope registry name.
 HF_ROPE_TYPES = {
@@ -140,6 +154,10 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
     **overrides: further `DecoderConfig` fields (e.g. `remat=True`).
   """
   arch = _architecture(hf, where)
+  for field, what in _UNSUPPORTED_FIELDS.items():
+    if hf.get(field):
+      raise ValueError(f"{where}: {field}={hf[field]} ({what}) is not "
+                       "supported by jaxlab's decoder")
   for field in ("vocab_size", "hidden_size", "intermediate_size",
                 "num_hidden_layers", "num_attention_heads"):
     if hf.get(field) is None:
@@ -150,13 +168,21 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
                      "supported: silu")
   if hf.get("mlp_bias"):
     raise ValueError(f"{where}: mlp_bias=true is not supported")
-  if arch == "LlamaForCausalLM" and hf.get("attention_bias"):
+  if arch != "Qwen2ForCausalLM" and hf.get("attention_bias"):
     raise ValueError(f"{where}: attention_bias=true (with o_proj bias) is not "
                      "supported")
   theta, scaling = _rope_config(hf, where)
 
   sliding_window = None
-  if arch == "Qwen2ForCausalLM" and hf.get("use_sliding_window"):
+  if arch == "MistralForCausalLM" and hf.get("sliding_window"):
+    layer_types = hf.get("layer_types")
+    if layer_types and any(t != "sliding_attention" for t in layer_types):
+      raise ValueError(
+          f"{where}: layer_types={layer_types} mixes full and sliding "
+          "attention; per-layer sliding windows are not supported")
+    sliding_window = int(hf["sliding_window"])
+  if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and hf.get(
+      "use_sliding_window"):
     num_layers = hf["num_hidden_layers"]
     layer_types = hf.get("layer_types") or [
         "sliding_attention" if i >= hf.get("max_window_layers", 0)
@@ -184,6 +210,7 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
       norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
       tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
       qkv_bias=arch == "Qwen2ForCausalLM",
+      qk_norm=arch == "Qwen3ForCausalLM",
       sliding_window=sliding_window,
       dtype=dtype,
       param_dtype=param_dtype or dtype,
@@ -193,19 +220,32 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
 
 
 def config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
-  """transformers-4 dialect config.json (Llama, or Qwen2 with qkv bias)."""
+  """transformers-4 dialect config.json.
+
+  The architecture follows the config: q/k norm -> Qwen3, qkv bias -> Qwen2,
+  a sliding window otherwise -> Mistral, else Llama.
+  """
   if not cfg.causal:
     raise ValueError("a bidirectional decoder (causal=False) has no "
                      "Llama/Qwen2 equivalent")
   if cfg.nope_layers:
     raise ValueError(f"nope_layers={cfg.nope_layers} has no Llama/Qwen2 "
                      "equivalent")
-  arch = "Qwen2ForCausalLM" if cfg.qkv_bias else "LlamaForCausalLM"
-  if cfg.sliding_window is not None and not cfg.qkv_bias:
-    raise ValueError("a sliding window exports only as Qwen2 (qkv_bias=True)")
+  if cfg.qk_norm and cfg.qkv_bias:
+    raise ValueError("q/k norm together with qkv biases has no transformers "
+                     "architecture (Qwen3 has no biases)")
+  if cfg.qk_norm:
+    arch = "Qwen3ForCausalLM"
+  elif cfg.qkv_bias:
+    arch = "Qwen2ForCausalLM"
+  elif cfg.sliding_window is not None:
+    arch = "MistralForCausalLM"
+  else:
+    arch = "LlamaForCausalLM"
+  model_type = {v: k for k, v in _MODEL_TYPES.items()}[arch]
   hf: dict[str, Any] = {
       "architectures": [arch],
-      "model_type": "qwen2" if cfg.qkv_bias else "llama",
+      "model_type": model_type,
       "vocab_size": cfg.vocab_size,
       "hidden_size": cfg.dim,
       "intermediate_size": cfg.mlp_dim,
@@ -221,13 +261,17 @@ def config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
       "tie_word_embeddings": cfg.tie_embeddings,
       "torch_dtype": cfg.param_dtype,
   }
-  if cfg.qkv_bias:
+  if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
     hf["use_sliding_window"] = cfg.sliding_window is not None
     hf["sliding_window"] = cfg.sliding_window
     hf["max_window_layers"] = 0
+    if arch == "Qwen3ForCausalLM":
+      hf["attention_bias"] = False
   else:
     hf["attention_bias"] = False
     hf["mlp_bias"] = False
+    if arch == "MistralForCausalLM":
+      hf["sliding_window"] = cfg.sliding_window
   if cfg.rope_scaling is not None:
     options = dict(cfg.rope_scaling)
     method = options.pop("method")
@@ -288,6 +332,11 @@ def _hf_names(cfg: decoder_lib.DecoderConfig
         ("mlp", "up_df"): ("mlp.up_proj.weight", (f, d), t, t),
         ("mlp", "down_fd"): ("mlp.down_proj.weight", (d, f), t, t),
     }
+    if cfg.qk_norm:
+      rows[("attn", "q_norm", "scale")] = ("self_attn.q_norm.weight", (h,),
+                                           same, same)
+      rows[("attn", "k_norm", "scale")] = ("self_attn.k_norm.weight", (h,),
+                                           same, same)
     if cfg.qkv_bias:
       rows[("attn", "q_bias_nh")] = ("self_attn.q_proj.bias", (n * h,),
                                      *bias(n))
@@ -319,7 +368,7 @@ def _weight_files(path: str) -> dict[str, str]:
       files[name] = shard_path
     return files
   if os.path.exists(single_path):
-    with safe_open(single_path, framework="numpy") as fh:
+    with _open_safetensors(single_path) as fh:
       return {name: single_path for name in fh.keys()}
   found = sorted(os.listdir(path))
   raise FileNotFoundError(
@@ -334,8 +383,24 @@ def _read_config(path: str) -> dict[str, Any]:
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{config_path} not found: a HF checkpoint "
                             "directory needs a config.json")
-  with open(config_path) as fh:
-    return json.load(fh)
+  try:
+    with open(config_path, encoding="utf-8") as fh:
+      hf = json.load(fh)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"{config_path}: not valid JSON ({e})") from None
+  if not isinstance(hf, dict):
+    raise ValueError(f"{config_path}: expected a JSON object, got "
+                     f"{type(hf).__name__}")
+  return hf
+
+
+def _open_safetensors(file: str):
+  """`safe_open` whose errors (truncated, corrupt header) name the file."""
+  try:
+    return safe_open(file, framework="numpy")
+  except Exception as e:  # safetensors raises its own SafetensorError
+    raise ValueError(f"{file}: not a readable safetensors file ({e}); the "
+                     "download may be incomplete") from None
 
 
 def _fit_sharding(sharding: jax.sharding.NamedSharding,
@@ -362,7 +427,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
          param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
          rules: Any = None, **config_overrides: Any
          ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
-  """Loads a HF `LlamaForCausalLM` / `Qwen2ForCausalLM` checkpoint directory.
+  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral checkpoint directory.
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded
@@ -414,13 +479,18 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
         raise ValueError(f"{where}: missing tensor {name!r}")
       file = files[name]
       if file not in handles:
-        handles[file] = safe_open(file, framework="numpy").__enter__()
+        handles[file] = _open_safetensors(file).__enter__()
       found_shape = tuple(handles[file].get_slice(name).get_shape())
       if found_shape != hf_shape:
         raise ValueError(
             f"{file}: tensor {name!r} has shape {found_shape}, expected "
             f"{hf_shape} from {CONFIG_FILE}")
-      arr = to_ours(handles[file].get_tensor(name)).astype(target_np_dtype)
+      try:
+        raw = handles[file].get_tensor(name)
+      except Exception as e:  # a shard cut short after its header
+        raise ValueError(f"{file}: cannot read tensor {name!r} ({e}); the "
+                         "file may be truncated") from None
+      arr = to_ours(raw).astype(target_np_dtype)
       expected = var.get_value().shape
       assert arr.shape == expected, (param_path, arr.shape, expected)
       if shardings is not None:

@@ -69,6 +69,7 @@ class DecoderConfig:
   norm_eps: float = 1e-6
   tie_embeddings: bool = False
   qkv_bias: bool = False
+  qk_norm: bool = False  # Qwen3: RMSNorm of each q/k head before RoPE
   causal: bool = True
   sliding_window: int | None = None
   nope_layers: tuple[int, ...] = ()
@@ -118,6 +119,8 @@ class DecoderConfig:
     attn = self.dim * hd * (2 * self.num_heads + 2 * self.num_kv_heads)
     if self.qkv_bias:
       attn += hd * (self.num_heads + 2 * self.num_kv_heads)
+    if self.qk_norm:
+      attn += 2 * hd
     block = attn + 3 * self.dim * self.mlp_dim + 2 * self.dim
     emb = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
     return self.num_layers * block + emb + self.dim
@@ -150,7 +153,8 @@ class Block(nnx.Module):
         cfg.dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim,
         rngs=rngs, qkv_bias=cfg.qkv_bias, param_dtype=pdt, dtype=dt,
         init_std=cfg.init_std, use_rope=layer not in cfg.nope_layers,
-        attention_impl=cfg.attention_impl)
+        attention_impl=cfg.attention_impl, qk_norm=cfg.qk_norm,
+        norm_eps=cfg.norm_eps)
     self.mlp_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
                                      param_dtype=pdt)
     self.mlp = mlp_lib.SwiGLU(cfg.dim, cfg.mlp_dim, rngs=rngs, param_dtype=pdt,

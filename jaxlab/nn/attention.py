@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax import struct
 
+from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import partitioning as pt
 from jaxlab.nn import rope
 
@@ -378,14 +379,17 @@ class Attention(nnx.Module):
   """Multi-head attention with grouped-query KV heads and RoPE.
 
   Params: q `[D, N, H]`, k/v `[D, K, H]`, o `[N, H, D]` with logical axes
-  (embed, heads|kv_heads, head_dim); optional q/k/v biases (Qwen2).
+  (embed, heads|kv_heads, head_dim); optional q/k/v biases (Qwen2);
+  optional per-head RMSNorm of q and k over head_dim before RoPE (Qwen3's
+  `q_norm`/`k_norm`, one `[H]` scale each, shared by all heads).
   """
 
   def __init__(self, dim: int, num_heads: int, num_kv_heads: int,
                head_dim: int, *, rngs: nnx.Rngs, qkv_bias: bool = False,
                param_dtype=jnp.float32, dtype=jnp.float32,
                init_std: float = 0.02, use_rope: bool = True,
-               attention_impl: str | None = None):
+               attention_impl: str | None = None, qk_norm: bool = False,
+               norm_eps: float = 1e-6):
     if num_heads % num_kv_heads:
       raise ValueError(f"num_heads={num_heads} must be a multiple of "
                        f"num_kv_heads={num_kv_heads}")
@@ -416,6 +420,13 @@ class Attention(nnx.Module):
           (pt.KV_HEADS, pt.HEAD_DIM))
     else:
       self.q_bias_nh = self.k_bias_kh = self.v_bias_kh = None
+    if qk_norm:
+      self.q_norm = norm_lib.RMSNorm(head_dim, eps=norm_eps,
+                                     param_dtype=param_dtype)
+      self.k_norm = norm_lib.RMSNorm(head_dim, eps=norm_eps,
+                                     param_dtype=param_dtype)
+    else:
+      self.q_norm = self.k_norm = None
 
   def project_qkv(self, x_btd: jax.Array, cos_btd, sin_btd):
     """q `[B,T,N,H]`, k, v `[B,T,K,H]`, with RoPE applied to q and k."""
@@ -428,6 +439,8 @@ class Attention(nnx.Module):
       q = q + self.q_bias_nh[...].astype(dt)
       k = k + self.k_bias_kh[...].astype(dt)
       v = v + self.v_bias_kh[...].astype(dt)
+    if self.q_norm is not None:
+      q, k = self.q_norm(q), self.k_norm(k)
     if self.use_rope:
       q = rope.apply_rope(q, cos_btd, sin_btd)
       k = rope.apply_rope(k, cos_btd, sin_btd)

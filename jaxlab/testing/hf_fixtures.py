@@ -29,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+# arch -> (config class, model class) names in transformers.
+_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+}
 
 
 def hf_config(arch: str = "llama", *, vocab_size: int = 97,
@@ -64,19 +71,18 @@ def hf_config(arch: str = "llama", *, vocab_size: int = 97,
             rms_norm_eps=rms_norm_eps, rope_parameters=rope)
   if head_dim is not None:
     kw["head_dim"] = head_dim
-  if arch == "llama":
-    if sliding_window is not None:
-      raise ValueError("sliding_window is a Qwen2 option")
-    cls = transformers.LlamaConfig
-  else:
-    cls = transformers.Qwen2Config
-    if sliding_window is not None:
-      kw.update(use_sliding_window=True, sliding_window=sliding_window,
-                max_window_layers=0)
+  config_name, model_name = _CLASSES[arch]
+  cls = getattr(transformers, config_name)
+  if arch == "llama" and sliding_window is not None:
+    raise ValueError("sliding_window is a Qwen2/Qwen3/Mistral option")
+  if arch in ("qwen2", "qwen3") and sliding_window is not None:
+    kw.update(use_sliding_window=True, sliding_window=sliding_window,
+              max_window_layers=0)
+  if arch == "mistral":  # a window on every layer, or none
+    kw["sliding_window"] = sliding_window
   kw.update(extra)
   cfg = cls(**kw)
-  cfg.architectures = [("LlamaForCausalLM" if arch == "llama"
-                        else "Qwen2ForCausalLM")]
+  cfg.architectures = [model_name]
   # Eager attention: the reference does not depend on an SDPA kernel choice.
   cfg._attn_implementation = "eager"  # pylint: disable=protected-access
   return cfg
@@ -89,8 +95,7 @@ def make_hf_model(arch: str = "llama", *, seed: int = 0,
   import transformers  # pylint: disable=g-import-not-at-top
   cfg = hf_config(arch, **config_kw)
   torch.manual_seed(seed)
-  cls = (transformers.LlamaForCausalLM if arch == "llama"
-         else transformers.Qwen2ForCausalLM)
+  cls = getattr(transformers, _CLASSES[arch][1])
   model = cls(cfg).to(torch.float32).eval()
   gen = torch.Generator().manual_seed(seed)
   with torch.no_grad():
@@ -138,9 +143,9 @@ def make_hf_checkpoint(path: str | os.PathLike, arch: str = "llama", *,
 
   Args:
     path: output directory (created).
-    arch: "llama" or "qwen2" (qkv bias).
+    arch: "llama", "qwen2" (qkv bias), "qwen3" (q/k norm) or "mistral".
     vocab_size ... max_position_embeddings: the architecture.
-    sliding_window: Qwen2 only; a window on every layer.
+    sliding_window: Qwen2/Qwen3/Mistral; a window on every layer.
     max_shard_size: e.g. "20KB" to write a sharded checkpoint with
       `model.safetensors.index.json`; None for a single file.
     config_dialect: "v5" (rope_parameters) or "v4" (top-level rope_theta /

@@ -257,11 +257,12 @@ class HfErrorsTest(absltest.TestCase):
 
   def test_unsupported_architecture(self):
     path = self._ckpt()
-    self._edit_config(path, architectures=["MistralForCausalLM"],
-                      model_type="mistral")
+    self._edit_config(path, architectures=["GemmaForCausalLM"],
+                      model_type="gemma")
     with self.assertRaisesRegex(
-        ValueError, r"config\.json.*MistralForCausalLM.*supported: "
-        r"LlamaForCausalLM, Qwen2ForCausalLM"):
+        ValueError, r"config\.json.*GemmaForCausalLM.*supported: "
+        r"LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        r"MistralForCausalLM"):
       hf.load(path)
 
   def test_missing_shard(self):
