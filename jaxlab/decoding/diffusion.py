@@ -1,0 +1,499 @@
+"""Masked-diffusion decoding: LLaDA, Fast-dLLM and DPad (spec L).
+
+    out = generate(model, prompts, gen_len=256, block_len=32,
+                   threshold=0.9, cache="prefix",
+                   dpad=DPadConfig(window=64, k=3.0, a=1.6),
+                   mask_id=MASK, eos_id=EOS, early_stop=True)
+    out.tokens            # [B, gen_len] generated ids (EOS-filled after stop)
+    out.nfe, out.tokens_processed, out.flops, out.wall_s
+
+The model is a bidirectional `Decoder` (run with `causal=False`) trained as a
+masked predictor (`jaxlab.objectives.llada`). The canvas is
+x = [prompt (left-padded) | MASK * gen_len], decoded in gen_len / block_len
+semi-autoregressive blocks. Each step of a block (LLaDA `generate.py`):
+
+  1. logits = f(x) (or of the part of x the variant feeds, below);
+  2. x0 = argmax(logits / temperature + Gumbel) (plain argmax at 0);
+  3. confidence = softmax(logits)[x0] on the block's masked positions;
+  4. unmask the `num_transfer_tokens(...)[step]` most confident
+     ("low-confidence remasking"), or with a Fast-dLLM `threshold` tau the
+     top-1 plus every masked position with confidence >= tau, until the
+     block has no MASK left.
+
+Accelerations, each a switch:
+  * `early_stop`: once a decoded block holds EOS the rest of that row is
+    filled with EOS; decoding ends when every row has stopped.
+  * `cache="prefix"` (Fast-dLLM `use_cache`): the first step of a block is
+    a full forward whose keys/values for positions < block_start are kept;
+    later steps feed only the block and the suffix. `cache="dual"` also
+    keeps the suffix keys/values and feeds only the block. Both are exact
+    for the first step of a block and approximate afterwards (the cached
+    keys were computed with the block's earlier tokens).
+  * `dpad=DPadConfig(...)` (DPad, "suffix dropout"): once per block a subset
+    of the suffix [block_end, L) is kept: distance d from block_end is kept
+    with probability `suffix_keep_prob(W, k=k, a=a)[d]` (Gaussian sampler)
+    or n of the W window positions uniformly (ablation); nothing beyond the
+    window. The model runs on [0, block_end) U kept suffix with the kept
+    tokens' ORIGINAL RoPE positions (explicit `positions`), and the set is
+    fixed for every step of the block (the caches reuse it).
+
+Static shapes: every forward is over a gathered "view" of the canvas (an
+index array; -1 = padding slot) whose length is a static bucket (multiples
+of `bucket`), so a whole block (its view, all its steps in one
+`jax.lax.while_loop`) is one compiled call; executables are shared by every
+block, prompt set and variant with the same bucket. The host syncs once per
+block only when `early_stop` needs to know whether every row has stopped.
+
+Statistics: `nfe` (model forward calls), `tokens_processed` (real query
+tokens fed, summed over calls and rows), `flops` (matmul FLOPs of those
+calls from `forward_flops`, attention counted over the real query-key pairs)
+and `wall_s`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+CACHE_MODES = (None, "prefix", "dual")
+SAMPLERS = ("gaussian", "uniform")
+
+# Incremented each time a block function is traced (compiled).
+TRACE_COUNT = 0
+
+
+# -- schedule pieces -----------------------------------------------------------
+
+
+def num_transfer_tokens(masked_count: Any, steps: int) -> np.ndarray:
+  """Tokens to unmask at each of `steps` steps, `[..., steps]` (LLaDA).
+
+  The count is spread evenly; the remainder goes to the first steps
+  (`get_num_transfer_tokens` of LLaDA's generate.py): 10 over 4 steps is
+  [3, 3, 2, 2].
+  """
+  if steps <= 0:
+    raise ValueError(f"steps must be positive, got {steps}")
+  count = np.asarray(masked_count, np.int64)
+  base, rem = count // steps, count % steps
+  idx = np.arange(steps)
+  return (base[..., None] + (idx < rem[..., None])).astype(np.int32)
+
+
+def _num_transfer_tokens_jnp(count_b: jax.Array, steps: int) -> jax.Array:
+  base, rem = count_b // steps, count_b % steps
+  return base[:, None] + (jnp.arange(steps)[None] < rem[:, None]).astype(
+      count_b.dtype)
+
+
+def suffix_keep_prob(window: int, *, k: float, a: float) -> np.ndarray:
+  """DPad Gaussian keep probability `[window]` (spec L, `suffix_dropout`).
+
+  P(keep d) = a / sqrt(2 pi) * exp(-1/2 (k d / (W - 1))^2) for the suffix
+  token at distance d < W from the block end (z = linspace(0, k, W)); zero
+  beyond the window (not part of the array). a <= sqrt(2 pi) keeps it <= 1;
+  larger values are not clipped (keep iff u < p, so p >= 1 always keeps).
+  """
+  if window < 1:
+    raise ValueError(f"dpad.window must be >= 1, got {window}")
+  d = np.arange(window, dtype=np.float64)
+  z = k * d / (window - 1) if window > 1 else np.zeros_like(d)
+  return (a / math.sqrt(2 * math.pi) * np.exp(-0.5 * z * z)).astype(
+      np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DPadConfig:
+  """DPad suffix dropout (spec L; defaults of its GSM8K runs).
+
+  window: W, suffix tokens at distance >= W are always dropped.
+  k, a: the Gaussian's scale and amplitude (`suffix_keep_prob`).
+  sampler: "gaussian" (the method) or "uniform" (ablation: `n` of the W
+    window positions, uniformly at random).
+  n: number of tokens the uniform sampler keeps (required for it).
+  """
+  window: int = 256
+  k: float = 3.0
+  a: float = 1.6
+  sampler: str = "gaussian"
+  n: int | None = None
+
+  def __post_init__(self):
+    if self.window < 1:
+      raise ValueError(f"dpad.window must be >= 1, got {self.window}")
+    if self.sampler not in SAMPLERS:
+      raise ValueError(f"dpad.sampler={self.sampler!r} is unknown; valid: "
+                       f"{', '.join(SAMPLERS)}")
+    if self.sampler == "uniform" and (self.n is None
+                                      or not 0 <= self.n <= self.window):
+      raise ValueError(f"dpad.n={self.n} must be set in [0, window="
+                       f"{self.window}] for the uniform sampler")
+
+
+# -- FLOPs ---------------------------------------------------------------------
+
+
+def forward_flops(cfg: Any, tokens: float, qk_pairs: float) -> float:
+  """Matmul FLOPs of forwards over `tokens` query tokens and `qk_pairs`
+  query-key pairs: 2 * tokens * (projection + MLP + LM-head weights) +
+  4 * layers * heads * head_dim * qk_pairs (scores and weighted values)."""
+  hd = cfg.resolved_head_dim
+  per_layer = cfg.dim * hd * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + (
+      3 * cfg.dim * cfg.mlp_dim)
+  weights = cfg.num_layers * per_layer + cfg.dim * cfg.vocab_size
+  return float(2.0 * tokens * weights + 4.0 * cfg.num_layers * cfg.num_heads
+               * hd * qk_pairs)
+
+
+# -- the compiled block --------------------------------------------------------
+
+
+class _BlockSpec(NamedTuple):
+  """Static settings of one compiled block call."""
+  block_len: int
+  view_len: int        # S: slots of the full forward
+  query_len: int       # Tq: slots of the cached steps (0 without a cache)
+  cache: str | None
+  max_steps: int
+  threshold: float | None
+  temperature: float
+  mask_id: int
+  dpad: DPadConfig | None
+  canvas_len: int      # L
+
+
+def _build_view(key, block_end, spec: _BlockSpec, batch: int) -> jax.Array:
+  """`[B, S + Tq]` canvas indices: [0, block_end) then the kept suffix
+  (DPad) or the whole suffix, then -1 padding."""
+  total = spec.view_len + spec.query_len
+  arr = jnp.arange(total, dtype=jnp.int32)
+  big_l = spec.canvas_len
+  if spec.dpad is None:
+    view = jnp.where(arr < big_l, arr, -1)
+    return jnp.broadcast_to(view, (batch, total))
+  w = spec.dpad.window
+  d = jnp.arange(w, dtype=jnp.int32)
+  in_canvas = (block_end + d) < big_l
+  if spec.dpad.sampler == "gaussian":
+    probs = jnp.asarray(suffix_keep_prob(w, k=spec.dpad.k, a=spec.dpad.a))
+    keep = jax.random.uniform(key, (batch, w)) < probs[None]
+    keep = keep & in_canvas[None]
+  else:
+    scores = jnp.where(in_canvas[None], jax.random.uniform(key, (batch, w)),
+                       jnp.inf)
+    rank = jnp.argsort(jnp.argsort(scores, axis=1), axis=1)
+    keep = (rank < spec.dpad.n) & in_canvas[None]
+  order = jnp.argsort(jnp.where(keep, d[None], w + d[None]), axis=1)
+  kept = jnp.where(jnp.take_along_axis(keep, order, 1),
+                   block_end + order.astype(jnp.int32), -1)   # [B, W]
+  rel = arr - block_end
+  suffix = jnp.take(kept, jnp.clip(rel, 0, w - 1), axis=1)
+  view = jnp.where(arr[None] < block_end, arr[None],
+                   jnp.where(((rel >= 0) & (rel < w))[None], suffix, -1))
+  return view.astype(jnp.int32)
+
+
+def _gather(x, pos, valid, view):
+  safe = jnp.maximum(view, 0)
+  return (jnp.take_along_axis(x, safe, 1), jnp.take_along_axis(pos, safe, 1),
+          (view >= 0) & jnp.take_along_axis(valid, safe, 1))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec"))
+def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
+                  spec: _BlockSpec):
+  """Decodes one block; returns (x, nfe, tokens, qk_pairs)."""
+  global TRACE_COUNT
+  TRACE_COUNT += 1
+  model = nnx.merge(graphdef, state)
+  b = x.shape[0]
+  bl, s, tq = spec.block_len, spec.view_len, spec.query_len
+  block_end = block_start + bl
+  k_view, k_steps = jax.random.split(key)
+  view = _build_view(k_view, block_end, spec, b)
+  full_view = view[:, :s]
+
+  # -- the first step: a full forward over the view --------------------------
+  tok, p, v = _gather(x, pos, valid, full_view)
+  vcount = jnp.sum(v, axis=1).astype(jnp.float32)
+  tokens0, pairs0 = jnp.sum(vcount), jnp.sum(vcount * vcount)
+  if spec.cache is None:
+    out = model.forward(tok, positions=p, attention_mask=v, causal=False)
+    cache = None
+  else:
+    cache0 = model.init_cache(b, s + tq)
+    out = model.forward(tok, positions=p, attention_mask=v, causal=False,
+                        cache=cache0)
+    keep = (full_view >= 0) & (full_view < block_start)
+    if spec.cache == "dual":
+      keep = keep | (full_view >= block_end)
+    keep = jnp.concatenate([keep, jnp.zeros((b, tq), bool)], axis=1)
+    cache = out.cache.replace(positions=jnp.where(
+        keep[:, None, :], out.cache.positions, -1))
+    cache_keys = jnp.sum(keep, axis=1).astype(jnp.float32)
+  # view[j] == j below block_end: the block's logits sit at block_start.
+  logits0 = jax.lax.dynamic_slice_in_dim(out.logits, block_start, bl, axis=1)
+
+  masked0 = jax.lax.dynamic_slice_in_dim(x, block_start, bl, 1) == (
+      spec.mask_id)
+  if spec.threshold is None:
+    schedule = _num_transfer_tokens_jnp(
+        jnp.sum(masked0, axis=1).astype(jnp.int32), spec.max_steps)
+
+  def transfer(x, logits_blv, step):
+    blk = jax.lax.dynamic_slice_in_dim(x, block_start, bl, 1)
+    m = blk == spec.mask_id
+    if spec.temperature > 0:
+      g = jax.random.gumbel(jax.random.fold_in(k_steps, step),
+                            logits_blv.shape, jnp.float32)
+      x0 = jnp.argmax(logits_blv / spec.temperature + g, axis=-1)
+    else:
+      x0 = jnp.argmax(logits_blv, axis=-1)
+    probs = jax.nn.softmax(logits_blv, axis=-1)
+    conf = jnp.take_along_axis(probs, x0[..., None], -1)[..., 0]
+    conf = jnp.where(m, conf, -jnp.inf)
+    rank = jnp.argsort(jnp.argsort(-conf, axis=1), axis=1)
+    if spec.threshold is None:
+      count = jax.lax.dynamic_index_in_dim(
+          schedule, jnp.minimum(step, spec.max_steps - 1), 1)   # [B, 1]
+      sel = m & (rank < count)
+    else:
+      sel = m & ((conf >= spec.threshold) | (rank == 0))
+    blk = jnp.where(sel, x0.astype(x.dtype), blk)
+    return jax.lax.dynamic_update_slice_in_dim(x, blk, block_start, 1)
+
+  x = transfer(x, logits0, 0)
+
+  def has_mask(x):
+    return jnp.any(jax.lax.dynamic_slice_in_dim(x, block_start, bl, 1)
+                   == spec.mask_id)
+
+  def cond(carry):
+    x, step = carry[0], carry[1]
+    return has_mask(x) & (step < spec.max_steps)
+
+  def body(carry):
+    x, step, nfe, tokens, pairs = carry
+    if cache is None:
+      tok, p, v = _gather(x, pos, valid, full_view)
+      logits = model.forward(tok, positions=p, attention_mask=v,
+                             causal=False).logits
+      logits = jax.lax.dynamic_slice_in_dim(logits, block_start, bl, 1)
+      cnt = jnp.sum(v, axis=1).astype(jnp.float32)
+      new_pairs = jnp.sum(cnt * cnt)
+    else:
+      qview = jax.lax.dynamic_slice_in_dim(view, block_start, tq, 1)
+      tok, p, v = _gather(x, pos, valid, qview)
+      logits = model.forward(tok, positions=p, attention_mask=v,
+                             causal=False, cache=cache).logits[:, :bl]
+      cnt = jnp.sum(v, axis=1).astype(jnp.float32)
+      new_pairs = jnp.sum(cnt * (cnt + cache_keys))
+    x = transfer(x, logits, step)
+    return x, step + 1, nfe + 1, tokens + jnp.sum(cnt), pairs + new_pairs
+
+  carry = (x, jnp.int32(1), jnp.int32(1), tokens0, pairs0)
+  x, _, nfe, tokens, pairs = jax.lax.while_loop(cond, body, carry)
+  return x, nfe, tokens, pairs
+
+
+# -- the public entry point ----------------------------------------------------
+
+
+@dataclasses.dataclass
+class DiffusionResult:
+  """Output of `generate`.
+
+  tokens: `[B, gen_len]` int32 generated ids (after early stop the rest of a
+    row is EOS).
+  nfe: model forward calls; tokens_processed: real query tokens fed to the
+    model summed over calls and rows; qk_pairs: real query-key pairs;
+    flops: `forward_flops` of those; wall_s: seconds of the call (device
+    synced; the first call of a shape includes compilation).
+  """
+  tokens: np.ndarray
+  nfe: int
+  tokens_processed: float
+  qk_pairs: float
+  flops: float
+  wall_s: float
+  blocks_run: int
+
+
+def _round_up(n: int, m: int) -> int:
+  return -(-n // m) * m
+
+
+def _as_prompts(prompts) -> list[list[int]]:
+  if isinstance(prompts, (np.ndarray, jax.Array)):
+    arr = np.asarray(prompts)
+    if arr.ndim != 2:
+      raise ValueError(f"prompts must be [B, T] or a list of id lists, got "
+                       f"shape {arr.shape}")
+    return [list(map(int, r)) for r in arr]
+  out = [list(map(int, r)) for r in prompts]
+  if not out or any(len(r) == 0 for r in out):
+    raise ValueError("prompts must be a non-empty list of non-empty id lists")
+  return out
+
+
+def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
+             gen_len: int, block_len: int = 32, steps: int | None = None,
+             threshold: float | None = None, early_stop: bool = False,
+             cache: str | None = None, dpad: DPadConfig | None = None,
+             mask_id: int, eos_id: int | None = None,
+             temperature: float = 0.0, key: jax.Array | None = None,
+             bucket: int = 64, prompt_bucket: int = 16) -> DiffusionResult:
+  """Semi-autoregressive masked-diffusion decoding (module docstring).
+
+  Args:
+    model: a `jaxlab.models.decoder.Decoder` trained as a masked predictor.
+    prompts: id lists (left-padded internally) or a `[B, T]` array.
+    gen_len: tokens to generate; a multiple of `block_len`.
+    block_len: tokens per semi-autoregressive block (spec: 32).
+    steps: total denoising steps without a threshold (default gen_len: one
+      token per step); a multiple of gen_len / block_len.
+    threshold: Fast-dLLM confidence threshold tau (None: the fixed
+      `num_transfer_tokens` schedule).
+    early_stop: stop a row after a decoded block that holds `eos_id`.
+    cache: None, "prefix" or "dual".
+    dpad: `DPadConfig` for suffix dropout (None: the whole suffix).
+    mask_id, eos_id: the MASK and EOS token ids.
+    temperature: Gumbel-max sampling temperature (0: argmax).
+    key: PRNG key for DPad's suffix sets and sampling (default key(0)).
+    bucket: view lengths are rounded up to multiples of this (static shapes).
+    prompt_bucket: prompt padding is rounded up to multiples of this.
+
+  Raises:
+    ValueError: gen_len not a multiple of block_len, a prompt that with
+      gen_len exceeds the model's `max_position_embeddings`, `mask_id` /
+      `eos_id` outside the vocabulary, an unknown cache mode, bad steps.
+  """
+  cfg = model.cfg
+  vocab = cfg.vocab_size
+  if not 0 <= int(mask_id) < vocab:
+    raise ValueError(f"mask_id={mask_id} is outside the vocabulary "
+                     f"[0, {vocab}) of the model (vocab_size={vocab})")
+  if eos_id is not None and not 0 <= int(eos_id) < vocab:
+    raise ValueError(f"eos_id={eos_id} is outside the vocabulary "
+                     f"[0, {vocab})")
+  if early_stop and eos_id is None:
+    raise ValueError("early_stop=True needs eos_id")
+  if gen_len <= 0 or block_len <= 0 or gen_len % block_len:
+    raise ValueError(f"gen_len={gen_len} must be a positive multiple of "
+                     f"block_len={block_len}")
+  if cache not in CACHE_MODES:
+    raise ValueError(f"cache={cache!r} is unknown; valid: None, 'prefix', "
+                     "'dual'")
+  if threshold is not None and not 0.0 <= threshold <= 1.0:
+    raise ValueError(f"threshold={threshold} must lie in [0, 1]")
+  if temperature < 0:
+    raise ValueError(f"temperature={temperature} must be >= 0")
+  num_blocks = gen_len // block_len
+  if threshold is None:
+    steps = gen_len if steps is None else int(steps)
+    if steps <= 0 or steps % num_blocks:
+      raise ValueError(f"steps={steps} must be a positive multiple of the "
+                       f"number of blocks gen_len/block_len={num_blocks}")
+    max_steps = steps // num_blocks
+  else:
+    max_steps = block_len  # every step unmasks at least one token
+  rows = _as_prompts(prompts)
+  longest = max(len(r) for r in rows)
+  if longest + gen_len > cfg.max_position_embeddings:
+    raise ValueError(
+        f"prompt length {longest} + gen_len {gen_len} = {longest + gen_len} "
+        f"exceeds the model's positions (max_position_embeddings="
+        f"{cfg.max_position_embeddings}); shorten the prompt or gen_len")
+  for r in rows:
+    if any(not 0 <= t < vocab for t in r):
+      raise ValueError(f"prompt ids must lie in [0, {vocab}); got {r}")
+
+  t_start = time.perf_counter()
+  b = len(rows)
+  p_len = _round_up(longest, prompt_bucket)
+  big_l = p_len + gen_len
+  x = np.full((b, big_l), mask_id, np.int32)
+  valid = np.ones((b, big_l), bool)
+  pos = np.zeros((b, big_l), np.int32)
+  for i, r in enumerate(rows):
+    pad = p_len - len(r)
+    x[i, :pad] = eos_id if eos_id is not None else 0
+    x[i, pad:p_len] = r
+    valid[i, :pad] = False
+    pos[i, pad:] = np.arange(big_l - pad)
+  x, pos, valid = jnp.asarray(x), jnp.asarray(pos), jnp.asarray(valid)
+  key = jax.random.key(0) if key is None else key
+  graphdef, state = nnx.split(model)
+
+  done = np.zeros((b,), bool)
+  nfe, tokens, pairs = [], [], []
+  blocks_run = 0
+  for blk in range(num_blocks):
+    if early_stop and done.all():
+      break
+    bs = p_len + blk * block_len
+    be = bs + block_len
+    if dpad is None:
+      view_len = big_l
+    else:
+      view_len = min(_round_up(be + dpad.window, bucket),
+                     _round_up(big_l, bucket))
+    if cache is None:
+      query_len = 0
+    elif cache == "dual":
+      query_len = block_len
+    elif dpad is not None:
+      query_len = block_len + dpad.window
+    else:
+      query_len = _round_up(big_l - bs, bucket)
+    spec = _BlockSpec(block_len=block_len, view_len=view_len,
+                      query_len=query_len, cache=cache, max_steps=max_steps,
+                      threshold=None if threshold is None else float(
+                          threshold),
+                      temperature=float(temperature), mask_id=int(mask_id),
+                      dpad=dpad, canvas_len=big_l)
+    x, n, tk, pr = _decode_block(state, x, pos, valid, jnp.int32(bs),
+                                 jax.random.fold_in(key, blk),
+                                 graphdef=graphdef, spec=spec)
+    nfe.append(n)
+    tokens.append(tk)
+    pairs.append(pr)
+    blocks_run += 1
+    if early_stop:
+      has_eos = np.asarray(jnp.any(x[:, bs:be] == eos_id, axis=1))
+      newly = has_eos & ~done
+      done |= has_eos
+      if newly.any():
+        fill = jnp.asarray(done)[:, None] & (jnp.arange(big_l) >= be)[None]
+        x = jnp.where(fill, jnp.int32(eos_id), x)
+  if early_stop and blocks_run < num_blocks:
+    x = jnp.where(jnp.arange(big_l)[None] >= p_len + blocks_run * block_len,
+                  jnp.int32(eos_id), x)
+  gen = np.asarray(jax.device_get(x[:, p_len:]))
+  nfe_v = int(sum(int(v) for v in jax.device_get(nfe)))
+  tokens_v = float(sum(float(v) for v in jax.device_get(tokens)))
+  pairs_v = float(sum(float(v) for v in jax.device_get(pairs)))
+  return DiffusionResult(tokens=gen, nfe=nfe_v, tokens_processed=tokens_v,
+                         qk_pairs=pairs_v,
+                         flops=forward_flops(cfg, tokens_v, pairs_v),
+                         wall_s=time.perf_counter() - t_start,
+                         blocks_run=blocks_run)
+
+
+def truncate_at_eos(tokens: Sequence[int], eos_id: int) -> list[int]:
+  """The ids before the first `eos_id`."""
+  out = []
+  for t in tokens:
+    if int(t) == eos_id:
+      break
+    out.append(int(t))
+  return out

@@ -1,0 +1,168 @@
+"""Tests for jaxlab.decoding.diffusion (LLaDA / Fast-dLLM / DPad decoding).
+
+One tiny 1-layer bidirectional decoder serves every test: with a single
+layer the keys/values of a token depend only on that token and its
+position, so prefix and dual caches are exact there (the approximate
+multi-layer agreement is measured by the benchmark).
+"""
+
+import math
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.decoding import diffusion
+from jaxlab.testing import tiny_models
+
+MASK, EOS = 63, 2
+PROMPTS = tiny_models.PROMPTS
+GEN, BLOCK = 32, 16
+
+
+class ScheduleTest(absltest.TestCase):
+
+  def test_num_transfer_tokens_hand_cases(self):
+    np.testing.assert_array_equal(diffusion.num_transfer_tokens(10, 4),
+                                  [3, 3, 2, 2])
+    np.testing.assert_array_equal(diffusion.num_transfer_tokens(32, 32),
+                                  np.ones(32))
+    np.testing.assert_array_equal(diffusion.num_transfer_tokens(3, 5),
+                                  [1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(
+        diffusion.num_transfer_tokens([7, 0], 3), [[3, 2, 2], [0, 0, 0]])
+    with self.assertRaisesRegex(ValueError, "steps"):
+      diffusion.num_transfer_tokens(4, 0)
+
+  def test_suffix_keep_prob_formula(self):
+    w, k, a = 64, 3.0, 1.6
+    got = diffusion.suffix_keep_prob(w, k=k, a=a)
+    self.assertEqual(got.shape, (w,))
+    for d in (0, 1, 10, 63):
+      want = a / math.sqrt(2 * math.pi) * math.exp(-0.5 * (k * d / (w - 1))**2)
+      self.assertAlmostEqual(float(got[d]), want, places=6)
+    self.assertAlmostEqual(float(got[0]), 0.6383, places=4)  # spec: p ~ 0.64
+    # E[#kept] ~ a (W/k) 0.4987 for W = 256 (spec: ~68).
+    self.assertAlmostEqual(
+        float(diffusion.suffix_keep_prob(256, k=3.0, a=1.6).sum()), 68.3,
+        delta=0.5)
+
+  def test_dpad_config_errors(self):
+    with self.assertRaisesRegex(ValueError, "dpad.sampler"):
+      diffusion.DPadConfig(window=8, sampler="beta")
+    with self.assertRaisesRegex(ValueError, "dpad.n"):
+      diffusion.DPadConfig(window=8, sampler="uniform")
+
+
+class GenerateTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.model = tiny_models.tiny_decoder(0, causal=False, num_layers=1,
+                                         max_position_embeddings=64)
+    cls.vanilla = diffusion.generate(cls.model, PROMPTS, gen_len=GEN,
+                                     block_len=BLOCK, mask_id=MASK)
+
+  def _gen(self, **kw):
+    return diffusion.generate(self.model, PROMPTS, gen_len=GEN,
+                              block_len=BLOCK, mask_id=MASK, **kw)
+
+  def test_vanilla_is_one_token_per_step(self):
+    self.assertEqual(self.vanilla.nfe, GEN)
+    self.assertFalse((self.vanilla.tokens == MASK).any())
+    self.assertEqual(self.vanilla.tokens.shape, (len(PROMPTS), GEN))
+
+  def test_threshold_one_equals_one_token_per_step(self):
+    out = self._gen(threshold=1.0)
+    np.testing.assert_array_equal(out.tokens, self.vanilla.tokens)
+    self.assertEqual(out.nfe, GEN)
+
+  def test_dpad_full_window_keep_one_is_vanilla(self):
+    # k = 0 and a = 3 > sqrt(2 pi): every suffix token is kept.
+    out = self._gen(dpad=diffusion.DPadConfig(window=GEN, k=0.0, a=3.0))
+    np.testing.assert_array_equal(out.tokens, self.vanilla.tokens)
+    self.assertEqual(out.tokens_processed, self.vanilla.tokens_processed)
+
+  def test_caches_exact_for_one_layer(self):
+    prefix = self._gen(cache="prefix")
+    dual = self._gen(cache="dual")
+    np.testing.assert_array_equal(prefix.tokens, self.vanilla.tokens)
+    np.testing.assert_array_equal(dual.tokens, self.vanilla.tokens)
+    # Real query tokens: vanilla feeds prompt + whole canvas every step.
+    self.assertLess(dual.tokens_processed, prefix.tokens_processed)
+    self.assertLess(prefix.tokens_processed, self.vanilla.tokens_processed)
+    self.assertLess(dual.flops, self.vanilla.flops)
+
+  def test_early_stop_fills_eos(self):
+    eos = int(self.vanilla.tokens[0, 3])  # a token row 0 makes in block 0
+    out = self._gen(early_stop=True, eos_id=eos)
+    first = self.vanilla.tokens[:, :BLOCK]
+    np.testing.assert_array_equal(out.tokens[:, :BLOCK], first)
+    for row in range(len(PROMPTS)):
+      if (first[row] == eos).any():
+        self.assertTrue((out.tokens[row, BLOCK:] == eos).all())
+      else:
+        np.testing.assert_array_equal(out.tokens[row],
+                                      self.vanilla.tokens[row])
+
+  def test_dropped_suffix_logits_equal_kept_set_run(self):
+    """The gathered view (original RoPE ids) equals the full canvas with the
+    dropped suffix denied as keys, at every kept position."""
+    model = self.model
+    b, big_l, be, w = 2, 48, 16, 16
+    rng = np.random.default_rng(0)
+    x = np.full((b, big_l), MASK, np.int32)
+    x[:, :be] = rng.integers(0, 60, (b, be))
+    pos = np.broadcast_to(np.arange(big_l, dtype=np.int32), (b, big_l))
+    valid = np.ones((b, big_l), bool)
+    spec = diffusion._BlockSpec(
+        block_len=8, view_len=be + w, query_len=0, cache=None, max_steps=1,
+        threshold=None, temperature=0.0, mask_id=MASK,
+        dpad=diffusion.DPadConfig(window=w, k=3.0, a=1.6), canvas_len=big_l)
+    view = np.asarray(diffusion._build_view(jax.random.key(3), be, spec, b))
+    kept = view[:, be:][view[:, be:] >= 0]
+    self.assertGreater(len(kept), 0)
+    self.assertTrue((kept < be + w).all())  # nothing beyond the window
+    tok, p, v = diffusion._gather(jnp.asarray(x), jnp.asarray(pos),
+                                  jnp.asarray(valid), jnp.asarray(view))
+    pruned = np.asarray(model.forward(tok, positions=p, attention_mask=v,
+                                      causal=False).logits)
+    for row in range(b):
+      keys = np.zeros((big_l,), bool)
+      keys[view[row][view[row] >= 0]] = True
+      full = np.asarray(model.forward(
+          jnp.asarray(x[row:row + 1]), causal=False,
+          allowed_mask=jnp.asarray(keys)[None, None, None, :]).logits)[0]
+      idx = view[row][view[row] >= 0]
+      np.testing.assert_allclose(pruned[row, :len(idx)], full[idx],
+                                 rtol=1e-4, atol=1e-4)
+
+
+class BadInputTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.model = tiny_models.tiny_decoder(0, causal=False, num_layers=1,
+                                         max_position_embeddings=64)
+
+  def test_prompt_longer_than_positions(self):
+    with self.assertRaisesRegex(ValueError, "max_position_embeddings"):
+      diffusion.generate(self.model, [list(range(40))], gen_len=32,
+                         block_len=16, mask_id=MASK)
+
+  def test_gen_len_not_multiple_of_block(self):
+    with self.assertRaisesRegex(ValueError, "gen_len=40 .*block_len=16"):
+      diffusion.generate(self.model, PROMPTS, gen_len=40, block_len=16,
+                         mask_id=MASK)
+
+  def test_mask_id_outside_vocab(self):
+    with self.assertRaisesRegex(ValueError, "mask_id=64 is outside"):
+      diffusion.generate(self.model, PROMPTS, gen_len=32, block_len=16,
+                         mask_id=64)
+
+
+if __name__ == "__main__":
+  absltest.main()
