@@ -1,0 +1,91 @@
+"""Writes colabs/uncertainty.ipynb (paper J: QTN semantic uncertainty).
+
+    python colabs/_build_uncertainty_colab.py
+
+The notebook runs its experiment with the config arg in the environment
+variable JAXLAB_COLAB_PRESET (default "tiny"; the test uses "tiny,smoke").
+"""
+
+import os
+import sys
+
+import nbformat
+from nbformat import v4
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+CELLS = [
+    ("md", "# Semantic uncertainty of hallucinations with a quantum tensor "
+     "network (paper J), miniature\n\n"
+     "Sample R answers per question, cluster them by meaning (bidirectional "
+     "entailment; on CPU a string-matching stand-in), and score the "
+     "question by the entropy of the cluster probabilities $p_c(j) = "
+     "\\sum_{r\\in j} e^{\\ell_r} / \\sum_r e^{\\ell_r}$. Paper J replaces "
+     "Shannon by Rényi-2, $-\\log\\sum_j p_c(j)^2$, and reweights each "
+     "cluster by a per-sample uncertainty read from a Hamiltonian whose "
+     "eigenstate is the kernel-mean-embedding wave function of the "
+     "log-likelihoods (QCM null space, then first-order perturbation "
+     "theory). Spec: `papers/H-N.md` section J."),
+    ("code", """\
+import numpy as np
+import jax
+from jaxlab.evals import uncertainty as unc
+from jaxlab.analysis import qtn
+ll = np.log([0.5, 0.25, 0.125, 0.125])
+ids = unc.semantic_ids(["Lisbon.", "lisbon", "Osaka", "the Porto"])
+print("cluster ids:", ids.tolist())
+print(f"SE = {float(unc.semantic_entropy(ll, ids)):.4f}  "
+      f"SE_R = {float(unc.renyi2_entropy(ll, ids)):.4f}  "
+      f"DSE = {float(unc.discrete_semantic_entropy(ids)):.4f}  "
+      f"NE = {float(unc.naive_entropy(ll)):.4f}")
+print("AUROC of a perfect detector:", unc.auroc([0.9, 0.1, 0.8], [True, False, True]))"""),
+    ("md", "## The QTN per-sample score on one question\n\n"
+     "The null vector of the quantum covariance matrix makes $\\psi_0$ an "
+     "eigenstate of $H=\\sum_i c_i h_i$ (residual below), then each sample "
+     "gets $u_r \\in [0, 1]$ from the perturbed modes' quantum potential."),
+    ("code", """\
+from configs import uncertainty as cfg_mod
+config = cfg_mod.get_config(PRESET)
+qcfg = qtn.QTNConfig(**config.qtn)
+loglik = np.array([[-0.2, -0.3, -1.5, -0.25, -2.0, -0.4, -0.35, -0.9]])
+d = qtn.sample_uncertainty(loglik, key=jax.random.key(0), config=qcfg, details=True)
+print("eigenstate residual < 1e-8:", bool(d["eigenstate_residual"][0] < 1e-8))
+print("u per sample:", np.round(d["u"][0], 3).tolist())"""),
+    ("md", "## Tiny LM that confabulates about held-out facts\n\n"
+     "The model learns the facts of 70 % of the people; held-out people "
+     "are never seen, so its answers about them are confabulations. "
+     "Positive class of AUROC = the greedy answer is wrong."),
+    ("code", """\
+from experiments import uncertainty as exp
+from IPython.display import Image, display
+result = exp.run(config, WORKDIR)
+for rec in result["per_seed"]:
+  print("seed", rec["seed"], {k: round(v, 3) for k, v in rec["setup"].items()})
+  for ex in rec["examples"][:3]:
+    print(f'  [{ex["group"]}] {ex["question"]} truth={ex["truth"]} '
+          f'greedy={ex["greedy"]!r} clusters={ex["ids"]}')
+print(f'{"estimator":18s} {"AUROC":>7s} {"AURAC":>7s}')
+for name in result["per_seed"][0]["metrics"]:
+  m = [r["metrics"][name] for r in result["per_seed"]]
+  print(f'{name:18s} {np.nanmean([x["auroc"] if x["auroc"] is not None else np.nan for x in m]):7.3f} '
+        f'{np.mean([x["aurac"] for x in m]):7.3f}')
+display(Image(result["plot"]))"""),
+]
+
+
+def build() -> nbformat.NotebookNode:
+  nb = v4.new_notebook()
+  nb.cells = [v4.new_code_cell(_setup_cell.setup_cell("tiny"))] + [
+      v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
+      for kind, s in CELLS]
+  nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                               "language": "python"}
+  return nb
+
+
+if __name__ == "__main__":
+  path = os.path.join(HERE, "uncertainty.ipynb")
+  nbformat.write(build(), path)
+  print(path)
