@@ -71,13 +71,16 @@ class StepRunner:
   miniatures gain nothing from sharding. Pass `mesh` (and the logical-axis
   `rules`, default `configs/common.sharding_rules()`) to shard the update
   like the trainer does (batch rows must then divide by
-  mesh.data * mesh.fsdp * optim.grad_accum).
+  mesh.data * mesh.fsdp * optim.grad_accum). `lora` (fields of
+  `config.lora`: rank, alpha, targets) adds LoRA factors and trains only
+  them, as the trainer does; `model()` then holds them unmerged.
   """
 
   def __init__(self, model: nnx.Module, *, loss: str | Callable,
                loss_config: Any, optim: ml_collections.ConfigDict,
                steps: int, seed: int = 0,
-               mesh: jax.sharding.Mesh | None = None, rules: Any = None):
+               mesh: jax.sharding.Mesh | None = None, rules: Any = None,
+               lora: Any = None):
     from configs import common  # pylint: disable=g-import-not-at-top
     self._target = model
     self.mesh = mesh or parallel.make_mesh(
@@ -88,6 +91,8 @@ class StepRunner:
     cfg.train.steps = max(int(steps), 1)
     if rules is not None:
       cfg.sharding_rules = tuple(rules)
+    if lora is not None:  # a `config.lora` section: train only LoRA factors
+      cfg.lora.update(dict(lora))
     self.grad_accum = int(optim_lib.field(cfg.optim, "grad_accum"))
     self.ts = trainer_lib.build(cfg, model=model, mesh=self.mesh)
     loss_fn = losses_lib.get(loss) if isinstance(loss, str) else loss
@@ -100,7 +105,8 @@ class StepRunner:
     # is built from the same optim config and step count, so it computes
     # the same update.
     cache_key = (loss, repr(loss_config), cfg.optim.to_json_best_effort(),
-                 int(steps), nnx.graphdef(model), self.mesh, self.ts.rules)
+                 int(steps), nnx.graphdef(model), self.mesh, self.ts.rules,
+                 repr(cfg.lora))
     self._step = _STEP_CACHE.get(cache_key)
     if self._step is None:
       with self._ctx():
