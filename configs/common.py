@@ -144,9 +144,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.experiment = "train"
   c.seed = 0
   c.init_from = ""            # HF checkpoint dir to start from ("" = scratch)
+  # Experiment "train": at the end, write the merged model (LoRA folded in)
+  # as a HF checkpoint here, with the tokenizer files of data.tokenizer.
+  c.export_dir = ""
   c.model = decoder_config()
   c.data = ml_collections.ConfigDict({
-      "source": "synthetic",  # synthetic | jsonl | tfds
+      # synthetic | jsonl | chat_jsonl (loss on assistant turns) | tfds
+      "source": "synthetic",
       "num_docs": 2000,
       "data_seed": 0,
       "path": "",
@@ -157,8 +161,12 @@ def base_config() -> ml_collections.ConfigDict:
       "split": "train",
       "eval_split": "",
       "eval_fraction": 0.05,
-      "tokenizer": "byte",    # byte | sentencepiece
+      # byte | sentencepiece (tokenizer_path: .model) | auto (the init_from
+      # checkpoint's own tokenizer.json) | hf (a checkpoint dir at
+      # tokenizer_path)
+      "tokenizer": "byte",
       "tokenizer_path": "",
+      "chat_key": "messages",  # source chat_jsonl: the conversation field
       "packing": "pack",      # pack | pad
   })
   c.loss = ml_collections.ConfigDict({"name": "lm"})

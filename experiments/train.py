@@ -1,7 +1,8 @@
 """Experiment "train": the generic trainer on `config.model` / `config.data`.
 
 Writes `WORKDIR/results.json` with the final (train and eval) metrics and a
-loss-curve PNG.
+loss-curve PNG; with `config.export_dir`, also the trained model as a Hugging
+Face checkpoint (merged LoRA, the checkpoint's tokenizer files).
 """
 
 import json
@@ -38,9 +39,33 @@ def plot_loss(workdir: str) -> str | None:
   return path
 
 
+def export(config, ts) -> str:
+  """Writes the trained model (LoRA merged) as a HF checkpoint at
+  `config.export_dir`, with the checkpoint tokenizer's files (`data.tokenizer`
+  auto/hf), so that transformers loads it with the same logits."""
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+  if jax.process_count() > 1:
+    raise ValueError("export_dir: exporting from a multi-process run is not "
+                     "supported; export from a single-process restore")
+  cfg = ts.spec.config if ts.spec is not None else None
+  if cfg is None or not hasattr(cfg, "vocab_size"):
+    raise ValueError("export_dir: only decoder models export to a HF "
+                     "checkpoint")
+  path = hf.save(ts.model(), cfg, config.export_dir)
+  if config.data.tokenizer in ("auto", "hf"):
+    from jaxlab.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
+    hf_tokenizer.save(tokenizers.build(
+        config.data.tokenizer, path=config.data.tokenizer_path,
+        checkpoint=config.init_from), path)
+  return path
+
+
 def run(config, workdir: str) -> dict[str, Any]:
   out = trainer.train(config, workdir)
-  out.pop("train_state", None)
+  ts = out.pop("train_state", None)
+  if config.export_dir and not out["preempted"] and jax.process_index() == 0:
+    out["exported_to"] = export(config, ts)
   rows = metrics_lib.read_metrics(workdir)
   losses = [r["loss"] for r in rows if "loss" in r]
   if losses:

@@ -27,26 +27,40 @@ def _empty(seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
           "positions": np.zeros(seq_len, np.int32)}
 
 
-def _pieces(ids: Sequence[int], seq_len: int) -> Iterable[list[int]]:
+def _pieces(ids: Sequence[int], seq_len: int) -> Iterable[slice]:
   """Chunks of <= seq_len + 1 tokens (overlapping by one) of one document."""
   for start in range(0, max(len(ids) - 1, 1), seq_len):
-    piece = list(ids[start:start + seq_len + 1])
-    if len(piece) >= 2:
-      yield piece
+    if len(ids[start:start + seq_len + 1]) >= 2:
+      yield slice(start, start + seq_len + 1)
 
 
 def lm_examples(token_lists: Iterable[Sequence[int]], *, seq_len: int,
-                pad_id: int, mode: str = "pack") -> list[dict[str, np.ndarray]]:
+                pad_id: int, mode: str = "pack",
+                token_masks: Iterable[Sequence[int]] | None = None
+                ) -> list[dict[str, np.ndarray]]:
   """Token lists -> fixed-length LM examples (greedy in-order packing).
 
   `pack` fills each row with consecutive documents (segment ids keep them
   from attending to each other); `pad` puts one document chunk per row.
+  `token_masks` (one 0/1 list per document, aligned with its tokens) limits
+  the loss to targets whose mask is 1 (e.g. the assistant turns of a chat);
+  None trains on every target.
   """
   if mode not in MODES:
     raise ValueError(f"data.packing={mode!r}; valid: {', '.join(MODES)}")
+  token_lists = list(token_lists)
+  masks = (list(token_masks) if token_masks is not None
+           else [None] * len(token_lists))
+  if len(masks) != len(token_lists):
+    raise ValueError(f"{len(masks)} token masks for {len(token_lists)} "
+                     "documents")
   rows, row, fill, seg = [], None, 0, 0
-  for ids in token_lists:
-    for piece in _pieces(ids, seq_len):
+  for ids, doc_mask in zip(token_lists, masks):
+    if doc_mask is not None and len(doc_mask) != len(ids):
+      raise ValueError(f"a token mask of length {len(doc_mask)} for a "
+                       f"document of {len(ids)} tokens")
+    for chunk in _pieces(ids, seq_len):
+      piece = list(ids[chunk])
       n = len(piece) - 1
       if row is None or mode == "pad" or fill + n > seq_len:
         if row is not None:
@@ -56,7 +70,8 @@ def lm_examples(token_lists: Iterable[Sequence[int]], *, seq_len: int,
       sl = slice(fill, fill + n)
       row["inputs"][sl] = piece[:-1]
       row["targets"][sl] = piece[1:]
-      row["loss_mask"][sl] = 1.0
+      row["loss_mask"][sl] = 1.0 if doc_mask is None else np.asarray(
+          doc_mask[chunk][1:], np.float32)
       row["segment_ids"][sl] = seg
       row["positions"][sl] = np.arange(n)
       fill += n
@@ -177,6 +192,9 @@ def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
   if kind == "synthetic":
     texts = sources.synthetic_corpus(int(data_cfg.get("num_docs", 2000)),
                                      seed=int(data_cfg.get("data_seed", 0)))
+  elif kind == "chat_jsonl":
+    return _chat_sources(data_cfg, seq_len=seq_len, tokenizer=tokenizer,
+                         mode=mode)
   elif kind == "jsonl":
     if not data_cfg.get("path"):
       raise ValueError("data.source='jsonl' needs data.path")
@@ -197,7 +215,8 @@ def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
           tokenizer, seq_len=seq_len)
     return lazy_padded_examples(train, tokenizer, seq_len=seq_len), ev
   else:
-    raise ValueError(f"data.source={kind!r}; valid: synthetic, jsonl, tfds")
+    raise ValueError(f"data.source={kind!r}; valid: synthetic, jsonl, "
+                     "chat_jsonl, tfds")
   if eval_texts is None:
     frac = float(data_cfg.get("eval_fraction", 0.05))
     n_eval = int(len(texts) * frac)
@@ -206,3 +225,45 @@ def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
   make = lambda t: lm_examples(tokenize(t, tokenizer), seq_len=seq_len,
                                pad_id=tokenizer.pad_id, mode=mode)
   return make(texts), (make(eval_texts) if eval_texts else None)
+
+
+def chat_examples(conversations: Iterable[Sequence[dict[str, Any]]],
+                  tokenizer, *, seq_len: int,
+                  mode: str = "pad") -> list[dict[str, np.ndarray]]:
+  """Chat conversations -> LM examples with the loss on assistant tokens.
+
+  Each conversation is rendered with the tokenizer's chat template
+  (`HFTokenizer.chat_loss_mask`): system/user turns and the template's
+  role headers are context, the assistant turns (end-of-turn tokens
+  included) are targets.
+  """
+  if not hasattr(tokenizer, "chat_loss_mask"):
+    raise ValueError(
+        "data.source='chat_jsonl' needs a checkpoint tokenizer with a chat "
+        f"template (data.tokenizer='auto' or 'hf'), got "
+        f"{type(tokenizer).__name__}")
+  ids, masks = [], []
+  for messages in conversations:
+    doc_ids, doc_mask = tokenizer.chat_loss_mask(messages)
+    ids.append(doc_ids)
+    masks.append(doc_mask)
+  return lm_examples(ids, seq_len=seq_len, pad_id=tokenizer.pad_id,
+                     mode=mode, token_masks=masks)
+
+
+def _chat_sources(data_cfg, *, seq_len: int, tokenizer, mode: str):
+  from jaxlab.data import sources  # pylint: disable=g-import-not-at-top
+  if not data_cfg.get("path"):
+    raise ValueError("data.source='chat_jsonl' needs data.path (JSONL, one "
+                     "conversation per line under data.chat_key)")
+  key = data_cfg.get("chat_key", "messages")
+  convs = sources.read_chat_jsonl(data_cfg.path, key=key)
+  eval_convs = None
+  if data_cfg.get("eval_path"):
+    eval_convs = sources.read_chat_jsonl(data_cfg.eval_path, key=key)
+  else:
+    n_eval = int(len(convs) * float(data_cfg.get("eval_fraction", 0.05)))
+    if n_eval:
+      convs, eval_convs = convs[:-n_eval], convs[-n_eval:]
+  make = lambda c: chat_examples(c, tokenizer, seq_len=seq_len, mode=mode)
+  return make(convs), (make(eval_convs) if eval_convs else None)

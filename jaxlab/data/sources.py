@@ -121,3 +121,25 @@ def tfds_source(name: str, *, split: str, data_dir: str,
         f"TFDS dataset {name!r} split {split!r} is not prepared in "
         f"{data_dir} (as array_record): {e}") from None
   return source if text_key is None else _FieldSource(source, text_key)
+
+
+def read_chat_jsonl(path: str, *, key: str = "messages"
+                    ) -> list[list[dict[str, Any]]]:
+  """Conversations of a chat JSONL file: each row `{key: [{role, content}]}`.
+
+  A row may also be a bare list of messages. Raises ValueError naming
+  `path:line` for a row that is not a list of role/content messages.
+  """
+  convs = []
+  for lineno, row in enumerate(read_jsonl(path, text_key=None), start=1):
+    messages = row.get(key) if isinstance(row, dict) else row
+    ok = isinstance(messages, list) and messages and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str)
+        and isinstance(m.get("content"), str) for m in messages)
+    if not ok:
+      raise ValueError(
+          f"{path}: conversation {lineno}: expected a non-empty list of "
+          f"{{'role': str, 'content': str}} messages under {key!r}, got "
+          f"{str(row)[:80]!r}")
+    convs.append(messages)
+  return convs

@@ -333,13 +333,10 @@ def _default_sources(config, train_source, eval_source):
     return train_source, eval_source, None
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
-  name = _field(config, "data.tokenizer")
-  if name == "byte":
-    tok = tokenizers.ByteTokenizer()
-  elif name == "sentencepiece":
-    tok = tokenizers.SentencePieceTokenizer(config.data.tokenizer_path)
-  else:
-    raise ValueError(f"data.tokenizer={name!r}; valid: byte, sentencepiece")
+  tok = tokenizers.build(_field(config, "data.tokenizer"),
+                         path=_field(config, "data.tokenizer_path"),
+                         checkpoint=_field(config, "init_from"),
+                         field="data.tokenizer")
   tr, ev = pipeline.lm_sources(config.data, seq_len=int(config.train.seq_len),
                                tokenizer=tok)
   return tr, (eval_source if eval_source is not None else ev), tok

@@ -1,0 +1,106 @@
+"""Bring your own checkpoint: chat fine-tune (LoRA) -> export -> transformers.
+
+A Qwen3-shaped checkpoint and a byte-level BPE tokenizer with a ChatML
+template are written by the test (as the hub ships them); the `finetune`
+config trains on a chat JSONL with the loss on assistant turns, exports the
+merged weights with the tokenizer files, and transformers loads the export
+with our logits.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+
+from configs import finetune
+from experiments import train as train_exp
+from jaxlab.data import pipeline
+from jaxlab.data import tokenizers
+from jaxlab.io import hf
+from jaxlab.testing import hf_fixtures as hfx
+from jaxlab.testing import tokenizer_fixtures as tfx
+
+VOCAB = 416  # >= the tokenizer's 400 ids
+CHATS = [
+    [{"role": "user", "content": f"What is {a} + {b}?"},
+     {"role": "assistant", "content": f"{a} + {b} = {a + b}."}]
+    for a in range(4) for b in range(3)
+] + [[{"role": "system", "content": "Be terse."},
+      {"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Hello."},
+      {"role": "user", "content": "Bye"},
+      {"role": "assistant", "content": "Bye."}]]
+
+
+class FinetuneExportTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    cls.ckpt = os.path.join(cls.root, "ckpt")
+    tfx.make_hf_tokenizer(cls.ckpt)
+    hfx.make_hf_checkpoint(cls.ckpt, "qwen3", vocab_size=VOCAB, head_dim=8,
+                           num_layers=1, init_std=0.05)
+    cls.data = os.path.join(cls.root, "chats.jsonl")
+    with open(cls.data, "w") as f:
+      for messages in CHATS:
+        f.write(json.dumps({"messages": messages}) + "\n")
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root, ignore_errors=True)
+    super().tearDownClass()
+
+  def test_loss_mask_is_on_assistant_targets_only(self):
+    tok = tokenizers.from_pretrained(self.ckpt)
+    rows = pipeline.chat_examples([CHATS[-1]], tok, seq_len=96)
+    row = rows[0]
+    targets = [int(t) for t, m in zip(row["targets"], row["loss_mask"]) if m]
+    self.assertEqual(tok.decode(targets),
+                     "Hello.<|im_end|>\nBye.<|im_end|>\n")
+    # Inputs are the rendered conversation, shifted by one.
+    ids = tok.apply_chat_template(CHATS[-1], add_generation_prompt=False)
+    n = len(ids) - 1
+    np.testing.assert_array_equal(row["inputs"][:n], ids[:-1])
+    np.testing.assert_array_equal(row["targets"][:n], ids[1:])
+
+  def test_lora_finetune_export_loads_in_transformers(self):
+    import transformers  # pylint: disable=g-import-not-at-top
+    export = os.path.join(self.root, "export")
+    cfg = finetune.get_config(
+        f"tiny,init_from={self.ckpt},data={self.data},lora_rank=4,"
+        f"export_dir={export}")
+    out = train_exp.run(cfg, os.path.join(self.root, "work"))
+    self.assertEqual(out["exported_to"], export)
+    self.assertTrue(np.isfinite(out["loss"]))
+    for name in ("config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja"):
+      self.assertTrue(os.path.exists(os.path.join(export, name)), name)
+    with open(os.path.join(export, "config.json")) as f:
+      self.assertEqual(json.load(f)["architectures"], ["Qwen3ForCausalLM"])
+
+    tok = transformers.AutoTokenizer.from_pretrained(export)
+    ids = tok.apply_chat_template(CHATS[0][:1], add_generation_prompt=True,
+                                  tokenize=True, return_dict=False)
+    self.assertEqual(list(ids), tokenizers.from_pretrained(
+        export).apply_chat_template(CHATS[0][:1]))
+    ids = np.asarray([ids], np.int32)
+    ref = hfx.hf_logits(hfx.load_hf_model(export), ids)
+    ours = np.asarray(hf.load(export)[0](ids))
+    self.assertLess(np.abs(ours - ref).max(), 1e-4)
+    # LoRA was trained and merged: the export differs from the start.
+    before = np.asarray(hf.load(self.ckpt)[0](ids))
+    self.assertGreater(np.abs(before - ours).max(), 1e-3)
+
+  def test_chat_source_needs_a_checkpoint_tokenizer(self):
+    cfg = finetune.get_config(f"tiny,data={self.data}")
+    with self.assertRaisesRegex(ValueError, "no checkpoint is set"):
+      train_exp.run(cfg, os.path.join(self.root, "bad"))
+
+
+if __name__ == "__main__":
+  absltest.main()
