@@ -222,14 +222,10 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
   view = _build_view(k_view, block_end, spec, b)
   full_view = view[:, :s]
 
-  # -- the first step: a full forward over the view --------------------------
-  tok, p, v = _gather(x, pos, valid, full_view)
-  vcount = jnp.sum(v, axis=1).astype(jnp.float32)
-  tokens0, pairs0 = jnp.sum(vcount), jnp.sum(vcount * vcount)
-  if spec.cache is None:
-    out = model.forward(tok, positions=p, attention_mask=v, causal=False)
-    cache = None
-  else:
+  # -- with a cache, the first step is a full forward over the view --------
+  if spec.cache is not None:
+    tok, p, v = _gather(x, pos, valid, full_view)
+    vcount = jnp.sum(v, axis=1).astype(jnp.float32)
     cache0 = model.init_cache(b, s + tq)
     out = model.forward(tok, positions=p, attention_mask=v, causal=False,
                         cache=cache0)
@@ -240,8 +236,11 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
     cache = out.cache.replace(positions=jnp.where(
         keep[:, None, :], out.cache.positions, -1))
     cache_keys = jnp.sum(keep, axis=1).astype(jnp.float32)
-  # view[j] == j below block_end: the block's logits sit at block_start.
-  logits0 = jax.lax.dynamic_slice_in_dim(out.logits, block_start, bl, axis=1)
+    # view[j] == j below block_end: the block's logits sit at block_start.
+    logits0 = jax.lax.dynamic_slice_in_dim(out.logits, block_start, bl,
+                                           axis=1)
+  else:
+    cache = None
 
   masked0 = jax.lax.dynamic_slice_in_dim(x, block_start, bl, 1) == (
       spec.mask_id)
@@ -271,7 +270,12 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
     blk = jnp.where(sel, x0.astype(x.dtype), blk)
     return jax.lax.dynamic_update_slice_in_dim(x, blk, block_start, 1)
 
-  x = transfer(x, logits0, 0)
+  if cache is not None:
+    x = transfer(x, logits0, 0)
+    carry = (x, jnp.int32(1), jnp.int32(1), jnp.sum(vcount),
+             jnp.sum(vcount * vcount))
+  else:
+    carry = (x, jnp.int32(0), jnp.int32(0), jnp.float32(0), jnp.float32(0))
 
   def has_mask(x):
     return jnp.any(jax.lax.dynamic_slice_in_dim(x, block_start, bl, 1)
@@ -300,7 +304,6 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
     x = transfer(x, logits, step)
     return x, step + 1, nfe + 1, tokens + jnp.sum(cnt), pairs + new_pairs
 
-  carry = (x, jnp.int32(1), jnp.int32(1), tokens0, pairs0)
   x, _, nfe, tokens, pairs = jax.lax.while_loop(cond, body, carry)
   return x, nfe, tokens, pairs
 

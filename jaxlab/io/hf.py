@@ -54,6 +54,92 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM",
                            "Qwen3ForCausalLM", "MistralForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                 "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}
+# Masked-diffusion LMs (spec L), imported as bidirectional decoders
+# (causal=False): Dream (`DreamModel`: Qwen2 config and tensor names, its
+# sampler reads the logits shifted by one position, see `diffusion_tokens`)
+# and LLaDA (`LLaDAModelLM`: OLMo-style config and tensor names, mapped by
+# `_LLADA_CONFIG` / `_LLADA_TENSORS`). Import only: `save` writes causal LMs.
+DIFFUSION_ARCHITECTURES = ("DreamModel", "LLaDAModelLM")
+SUPPORTED_ARCHITECTURES += DIFFUSION_ARCHITECTURES
+_MODEL_TYPES.update({"Dream": "DreamModel", "llada": "LLaDAModelLM"})
+# LLaDA config.json field -> the Llama field it means.
+_LLADA_CONFIG = {"d_model": "hidden_size", "n_heads": "num_attention_heads",
+                 "n_kv_heads": "num_key_value_heads",
+                 "n_layers": "num_hidden_layers",
+                 "mlp_hidden_size": "intermediate_size",
+                 "max_sequence_length": "max_position_embeddings",
+                 "weight_tying": "tie_word_embeddings",
+                 "activation_type": "hidden_act",
+                 "rope_theta": "rope_theta", "rms_norm_eps": "rms_norm_eps"}
+# LLaDA fields whose non-default value the decoder cannot represent.
+_LLADA_UNSUPPORTED = {"block_type": "llama", "layer_norm_type": "rms",
+                      "include_bias": False, "include_qkv_bias": False,
+                      "alibi": False, "attention_layer_norm": False,
+                      "scale_logits": False, "input_emb_norm": False,
+                      "rope": True}
+# Llama tensor-name piece -> LLaDA's (model.transformer.blocks.i.*).
+_LLADA_TENSORS = (
+    ("model.embed_tokens.weight", "model.transformer.wte.weight"),
+    ("model.norm.weight", "model.transformer.ln_f.weight"),
+    ("lm_head.weight", "model.transformer.ff_out.weight"),
+    ("model.layers.", "model.transformer.blocks."),
+    ("input_layernorm.", "attn_norm."),
+    ("post_attention_layernorm.", "ff_norm."),
+    ("self_attn.o_proj.", "attn_out."),
+    ("self_attn.", ""),
+    ("mlp.gate_proj.", "ff_proj."),
+    ("mlp.up_proj.", "up_proj."),
+    ("mlp.down_proj.", "ff_out."),
+)
+
+
+def _diffusion_as_causal(hf: Mapping[str, Any], arch: str, where: str
+                         ) -> dict[str, Any]:
+  """A Dream / LLaDA config.json rewritten as the Qwen2 / Llama one whose
+  weights it holds (the model is then made bidirectional)."""
+  if arch == "DreamModel":
+    return {**hf, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
+  for field, want in _LLADA_UNSUPPORTED.items():
+    if field in hf and hf[field] is not None and hf[field] != want:
+      raise ValueError(f"{where}: {field}={hf[field]!r} is not supported for "
+                       f"LLaDA checkpoints (supported: {want!r})")
+  out = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+         "attention_bias": False}
+  for ours, theirs in _LLADA_CONFIG.items():
+    if hf.get(ours) is not None:
+      out[theirs] = hf[ours]
+  # The embedding matrix has `embedding_size` rows (vocab padded up).
+  out["vocab_size"] = hf.get("embedding_size") or hf.get("vocab_size")
+  if out.get("intermediate_size") is None and hf.get("mlp_ratio"):
+    out["intermediate_size"] = int(hf["mlp_ratio"]) * int(hf["d_model"])
+  for field in ("d_model", "n_heads", "n_layers"):
+    if hf.get(field) is None:
+      raise ValueError(f"{where}: missing required LLaDA field {field!r}")
+  return out
+
+
+def _tensor_names_for(arch: str, table: dict) -> dict:
+  """`_hf_names` table with the tensor names `arch` uses."""
+  if arch != "LLaDAModelLM":
+    return table
+  out = {}
+  for path, (name, *rest) in table.items():
+    for old, new in _LLADA_TENSORS:
+      name = name.replace(old, new)
+    out[path] = (name, *rest)
+  return out
+
+
+def diffusion_tokens(path: str | os.PathLike) -> dict[str, Any]:
+  """{mask_id, eos_id, shift_logits} of a Dream / LLaDA checkpoint directory
+  (`mask_token_id` / `eos_token_id` of its config.json, None if absent;
+  `shift_logits`: Dream predicts token i from the logits at i - 1)."""
+  hf = _read_config(os.fspath(path))
+  arch = _architecture(hf, os.path.join(os.fspath(path), CONFIG_FILE))
+  return {"mask_id": hf.get("mask_token_id"), "eos_id": hf.get("eos_token_id"),
+          "shift_logits": arch == "DreamModel"}
+
+
 # Fields that mean a model jaxlab's decoder cannot represent (mixture of
 # experts), each with what it would need.
 _UNSUPPORTED_FIELDS = {
@@ -154,6 +240,10 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
     **overrides: further `DecoderConfig` fields (e.g. `remat=True`).
   """
   arch = _architecture(hf, where)
+  if arch in DIFFUSION_ARCHITECTURES:
+    overrides.setdefault("causal", False)
+    return config_from_hf(_diffusion_as_causal(hf, arch, where), dtype=dtype,
+                          param_dtype=param_dtype, where=where, **overrides)
   for field, what in _UNSUPPORTED_FIELDS.items():
     if hf.get(field):
       raise ValueError(f"{where}: {field}={hf[field]} ({what}) is not "
@@ -450,7 +540,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
       whose shape differs from the config's.
   """
   path = os.fspath(path)
-  cfg = config_from_hf(_read_config(path), dtype=dtype,
+  hf_json = _read_config(path)
+  cfg = config_from_hf(hf_json, dtype=dtype,
                        param_dtype=param_dtype,
                        where=os.path.join(path, CONFIG_FILE),
                        **config_overrides)
@@ -463,7 +554,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
     with nnx.logical_axis_rules(rules or ()):
       shardings = dict(nnx.to_flat_state(
           nnx.get_named_sharding(abs_state, mesh)))
-  table = _hf_names(cfg)
+  table = _tensor_names_for(_architecture(hf_json, CONFIG_FILE),
+                            _hf_names(cfg))
   target_np_dtype = np.dtype(decoder_lib.to_dtype(cfg.param_dtype))
 
   handles: dict[str, Any] = {}

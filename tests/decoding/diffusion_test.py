@@ -12,6 +12,7 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jaxlab.decoding import diffusion
 from jaxlab.testing import tiny_models
@@ -127,14 +128,22 @@ class GenerateTest(absltest.TestCase):
     self.assertTrue((kept < be + w).all())  # nothing beyond the window
     tok, p, v = diffusion._gather(jnp.asarray(x), jnp.asarray(pos),
                                   jnp.asarray(valid), jnp.asarray(view))
-    pruned = np.asarray(model.forward(tok, positions=p, attention_mask=v,
-                                      causal=False).logits)
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def run(state, tok, p, v, x, keys):
+      m = nnx.merge(graphdef, state)
+      pruned = m.forward(tok, positions=p, attention_mask=v, causal=False)
+      full = m.forward(x, causal=False, allowed_mask=keys[:, None, None, :])
+      return pruned.logits, full.logits
+
+    keys = np.zeros((b, big_l), bool)
     for row in range(b):
-      keys = np.zeros((big_l,), bool)
-      keys[view[row][view[row] >= 0]] = True
-      full = np.asarray(model.forward(
-          jnp.asarray(x[row:row + 1]), causal=False,
-          allowed_mask=jnp.asarray(keys)[None, None, None, :]).logits)[0]
+      keys[row, view[row][view[row] >= 0]] = True
+    pruned, full_all = map(np.asarray, run(state, tok, p, v, jnp.asarray(x),
+                                           jnp.asarray(keys)))
+    for row in range(b):
+      full = full_all[row]
       idx = view[row][view[row] >= 0]
       np.testing.assert_allclose(pruned[row, :len(idx)], full[idx],
                                  rtol=1e-4, atol=1e-4)
