@@ -6,11 +6,20 @@
         --workdir=workdirs/gen --config.checkpoint=/path/to/hf_llama_dir \
         --config.tokenizer=none --config.prompt_ids='((1, 450, 4996),)'
 
-`checkpoint` is a Hugging Face Llama/Qwen2 directory (config.json +
-safetensors) read by `jaxlab.io.hf.load`; empty means a random decoder built
-from `model` (a smoke test of the whole path). Prompts are `prompts` (text,
-encoded with `tokenizer`: "byte", or a sentencepiece `.model` path) or, with
-`tokenizer="none"`, `prompt_ids`. Writes WORKDIR/samples.jsonl and
+    python -m experiments.main --config=configs/generate.py \
+        --workdir=workdirs/chat --config.checkpoint=/ckpt/Qwen3-0.6B \
+        --config.tokenizer=auto --config.chats=conversations.jsonl \
+        --config.prompts='()'
+
+`checkpoint` is a Hugging Face Llama/Qwen2/Qwen3/Mistral directory
+(config.json + safetensors) read by `jaxlab.io.hf.load`; empty means a random
+decoder built from `model` (a smoke test of the whole path). Prompts are
+`prompts` (text, encoded with `tokenizer`: "byte", "auto" = the checkpoint's
+own tokenizer.json, a tokenizer directory, or a sentencepiece `.model` path)
+plus `chats` (a JSONL file of conversations, `{"messages": [{"role", "content"},
+...]}` per line, rendered with the checkpoint's chat template and its
+generation prompt) or, with `tokenizer="none"`, `prompt_ids`. Generation
+stops at every eos id of the checkpoint (tokenizer and generation_config.json). Writes WORKDIR/samples.jsonl and
 WORKDIR/results.json. Args: `tiny` (random 2-layer model, 3 prompts, 24 new
 tokens: seconds on 2 CPU cores).
 """
@@ -24,7 +33,8 @@ def get_config(arg: str | None = None):
   c.experiment = "generate"
   c.checkpoint = ""            # HF checkpoint dir; "" = random `model`
   c.dtype = "float32"          # compute dtype for a loaded checkpoint
-  c.tokenizer = "byte"         # byte | none | path/to/sentencepiece.model
+  c.tokenizer = "byte"         # byte | auto | none | tokenizer dir | .model
+  c.chats = ""                 # JSONL of conversations (needs a chat template)
   c.prompts = ("The quick brown fox", "def fib(n):", "Once upon a time")
   c.prompt_ids = ((1, 2, 3),)  # used when tokenizer == "none"
   c.samples_per_prompt = 1

@@ -16,6 +16,8 @@ from absl.testing import absltest
 import numpy as np
 
 from configs import finetune
+from configs import generate as generate_cfg
+from experiments import generate as generate_exp
 from experiments import train as train_exp
 from jaxlab.data import pipeline
 from jaxlab.data import tokenizers
@@ -95,6 +97,35 @@ class FinetuneExportTest(absltest.TestCase):
     # LoRA was trained and merged: the export differs from the start.
     before = np.asarray(hf.load(self.ckpt)[0](ids))
     self.assertGreater(np.abs(before - ours).max(), 1e-3)
+
+  def test_generate_renders_chats_and_stops_at_every_eos_id(self):
+    chats = os.path.join(self.root, "ask.jsonl")
+    with open(chats, "w") as f:
+      f.write(json.dumps({"messages": CHATS[0][:1]}) + "\n")
+    ckpt = os.path.join(self.root, "gen_ckpt")
+    shutil.copytree(self.ckpt, ckpt)
+    cfg = generate_cfg.get_config()
+    cfg.update(checkpoint=ckpt, tokenizer="auto", chats=chats, prompts=(),
+               max_new_tokens=6, temperature=0.0, samples_per_prompt=1)
+
+    def generate(name):
+      generate_exp.run(cfg, os.path.join(self.root, name))
+      with open(os.path.join(self.root, name, "samples.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+    tok = tokenizers.from_pretrained(ckpt)
+    free = generate("free")[0]
+    self.assertEqual(free["prompt_ids"], tok.apply_chat_template(CHATS[0][:1]))
+    self.assertEqual(free["prompt"], CHATS[0][:1])
+    # A second eos id in generation_config.json (as Qwen ships
+    # <|endoftext|> beside <|im_end|>): generation stops at its first use.
+    stop = free["completion_ids"][2]
+    with open(os.path.join(ckpt, "generation_config.json"), "w") as f:
+      json.dump({"eos_token_id": [tok.eos_id, stop]}, f)
+    row = generate("stopped")[0]
+    first = free["completion_ids"].index(stop)
+    self.assertEqual(row["completion_ids"], free["completion_ids"][:first + 1])
+    self.assertTrue(row["stopped_on_eos"])
 
   def test_chat_source_needs_a_checkpoint_tokenizer(self):
     cfg = finetune.get_config(f"tiny,data={self.data}")
