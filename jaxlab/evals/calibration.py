@@ -474,11 +474,14 @@ def probe_batch(tokenizer, prompts: Sequence[str], targets: np.ndarray,
           "target": targets}
 
 
+@jax.jit
+def _probe_metrics(model, batch):
+  return probe_loss(model, batch, rng=None)[1]
+
+
 def probe_kl(model, batch: dict[str, np.ndarray]) -> float:
   """Mean KL(pi_hat_x || q_x) of a (LoRA-merged) probe model on a batch."""
-  _, metrics = jax.jit(lambda m, b: probe_loss(m, b, rng=None))(
-      model, jax.tree.map(jnp.asarray, batch))
-  return float(metrics["kl"])
+  return float(_probe_metrics(model, jax.tree.map(jnp.asarray, batch))["kl"])
 
 
 def train_probe(model: nnx.Module, train: dict[str, np.ndarray], *,
