@@ -1,0 +1,92 @@
+r"""DPad miniature (paper L): a masked-diffusion LM decoded with DPad.
+
+    python -m experiments.main --config=configs/dpad.py:tiny \
+        --workdir=/tmp/dpad
+    python -m experiments.bench dpad --config=tiny --workdir=/tmp/dpad
+
+A 4-layer bidirectional decoder (dim 64) is trained from scratch with the
+LLaDA SFT objective (`llada_sft`: the prompt is never masked) on templated
+arithmetic chains mod 10 followed by EOS padding
+(`jaxlab.data.synthetic.arith_chains`), then decoded on held-out prompts by
+`jaxlab.decoding.diffusion.generate` under each variant of `decode.variants`
+(vanilla, +early stop, +DPad, +threshold, +threshold+prefix cache, +all) at
+each `decode.gen_lens`, block 32, DPad W = 64, k = 3, a = 1.6 (spec L's
+CPU miniature), threshold 0.9.
+
+Args: `tiny` (2 seeds, short training: a few minutes on 2 CPU cores),
+`smoke` (seconds; plumbing only, used by the colab test), `seeds=N`,
+`steps=N`, `prompts=N` (held-out prompts per gen_len).
+"""
+
+import ml_collections
+
+from configs import common
+from jaxlab.data.synthetic import arith_chains
+
+# name -> generate() keywords (DPad settings come from config.decode.dpad).
+VARIANTS = {
+    "vanilla": {},
+    "+early stop": {"early_stop": True},
+    "+DPad": {"early_stop": True, "dpad": True},
+    "+threshold": {"threshold": True},
+    "+threshold+prefix cache": {"threshold": True, "cache": "prefix"},
+    "+all": {"early_stop": True, "threshold": True, "cache": "prefix",
+             "dpad": True},
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
+                          prompts=0)
+  c = common.base_config()
+  c.experiment = "dpad"
+  c.seeds = (0, 1, 2)
+  c.model.update(vocab_size=arith_chains.VOCAB_SIZE, dim=64, num_layers=4,
+                 num_heads=4, num_kv_heads=4, mlp_dim=192,
+                 max_position_embeddings=1024, init_std=0.02)
+  c.model.causal = False
+  c.task = ml_collections.ConfigDict({
+      "prompt_len": 16,         # prompts left-padded with PAD to this length
+      "min_ops": 2,
+      "max_ops": 7,             # answer <= 35 tokens, then EOS padding
+      "train_gen_len": 128,     # canvas = prompt_len + train_gen_len
+      "train_examples": 20000,
+      "data_seed": 1234,
+  })
+  c.loss = ml_collections.ConfigDict({"name": "llada_sft",
+                                      "mask_id": arith_chains.MASK,
+                                      "eps": 1e-3})
+  c.train.update(steps=1200, batch_size=32, log_every=100)
+  c.optim.update(lr=3e-3, warmup_steps=50, weight_decay=0.0,
+                 end_lr_frac=0.0)
+  c.decode = ml_collections.ConfigDict({
+      "gen_lens": (128, 256),
+      "block_len": 32,
+      "threshold": 0.9,
+      "dpad": ml_collections.ConfigDict({"window": 64, "k": 3.0, "a": 1.6,
+                                         "sampler": "gaussian", "n": 0}),
+      "variants": tuple(VARIANTS),
+      "prompts": 64,            # held-out prompts per gen_len
+      "batch": 64,
+      "repeats": 1,             # timed calls after the warm-up call
+  })
+  c.bench = ml_collections.ConfigDict({"gen_lens": (128, 256, 512)})
+  if args.tiny:
+    c.seeds = (0, 1)
+  if args.smoke:  # seconds-long plumbing check (colab tests); not a result
+    c.seeds = (0,)
+    c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                   mlp_dim=64)
+    c.task.update(train_examples=64, max_ops=3)
+    c.train.update(steps=2, batch_size=8, log_every=1)
+    c.decode.update(gen_lens=(32,), block_len=16, prompts=4, batch=4,
+                    variants=("vanilla", "+all"))
+    c.decode.dpad.window = 16
+    c.bench.gen_lens = (32,)
+  if args.seeds:
+    c.seeds = tuple(range(args.seeds))
+  if args.steps:
+    c.train.steps = args.steps
+  if args.prompts:
+    c.decode.prompts = c.decode.batch = args.prompts
+  return c

@@ -1,0 +1,98 @@
+"""DPad benchmark: every decoding variant on one trained diffusion LM.
+
+    python -m experiments.bench dpad [--config=tiny] [--workdir=DIR]
+        [--gen_lens=128,256,512] [--prompts=N] [--batch=N] [--repeats=N]
+        [--out=FILE]
+
+The model is seed 0 of a `configs/dpad.py` run (`DIR/seed0/params.npz`
+written by `python -m experiments.main --config=configs/dpad.py:... `);
+without one it is trained here with the same config. For each gen_len and
+each variant (vanilla, +early stop, +DPad, +threshold, +threshold+prefix
+cache, +all; block 32, DPad W=64 k=3 a=1.6, threshold 0.9) on the same
+held-out prompts: latency (decode seconds per prompt batch, compilation
+excluded: block functions are compiled ahead of time and timed apart),
+NFE, real tokens processed, model FLOPs, exact match and agreement with
+vanilla's tokens; plus the paper's claim at the longest gen_len (+all at
+least 10x faster than vanilla with exact match within 1 point) and whether
+the speed-up grows with gen_len.
+
+Prints one JSON object (also written to --out when given).
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import jax
+
+from configs import dpad as dpad_config
+from experiments import dpad as dpad_exp
+
+
+def _ints(text: str) -> tuple[int, ...]:
+  return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def main(argv: list[str]) -> None:
+  p = argparse.ArgumentParser(prog="python -m experiments.bench dpad")
+  p.add_argument("--config", default="tiny",
+                 help="argument of configs/dpad.py (e.g. tiny, smoke)")
+  p.add_argument("--workdir", default="",
+                 help="a configs/dpad.py run whose seed0/params.npz to use")
+  p.add_argument("--gen_lens", default="",
+                 help="comma-separated (default: config.bench.gen_lens)")
+  p.add_argument("--prompts", type=int, default=0,
+                 help="held-out prompts (default: config.decode.prompts)")
+  p.add_argument("--batch", type=int, default=0)
+  p.add_argument("--repeats", type=int, default=1)
+  p.add_argument("--out", default="")
+  args = p.parse_args(argv)
+
+  config = dpad_config.get_config(args.config)
+  gen_lens = _ints(args.gen_lens) or tuple(config.bench.gen_lens)
+  n = args.prompts or int(config.decode.prompts)
+  batch = args.batch or min(int(config.decode.batch), n)
+  t0 = time.time()
+  params = os.path.join(args.workdir, "seed0", "params.npz")
+  if args.workdir and os.path.exists(params):
+    model, source = dpad_exp.load_params(config, params), params
+  else:
+    model, _ = dpad_exp.train_model(config, 0)
+    source = f"trained here (configs/dpad.py:{args.config}, seed 0)"
+  prompts, chains = dpad_exp.held_out(config, n)
+  metrics = dpad_exp.decode_all(model, config, gen_lens,
+                                tuple(config.decode.variants),
+                                prompts=prompts, chains=chains, batch=batch,
+                                repeats=args.repeats)
+  longest = str(max(gen_lens))
+  claim = {}
+  if "vanilla" in metrics[longest] and "+all" in metrics[longest]:
+    van, best = metrics[longest]["vanilla"], metrics[longest]["+all"]
+    em_diff = 100 * (best["exact_match"] - van["exact_match"])
+    ups = [metrics[str(g)]["+all"]["speedup"] for g in sorted(gen_lens)]
+    claim = {
+        "gen_len": int(longest),
+        "speedup_all_vs_vanilla": best["speedup"],
+        "exact_match_diff_points": em_diff,
+        "exact_match_resolution_points": 100.0 / n,
+        "holds_10x_within_1_point": bool(best["speedup"] >= 10 and
+                                         abs(em_diff) <= 1.0),
+        "speedup_by_gen_len": dict(zip(map(str, sorted(gen_lens)), ups)),
+        "speedup_grows_with_gen_len": bool(all(
+            a < b for a, b in zip(ups, ups[1:]))),
+    }
+  out = {"benchmark": "dpad", "model": source,
+         "model_config": config.model.to_dict(),
+         "decode": config.decode.to_dict(), "prompts": n, "batch": batch,
+         "repeats": args.repeats, "gen_lens": metrics, "claim": claim,
+         "machine": {"platform": platform.platform(),
+                     "backend": jax.default_backend(),
+                     "cpu_count": os.cpu_count()},
+         "wall_time_s": round(time.time() - t0, 1)}
+  text = json.dumps(out, indent=1)
+  print(text)
+  if args.out:
+    with open(args.out, "w") as fh:
+      fh.write(text + "\n")
