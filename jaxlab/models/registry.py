@@ -83,3 +83,15 @@ def _build_decoder(model_cfg, *, vocab_size: int | None = None,
       factory=lambda: decoder_lib.Decoder(cfg, rngs=nnx.Rngs(seed)),
       config=cfg,
       flops_per_token=lambda t: decoder_train_flops_per_token(cfg, t))
+
+
+@register("vit_classifier")
+def _build_vit_classifier(model_cfg, *, vocab_size: int | None = None,
+                          seed: int = 0) -> ModelSpec:
+  """`jaxlab.models.vit_classifier` (images -> logits; no vocabulary)."""
+  del vocab_size
+  from jaxlab.models import vit_classifier  # pylint: disable=g-import-not-at-top
+  cfg = vit_classifier.config_from_dict(model_cfg)
+  return ModelSpec(
+      factory=lambda: vit_classifier.ViTClassifier(cfg, rngs=nnx.Rngs(seed)),
+      config=cfg)
