@@ -137,6 +137,34 @@ def edit_similarity(a: Sequence, b: Sequence) -> float:
   return float(Levenshtein.normalized_similarity(a, b))
 
 
+def dedup_units(units: Sequence) -> list:
+  """Collapses runs of a repeated unit: [5, 5, 7, 5] -> [5, 7, 5]."""
+  return [u for i, u in enumerate(units) if i == 0 or u != units[i - 1]]
+
+
+def unit_edit_distance(clean: Sequence[Sequence], noisy: Sequence[Sequence],
+                       *, dedup: bool = False) -> float:
+  """UED% (Messica & Adi 2024; StableToken spec E.6), pooled over utterances.
+
+  100 * sum_utt levenshtein(u_clean, u_noisy) / sum_utt |u_clean|: total
+  token inconsistencies over total reference tokens. Units are raw
+  sequences (e.g. 25 Hz token ids) unless `dedup` collapses repeats first.
+  """
+  if len(clean) != len(noisy):
+    raise ValueError(f"unit_edit_distance: {len(clean)} clean vs "
+                     f"{len(noisy)} noisy utterances")
+  errors = total = 0
+  for c, n in zip(clean, noisy):
+    c, n = [int(x) for x in c], [int(x) for x in n]
+    if dedup:
+      c, n = dedup_units(c), dedup_units(n)
+    errors += levenshtein(c, n)
+    total += len(c)
+  if total == 0:
+    raise ValueError("unit_edit_distance: the clean units are all empty")
+  return 100.0 * errors / total
+
+
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 

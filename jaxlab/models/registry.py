@@ -95,3 +95,15 @@ def _build_vit_classifier(model_cfg, *, vocab_size: int | None = None,
   return ModelSpec(
       factory=lambda: vit_classifier.ViTClassifier(cfg, rngs=nnx.Rngs(seed)),
       config=cfg)
+
+
+@register("speech_tokenizer")
+def _build_speech_tokenizer(model_cfg, *, vocab_size: int | None = None,
+                            seed: int = 0) -> ModelSpec:
+  """StableToken tokenizer (paper E); vocab_size = CTC classes incl. blank."""
+  from jaxlab.models import speech_tokenizer  # pylint: disable=g-import-not-at-top
+  cfg = speech_tokenizer.config_from_dict(model_cfg, vocab_size=vocab_size)
+  return ModelSpec(
+      factory=lambda: speech_tokenizer.SpeechTokenizer(
+          cfg, rngs=nnx.Rngs(seed)),
+      config=cfg)

@@ -138,6 +138,38 @@ class EditAndMatchTest(parameterized.TestCase):
       self.assertEqual(text.normalized_levenshtein(a, b), d / n if n else 0.0)
       self.assertEqual(text.edit_similarity(a, b), 1 - d / n if n else 1.0)
 
+  def test_unit_edit_distance_matches_a_dp_reference(self):
+    """UED% on integer token sequences = 100 * sum DP distance / sum |clean|."""
+    rng = random.Random(1)
+
+    def ref_lev(a, b):  # row-by-row Wagner-Fischer
+      row = list(range(len(b) + 1))
+      for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+          prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1,
+                                     prev + (x != y))
+      return row[-1]
+
+    def dedup(u):
+      return [x for i, x in enumerate(u) if i == 0 or x != u[i - 1]]
+
+    clean = [[rng.randrange(300, 310) for _ in range(rng.randint(1, 30))]
+             for _ in range(20)]
+    noisy = [[x if rng.random() < 0.7 else rng.randrange(300, 312)
+              for x in u if rng.random() < 0.9] for u in clean]
+    for dd in (False, True):
+      f = dedup if dd else list
+      want = 100.0 * sum(ref_lev(f(c), f(n)) for c, n in zip(clean, noisy)
+                         ) / sum(len(f(c)) for c in clean)
+      self.assertAlmostEqual(
+          text.unit_edit_distance(clean, noisy, dedup=dd), want, places=10)
+    # Hand: one substitution in 4 units + one deletion in 2 -> 2 / 6.
+    self.assertAlmostEqual(text.unit_edit_distance(
+        [[1, 2, 3, 4], [7, 7]], [[1, 2, 9, 4], [7]]), 100 * 2 / 6)
+    self.assertAlmostEqual(text.unit_edit_distance(
+        [[1, 2, 3, 4], [7, 7]], [[1, 2, 9, 4], [7]], dedup=True), 100 * 1 / 5)
+
   def test_edit_distances_of_astral_and_empty_strings(self):
     # One code point per emoji (not two UTF-16 units): one substitution.
     self.assertEqual(text.levenshtein("a😀b", "a😁b"), 1)
