@@ -59,6 +59,7 @@ class GRPOConfig:
     entropy_coef: entropy bonus (1e-3 in the yaml).
     aggregation: loss aggregation in `grpo.AGGREGATIONS`.
     max_new_tokens / temperature / top_p / eos_id / pad_id: sampling.
+    stop_ids: further stop tokens (a checkpoint's other eos ids).
   """
   group_size: int = 8
   num_iterations: int = 1
@@ -74,6 +75,7 @@ class GRPOConfig:
   top_p: float | None = None
   eos_id: int | None = None
   pad_id: int = 0
+  stop_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.group_size < 2:
@@ -144,7 +146,8 @@ class GRPOLearner:
       return rollout_lib.rollout(
           self.policy, self.ref, prompts, group_size=c.group_size,
           max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-          top_p=c.top_p, eos_id=c.eos_id, pad_id=c.pad_id, key=key)
+          top_p=c.top_p, eos_id=c.eos_id, pad_id=c.pad_id, key=key,
+          stop_ids=tuple(c.stop_ids))
 
   def update(self, batch: rollout_lib.RolloutBatch, rewards: np.ndarray,
              key: jax.Array) -> dict[str, float]:

@@ -85,7 +85,8 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
             group_size: int, max_new_tokens: int, temperature: float = 1.0,
             top_p: float | None = None, eos_id: int | None = None,
             pad_id: int = 0, key: jax.Array,
-            completion_length: int | None = None) -> RolloutBatch:
+            completion_length: int | None = None,
+            stop_ids: Sequence[int] = ()) -> RolloutBatch:
   """Samples `group_size` responses per prompt and their log-probs.
 
   Args:
@@ -97,6 +98,7 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
       (temperature 1.0 as in the SophiaVL-R1 yaml); the old and reference
       log-probs are at `temperature` too.
     key: PRNG key for sampling.
+    stop_ids: further stop tokens besides `eos_id` (kept in the completion).
     completion_length: pad packed sequences to prompt + this many tokens so
       every batch has one shape (one compilation); default max_new_tokens.
   """
@@ -107,7 +109,7 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
   rep = [list(p) for p in prompts for _ in range(group_size)]
   out = sampler.generate(policy, rep, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_p=top_p, eos_id=eos_id,
-                         pad_id=pad_id, key=key)
+                         pad_id=pad_id, key=key, stop_ids=tuple(stop_ids))
   length = max(len(p) for p in rep) + (completion_length or max_new_tokens)
   ids, attn, comp = sampler.pack_sequences(rep, out.tokens, pad_id=pad_id,
                                            length=length)

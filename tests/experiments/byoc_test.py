@@ -1,10 +1,11 @@
-"""Bring your own checkpoint: chat fine-tune (LoRA) -> export -> transformers.
+"""Bring your own checkpoint: generate, chat fine-tune, RL, export.
 
 A Qwen3-shaped checkpoint and a byte-level BPE tokenizer with a ChatML
-template are written by the test (as the hub ships them); the `finetune`
-config trains on a chat JSONL with the loss on assistant turns, exports the
-merged weights with the tokenizer files, and transformers loads the export
-with our logits.
+template are written by the test (as the hub ships them). The `finetune`
+config trains on a chat JSONL with the loss on assistant turns and exports
+the merged weights with the tokenizer files (transformers loads the export
+with our logits); `generate` renders chats and stops at every eos id; `rl`
+runs GRPO with the checkpoint's tokenizer and template.
 """
 
 import json
@@ -17,11 +18,14 @@ import numpy as np
 
 from configs import finetune
 from configs import generate as generate_cfg
+from configs import rl as rl_cfg
 from experiments import generate as generate_exp
+from experiments import rl as rl_exp
 from experiments import train as train_exp
 from jaxlab.data import pipeline
 from jaxlab.data import tokenizers
 from jaxlab.io import hf
+from jaxlab.rewards import answer as answer_lib
 from jaxlab.testing import hf_fixtures as hfx
 from jaxlab.testing import tokenizer_fixtures as tfx
 
@@ -126,6 +130,36 @@ class FinetuneExportTest(absltest.TestCase):
     first = free["completion_ids"].index(stop)
     self.assertEqual(row["completion_ids"], free["completion_ids"][:first + 1])
     self.assertTrue(row["stopped_on_eos"])
+
+  def test_rl_on_the_checkpoint_with_its_template_and_eos_ids(self):
+    data = os.path.join(self.root, "qa.jsonl")
+    with open(data, "w") as f:
+      for a in range(5):
+        f.write(json.dumps({"prompt": f"What is {a} + 1?",
+                            "answer": str(a + 1)}) + "\n")
+    work = os.path.join(self.root, "rl")
+    cfg = rl_cfg.get_config(f"tiny,init_from={self.ckpt},data={data},steps=2")
+    self.assertEqual(cfg.data.tokenizer, "auto")
+    out = rl_exp.run(cfg, work)
+    self.assertEqual(out["train_questions"], 4)
+    tok = tokenizers.from_pretrained(self.ckpt)
+    encode = rl_exp.encoder(tok, chat=True)
+    self.assertEqual(encode({"prompt": "Hi"}), tok.apply_chat_template(
+        [{"role": "user", "content": "Hi"}]))
+    with open(os.path.join(work, "rollouts.jsonl")) as f:
+      rows = [json.loads(line) for line in f]
+    self.assertLen(rows, 2 * 2 * 4)  # steps x prompts x group
+    for row in rows:
+      ids = row["completion_ids"]
+      stopped = ids[-1] in tok.eos_ids
+      self.assertTrue(stopped or len(ids) == cfg.grpo.max_new_tokens)
+      self.assertNotIn(tok.eos_id, ids[:-1])
+      # The reward is the answer check of this completion's own question.
+      self.assertEqual(row["completion"], tok.decode(
+          [t for t in ids if t not in tok.eos_ids]))
+      self.assertEqual(row["answer"], str(row["question"] + 1))
+      self.assertEqual(row["reward"], answer_lib.answer_reward(
+          row["completion"], row["answer"]))
 
   def test_chat_source_needs_a_checkpoint_tokenizer(self):
     cfg = finetune.get_config(f"tiny,data={self.data}")
