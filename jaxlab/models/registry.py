@@ -97,6 +97,23 @@ def _build_vit_classifier(model_cfg, *, vocab_size: int | None = None,
       config=cfg)
 
 
+@register("controller")
+def _build_controller(model_cfg, *, vocab_size: int | None = None,
+                      seed: int = 0) -> ModelSpec:
+  """Decoder fields plus a `controller` section (paper I, ControllerConfig)."""
+  from jaxlab.models import controller  # pylint: disable=g-import-not-at-top
+  dcfg = decoder_config({k: v for k, v in dict(model_cfg).items()
+                         if k != "controller"}, vocab_size=vocab_size)
+  ccfg = controller.controller_config(model_cfg.get("controller"))
+  n_ctrl = len(controller.controller_layers(dcfg.num_layers, ccfg.every_p))
+  return ModelSpec(
+      factory=lambda: controller.ControlledDecoder(dcfg, ccfg,
+                                                   rngs=nnx.Rngs(seed)),
+      config=dcfg,
+      flops_per_token=lambda t: decoder_train_flops_per_token(dcfg, t) + 3.0 *
+      n_ctrl * controller.controller_forward_flops(dcfg.dim, ccfg))
+
+
 @register("speech_tokenizer")
 def _build_speech_tokenizer(model_cfg, *, vocab_size: int | None = None,
                             seed: int = 0) -> ModelSpec:
