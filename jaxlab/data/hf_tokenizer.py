@@ -119,8 +119,17 @@ class _Backend:
     if self.fast is not None:
       enc = self.fast.encode(text, add_special_tokens=False)
       return list(enc.ids), [tuple(o) for o in enc.offsets]
-    pieces = self.sp.encode(text, out_type="immutable_proto").pieces
-    return [p.id for p in pieces], [(p.begin, p.end) for p in pieces]
+    pieces = self.sp.encode(text, return_type="proto").pieces
+    # sentencepiece offsets count UTF-8 bytes; the chat spans count chars.
+    char_of_byte = [0] * (len(text.encode("utf-8")) + 1)
+    pos = 0
+    for i, ch in enumerate(text):
+      for _ in range(len(ch.encode("utf-8"))):
+        char_of_byte[pos] = i
+        pos += 1
+    char_of_byte[pos] = len(text)
+    return ([p.id for p in pieces],
+            [(char_of_byte[p.begin], char_of_byte[p.end]) for p in pieces])
 
   def decode(self, ids: Sequence[int], skip_special: bool) -> str:
     ids = [int(i) for i in ids]

@@ -1,5 +1,6 @@
 """Byte and sentencepiece tokenizers behind one interface."""
 
+import json
 import os
 import random
 import shutil
@@ -109,6 +110,23 @@ class SentencePieceTokenizerTest(absltest.TestCase):
         vocab_size=40, model_type="unigram", minloglevel=2)
     tok = tokenizers.SentencePieceTokenizer(prefix + ".model")
     self.assertEqual(tok.pad_id, tok.eos_id)
+
+  def test_checkpoint_dir_falls_back_to_tokenizer_model(self):
+    # An older checkpoint: tokenizer.model + tokenizer_config.json, no
+    # tokenizer.json; special tokens named as sentencepiece spells them.
+    ckpt = os.path.join(self.dir, "ckpt")
+    os.makedirs(ckpt, exist_ok=True)
+    shutil.copyfile(self.path, os.path.join(ckpt, "tokenizer.model"))
+    with open(os.path.join(ckpt, "tokenizer_config.json"), "w") as fh:
+      json.dump({"bos_token": {"content": "<s>"}, "eos_token": "</s>",
+                 "pad_token": "<pad>"}, fh)
+    tok = tokenizers.from_pretrained(ckpt)
+    self.assertEqual((tok.bos_id, tok.eos_id, tok.pad_id), (1, 2, 3))
+    self.assertEqual(tok.vocab_size, 60)
+    text = _corpus(1, seed=2)[0]
+    self.assertEqual(tok.encode(text, add_bos=True), [1] + self.sp.encode(
+        text))
+    self.assertEqual(tok.decode(self.sp.encode(text)), text)
 
   def test_missing_file(self):
     with self.assertRaisesRegex(FileNotFoundError, "no_such.model"):
