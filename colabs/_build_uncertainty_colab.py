@@ -30,9 +30,7 @@ CELLS = [
      "theory). Spec: `papers/H-N.md` section J."),
     ("code", """\
 import numpy as np
-import jax
 from jaxlab.evals import uncertainty as unc
-from jaxlab.analysis import qtn
 ll = np.log([0.5, 0.25, 0.125, 0.125])
 ids = unc.semantic_ids(["Lisbon.", "lisbon", "Osaka", "the Porto"])
 print("cluster ids:", ids.tolist())
@@ -41,25 +39,15 @@ print(f"SE = {float(unc.semantic_entropy(ll, ids)):.4f}  "
       f"DSE = {float(unc.discrete_semantic_entropy(ids)):.4f}  "
       f"NE = {float(unc.naive_entropy(ll)):.4f}")
 print("AUROC of a perfect detector:", unc.auroc([0.9, 0.1, 0.8], [True, False, True]))"""),
-    ("md", "## The QTN per-sample score on one question\n\n"
-     "The null vector of the quantum covariance matrix makes $\\psi_0$ an "
-     "eigenstate of $H=\\sum_i c_i h_i$ (residual below), then each sample "
-     "gets $u_r \\in [0, 1]$ from the perturbed modes' quantum potential."),
-    ("code", """\
-from configs import uncertainty as cfg_mod
-config = cfg_mod.get_config(PRESET)
-qcfg = qtn.QTNConfig(**config.qtn)
-loglik = np.array([[-0.2, -0.3, -1.5, -0.25, -2.0, -0.4, -0.35, -0.9]])
-d = qtn.sample_uncertainty(loglik, key=jax.random.key(0), config=qcfg, details=True)
-print("eigenstate residual < 1e-8:", bool(d["eigenstate_residual"][0] < 1e-8))
-print("u per sample:", np.round(d["u"][0], 3).tolist())"""),
     ("md", "## Tiny LM that confabulates about held-out facts\n\n"
      "The model learns the facts of 70 % of the people; held-out people "
      "are never seen, so its answers about them are confabulations. "
      "Positive class of AUROC = the greedy answer is wrong."),
     ("code", """\
+from configs import uncertainty as cfg_mod
 from experiments import uncertainty as exp
 from IPython.display import Image, display
+config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 for rec in result["per_seed"]:
   print("seed", rec["seed"], {k: round(v, 3) for k, v in rec["setup"].items()})
@@ -72,6 +60,11 @@ for name in result["per_seed"][0]["metrics"]:
   print(f'{name:18s} {np.nanmean([x["auroc"] if x["auroc"] is not None else np.nan for x in m]):7.3f} '
         f'{np.mean([x["aurac"] for x in m]):7.3f}')
 display(Image(result["plot"]))"""),
+    ("md", "The QTN step d check: the null vector of the quantum covariance "
+     "matrix makes $\\psi_0$ an eigenstate of $H=\\sum_i c_i h_i$."),
+    ("code", """\
+res = max(r["setup"]["qtn_eigenstate_residual"] for r in result["per_seed"])
+print("eigenstate residual < 1e-8:", res < 1e-8)"""),
 ]
 
 

@@ -84,8 +84,12 @@ def score_questions(loglik: np.ndarray, ids: np.ndarray, cfg, key
          "SE": np.asarray(unc.semantic_entropy(loglik, ids)),
          "SE_R (Rényi-2)": np.asarray(unc.renyi2_entropy(loglik, ids))}
   lams = tuple(cfg.lambdas) + tuple(cfg.additive_lambdas)
-  q = qtn.qtn_scores(loglik, ids, key=key, lams=lams,
-                     config=qtn.QTNConfig(**dict(cfg.qtn)))
+  qcfg = qtn.QTNConfig(**dict(cfg.qtn))
+  d = qtn.sample_uncertainty(loglik, key=key, config=qcfg, details=True)
+  q = qtn.qtn_scores(loglik, ids, key=key, lams=lams, config=qcfg,
+                     u_qr=d["u"])
+  # ||H psi0 - <H> psi0||: psi0 is an eigenstate of the null-vector H.
+  out["_eigenstate_residual_max"] = float(np.max(d["eigenstate_residual"]))
   for i, lam in enumerate(cfg.lambdas):
     out[f"SE_R+ λ={lam:g}"] = q["renyi2_plus"][i]
   for j, lam in enumerate(cfg.additive_lambdas):
@@ -149,12 +153,13 @@ def run_seed(cfg, seed: int, log) -> dict:
                       for g, (_, x) in zip(greedy, qs)])
   groups = np.array([g for g, _ in qs])
   scores = score_questions(ll, ids, cfg, jax.random.fold_in(key, 2))
+  residual = scores.pop("_eigenstate_residual_max")
   metrics = evaluate(scores, correct, dict(cfg.bootstrap), seed)
   setup = {f"acc_{g}": float(correct[groups == g].mean()) for g in GROUPS
            if np.any(groups == g)}
   setup.update(questions=len(qs), incorrect_frac=float(1 - correct.mean()),
                clusters_mean=float(np.mean([len(set(row)) for row in ids])),
-               final_loss=logs[-1]["loss"])
+               final_loss=logs[-1]["loss"], qtn_eigenstate_residual=residual)
   for g in GROUPS:
     if np.any(groups == g):
       setup[f"clusters_{g}"] = float(np.mean(
