@@ -13,7 +13,9 @@ arithmetic chains mod 10 followed by EOS padding
 each `decode.gen_lens`, block 32, DPad W = 64, k = 3, a = 1.6 (spec L's
 CPU miniature), threshold 0.9.
 
-Args: `tiny` (2 seeds, short training: a few minutes on 2 CPU cores),
+Args: `tiny` (2 seeds, 400 steps on a 64-token canvas, chains of <= 5
+operations, 16 held-out prompts, gen_len 64/128/256: what 2 shared CPU
+cores allow),
 `smoke` (seconds; plumbing only, used by the colab test), `seeds=N`,
 `steps=N`, `prompts=N` (held-out prompts per gen_len).
 """
@@ -71,8 +73,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "repeats": 1,             # timed calls after the warm-up call
   })
   c.bench = ml_collections.ConfigDict({"gen_lens": (128, 256, 512)})
-  if args.tiny:
+  if args.tiny:  # what 2 shared CPU cores allow: short canvas, few prompts
     c.seeds = (0, 1)
+    c.task.update(max_ops=5, train_gen_len=64)
+    c.train.update(steps=400, batch_size=16, log_every=50)
+    c.decode.update(gen_lens=(64, 128, 256), prompts=16, batch=16)
   if args.smoke:  # seconds-long plumbing check (colab tests); not a result
     c.seeds = (0,)
     c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=2,
