@@ -14,7 +14,7 @@ each `decode.gen_lens`, block 32, DPad W = 64, k = 3, a = 1.6 (spec L's
 CPU miniature), threshold 0.9.
 
 Args: `tiny` (2 seeds, 400 steps on a 64-token canvas, chains of <= 5
-operations, 16 held-out prompts, gen_len 64/128/256: what 2 shared CPU
+operations, 8 held-out prompts, gen_len 64/128 (bench: 128/256): what 2 shared CPU
 cores allow),
 `smoke` (seconds; plumbing only, used by the colab test), `seeds=N`,
 `steps=N`, `prompts=N` (held-out prompts per gen_len).
@@ -77,7 +77,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = (0, 1)
     c.task.update(max_ops=5, train_gen_len=64)
     c.train.update(steps=400, batch_size=16, log_every=50)
-    c.decode.update(gen_lens=(64, 128, 256), prompts=16, batch=16)
+    c.decode.update(gen_lens=(64, 128), prompts=8, batch=8)
+    c.bench.gen_lens = (128, 256)
   if args.smoke:  # seconds-long plumbing check (colab tests); not a result
     c.seeds = (0,)
     c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=2,

@@ -175,8 +175,20 @@ def run(config, workdir: str) -> dict[str, Any]:
       with open(done) as f:
         per_seed.append(json.load(f))
       continue
-    model, curve = train_model(config, seed)
-    save_params(model, os.path.join(seed_dir, "params.npz"))
+    params = os.path.join(seed_dir, "params.npz")
+    curve_file = os.path.join(seed_dir, "learning_curve.json")
+    if os.path.exists(params):
+      # Resume: the model was trained, its decoding did not finish.
+      model = load_params(config, params)
+      curve = []
+      if os.path.exists(curve_file):
+        with open(curve_file) as f:
+          curve = json.load(f)
+    else:
+      model, curve = train_model(config, seed)
+      save_params(model, params)
+      with open(curve_file, "w") as f:
+        json.dump(curve, f)
     metrics = decode_all(model, config, d.gen_lens, d.variants,
                          prompts=prompts, chains=chains,
                          batch=int(d.batch), repeats=int(d.repeats),
