@@ -61,8 +61,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.questions.update(known=8, paraphrased=4)
     c.sampling.update(num_samples=6)
     c.bootstrap.update(num_resamples=200)
-  if args.smoke:
-    c.pretrain.update(steps=5)
+  if args.smoke:  # plumbing only: no training (steps=0)
+    c.pretrain.update(steps=0)
     c.questions.update(known=4, paraphrased=2, heldout=6)
     c.sampling.update(num_samples=4, max_new_tokens=16)
     c.qtn.update(grid_size=16, num_operators=39, num_modes=4)
