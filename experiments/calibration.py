@@ -76,7 +76,7 @@ def evaluate(model, tok, task, style: str, cfg, seed: int) -> dict:
   f, y = data["confidence"], data["correct"]
   # p*(prediction | x): the accuracy the plurality has in expectation.
   expected = []
-  for q, (pred, _) in zip(task.questions,
+  for q, (_, pred) in zip(task.questions,
                           (cal.b_confidence(cal.collapse_all(
                               "", s, "numeric")) for s in samples)):
     expected.append(dict(zip((str(v) for v in q.values), q.probs)).get(
