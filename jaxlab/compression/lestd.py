@@ -461,7 +461,8 @@ def solve_budget(tensor: jax.Array, cfg: LeSTDConfig, *, sparse: bool = True,
   for ranks in rank_grid(shape, cfg):
     full = ranks + (shape[3],)
     core_size = int(np.prod(full))
-    smallest = min(smallest, compression_ratio(shape, ranks, 1, **acct))
+    smallest = min(smallest, compression_ratio(
+        shape, ranks, 1 if sparse else core_size, **acct))
     if sparse:
       nnz = max_nnz(shape, ranks, cfg.target_ratio, **acct)
       if nnz < 1:
@@ -486,10 +487,11 @@ def solve_budget(tensor: jax.Array, cfg: LeSTDConfig, *, sparse: bool = True,
       best, best_hooi = plan, (core, factors)
   if best is None:
     kind = "LeSTD (sparse core)" if sparse else "dense-core Tucker"
+    need = "factors + one core entry" if sparse else "factors + dense core"
     raise ValueError(
         f"target_ratio={cfg.target_ratio} cannot be met by {kind} for a "
-        f"layer tensor of shape {shape}: the smallest candidate ranks need "
-        f"ratio {smallest:.4f} for their factors and one core entry; raise "
+        f"layer tensor of shape {shape}: the cheapest candidate ranks need "
+        f"ratio {smallest:.4f} ({need}); raise "
         "target_ratio or add smaller ranks (lestd.rank_fractions / "
         "lestd.r3_values)")
   return best, best_hooi
@@ -646,10 +648,12 @@ def _attn_biases(attn: attn_lib.Attention) -> dict[str, jax.Array]:
 
 
 def compress_layer(attn: attn_lib.Attention, cfg: LeSTDConfig, *,
-                   sparse: bool = True) -> tuple[TuckerAttention, dict]:
+                   sparse: bool = True, hooi_cache: dict | None = None
+                   ) -> tuple[TuckerAttention, dict]:
   """One layer: tensorise, solve the budget, HOOI, Algorithm 1, factors."""
   w = stack_attention(attn)
-  plan, (core, factors) = solve_budget(w, cfg, sparse=sparse)
+  plan, (core, factors) = solve_budget(w, cfg, sparse=sparse,
+                                       cache=hooi_cache)
   if sparse and plan.nnz < core.size:
     core, _ = sparsify_core(w, factors, plan.nnz, alpha=cfg.alpha,
                             refit=cfg.refit)
@@ -663,11 +667,15 @@ def compress_layer(attn: attn_lib.Attention, cfg: LeSTDConfig, *,
 
 
 def compress_decoder(model: nnx.Module, cfg: LeSTDConfig, *,
-                     sparse: bool = True) -> tuple[nnx.Module, list[dict]]:
+                     sparse: bool = True,
+                     hooi_caches: list[dict] | None = None
+                     ) -> tuple[nnx.Module, list[dict]]:
   """A copy of `model` whose attention layers are `TuckerAttention`.
 
   `sparse=True` is LeSTD; `sparse=False` the dense-core Tucker baseline
-  (TensorLLM) at the same target ratio. Only the attention projections are
+  (TensorLLM) at the same target ratio; `hooi_caches` (one dict per layer,
+  kept by the caller) reuses HOOI results across ratios and both variants of
+  the same model. Only the attention projections are
   compressed (spec P.6: FFNs stay dense). The copy generates through the
   normal `Decoder.forward` (and so through `jaxlab.decoding.sampler`).
 
@@ -679,7 +687,9 @@ def compress_decoder(model: nnx.Module, cfg: LeSTDConfig, *,
   infos = []
   for i, block in enumerate(out.layers):
     try:
-      block.attn, info = compress_layer(block.attn, cfg, sparse=sparse)
+      block.attn, info = compress_layer(
+          block.attn, cfg, sparse=sparse,
+          hooi_cache=None if hooi_caches is None else hooi_caches[i])
     except ValueError as e:
       raise ValueError(f"layer {i}: {e}") from None
     infos.append(info | {"layer": i})

@@ -30,11 +30,13 @@ BUILDERS = {
     "rope_extension.ipynb": ("_build_rope_colabs.py", "rope_extension"),
     "frequency_entropy.ipynb": ("_build_rope_colabs.py", "frequency_entropy"),
     "rerank_cl_vs_sft.ipynb": ("_build_rerank_colab.py", "build"),
+    "controller.ipynb": ("_build_controller_colab.py", "build"),
     "stabletoken.ipynb": ("_build_stabletoken_colab.py", "build"),
     "vulcan.ipynb": ("_build_vulcan_colab.py", "build"),
     "calibration.ipynb": ("_build_calibration_colab.py", "build"),
     "uncertainty.ipynb": ("_build_uncertainty_colab.py", "build"),
     "dpad.ipynb": ("_build_dpad_colab.py", "build"),
+    "lestd.ipynb": ("_build_lestd_colab.py", "build"),
 }
 
 
