@@ -346,15 +346,13 @@ class ControllerBlock(nnx.Module):
 
   def step(self, z_btd: jax.Array, state: ProgramState, *, tau,
            key: jax.Array | None, selection: str, hard_now=None,
-           knockout: bool = False) -> tuple[jax.Array, ProgramState, dict]:
+           knockout=False) -> tuple[jax.Array, ProgramState, dict]:
     """Selector + ops + write-back: (H^{l+1}, S^{l+1}, trace)."""
     cfg = self.cfg
     s = self.summarize(z_btd)
     logits = s @ self.op_co[...] + self.op_bias_o[...]
     soft = jax.nn.softmax(logits / tau, axis=-1)
-    if knockout:
-      y = jax.nn.one_hot(jnp.full(logits.shape[:-1], NOOP), len(OPS))
-    elif selection == "hard":
+    if selection == "hard":
       y = gumbel.one_hot_argmax(logits)
     elif selection == "soft":
       y = soft
@@ -363,6 +361,9 @@ class ControllerBlock(nnx.Module):
                                 tau, hard=cfg.straight_through)
       if not cfg.straight_through and hard_now is not None:
         y = jnp.where(hard_now, gumbel.straight_through(y), y)
+    if knockout is not False:  # True or a (traced) boolean scalar
+      noop = jax.nn.one_hot(jnp.full(logits.shape[:-1], NOOP), len(OPS))
+      y = jnp.where(jnp.asarray(knockout), noop, y)
 
     regs, flags = state.registers, state.flags
     alpha_a = jax.nn.softmax(s @ self.read_a_cn[...], axis=-1)
@@ -442,7 +443,7 @@ class ControlledDecoder(nnx.Module):
 
   def forward(self, input_ids_bt: jax.Array, *, step=None,
               rng: jax.Array | None = None, selection: str | None = None,
-              tau=None, knockout: bool = False, output_trace: bool = False,
+              tau=None, knockout=False, output_trace: bool = False,
               output_states: bool = False,
               positions: jax.Array | None = None,
               segment_ids: jax.Array | None = None) -> ControllerOutput:
@@ -457,7 +458,8 @@ class ControlledDecoder(nnx.Module):
       selection: "gumbel" | "hard" (discrete argmax execution) | "soft"
         (softmax(π/τ), no noise).
       tau: explicit temperature (overrides the schedule).
-      knockout: force NOOP in every controller (test-time knockout).
+      knockout: force NOOP in every controller (test-time knockout); a
+        bool or a boolean scalar array (one compilation for both).
       output_trace: return the per-controller trace.
       output_states: return the program state after each controller.
       positions: optional RoPE position ids `[B, T]`.
