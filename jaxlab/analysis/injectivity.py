@@ -1,0 +1,285 @@
+"""Injectivity probes: collision tests of last-token states (paper Q, §4.1).
+
+Thm 2.2 (spec Q.1): for parameters drawn from any density (and after
+gradient training, Thm 2.3), distinct prompts s != s' give distinct
+last-token states r(s) != r(s') at every layer almost surely. The collision
+test (spec Q.3) takes the last-token state of each of N prompts per layer
+and reports the minimum pairwise L2 distance against the threshold 1e-6;
+the exhaustive test appends every vocabulary token to the prompts whose
+states are closest and repeats the pairwise test on the |V| * k
+continuations.
+
+    states = last_token_states(model, prompts)          # [L+1, N, D]
+    per_layer = [pair_stats(s) for s in states]          # never all pairs
+    exh = exhaustive_continuation_test(model, prompts, states[-1])
+
+`pair_stats` is chunked: one block of rows against the rest, scanned over
+column blocks inside one `jax.jit`, so memory is O(chunk^2 * D) whatever N
+is; distances are explicit differences (not |a|^2 + |b|^2 - 2ab, whose fp32
+cancellation error would hide distances near the 1e-6 threshold).
+
+Negative controls (spec Q.1 "Failure cases", Q.6): `tie_embedding_rows`
+(two tokens share an embedding row: prompts differing only in them collide
+exactly at every layer) and `quantize_states` (b-bit uniform quantisation of
+the states: distinct states map to the same code). Layer 0 of a RoPE
+decoder is itself a control: the embedding output of the last token does not
+see the rest of the prompt, so any two prompts ending in the same token
+collide there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab.analysis import sipit
+
+COLLISION_THRESHOLD = 1e-6  # spec Q.3: L2 distance counted as a collision
+
+
+@dataclasses.dataclass
+class PairStats:
+  """Pairwise-distance summary of N vectors (each unordered pair once).
+
+  Attributes:
+    min: the minimum distance over pairs i != j.
+    pair: (i, j), i < j, attaining it.
+    mean, max: over all pairs.
+    num_pairs: N (N - 1) / 2.
+    collisions: pairs with distance <= `threshold`.
+    threshold: the collision threshold used.
+    nearest: `[N]` each vector's nearest-neighbour distance.
+  """
+  min: float
+  pair: tuple[int, int]
+  mean: float
+  max: float
+  num_pairs: int
+  collisions: int
+  threshold: float
+  nearest: np.ndarray
+
+  def summary(self) -> dict[str, Any]:
+    return {"min": self.min, "pair": list(self.pair), "mean": self.mean,
+            "max": self.max, "num_pairs": self.num_pairs,
+            "collisions": self.collisions, "threshold": self.threshold}
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _row_block(rows_cd, start, cols_bcd, n: int, threshold):
+  """Stats of rows [c, D] (global offset `start`) against all columns."""
+  c = rows_cd.shape[0]
+  row_idx = start + jnp.arange(c)
+
+  def body(acc, inp):
+    j, cols = inp
+    col_idx = j * cols.shape[0] + jnp.arange(cols.shape[0])
+    diff = rows_cd[:, None, :] - cols[None, :, :]
+    d = jnp.sqrt(jnp.sum(diff * diff, axis=-1))  # [c, c]
+    valid = ((row_idx[:, None] != col_idx[None, :]) & (col_idx[None, :] < n)
+             & (row_idx[:, None] < n))
+    dm = jnp.where(valid, d, jnp.inf)
+    bmin = jnp.min(dm, axis=1)
+    barg = col_idx[jnp.argmin(dm, axis=1)]
+    better = bmin < acc["min"]
+    return dict(min=jnp.where(better, bmin, acc["min"]),
+                arg=jnp.where(better, barg, acc["arg"]),
+                sum=acc["sum"] + jnp.sum(jnp.where(valid, d, 0.0)),
+                max=jnp.maximum(acc["max"], jnp.max(jnp.where(valid, d,
+                                                              -jnp.inf))),
+                count=acc["count"] + jnp.sum(valid & (d <= threshold))), None
+
+  acc0 = dict(min=jnp.full((c,), jnp.inf, jnp.float32),
+              arg=jnp.zeros((c,), jnp.int32),
+              sum=jnp.zeros((), jnp.float32),
+              max=jnp.full((), -jnp.inf, jnp.float32),
+              count=jnp.zeros((), jnp.int32))
+  acc, _ = jax.lax.scan(body, acc0, (jnp.arange(cols_bcd.shape[0]),
+                                     cols_bcd))
+  return acc
+
+
+def pair_stats(x_nd, *, chunk: int = 256,
+               threshold: float = COLLISION_THRESHOLD) -> PairStats:
+  """Chunked pairwise L2 statistics of the rows of `x_nd` `[N, D]`.
+
+  Never forms the N x N matrix: each `chunk` of rows is compared with every
+  column block in one compiled scan (memory chunk^2 * D).
+  """
+  x = np.asarray(x_nd, np.float32)
+  if x.ndim != 2 or x.shape[0] < 2:
+    raise ValueError(f"pair_stats needs [N, D] with N >= 2, got {x.shape}")
+  n, d = x.shape
+  chunk = max(1, min(int(chunk), n))
+  nb = -(-n // chunk)
+  # Centring changes no distance and keeps the differences well scaled.
+  xp = np.zeros((nb * chunk, d), np.float32)
+  xp[:n] = x - x.mean(axis=0, keepdims=True)
+  cols = jnp.asarray(xp.reshape(nb, chunk, d))
+  mins, args = [], []
+  total, mx, count = 0.0, -np.inf, 0
+  for b in range(nb):
+    acc = _row_block(jnp.asarray(xp[b * chunk:(b + 1) * chunk]),
+                     jnp.asarray(b * chunk, jnp.int32), cols, n,
+                     jnp.asarray(threshold, jnp.float32))
+    mins.append(np.asarray(acc["min"]))
+    args.append(np.asarray(acc["arg"]))
+    total += float(acc["sum"])
+    mx = max(mx, float(acc["max"]))
+    count += int(acc["count"])
+  nearest = np.concatenate(mins)[:n]
+  arg = np.concatenate(args)[:n]
+  i = int(np.argmin(nearest))
+  j = int(arg[i])
+  num_pairs = n * (n - 1) // 2
+  # Exact distance of the reported pair (float64, uncentred inputs).
+  dmin = float(np.linalg.norm(x[i].astype(np.float64) - x[j]))
+  return PairStats(min=dmin, pair=(min(i, j), max(i, j)),
+                   mean=total / (2 * num_pairs), max=mx,
+                   num_pairs=num_pairs, collisions=count // 2,
+                   threshold=float(threshold), nearest=nearest)
+
+
+def min_pairwise_distance(x_nd, *, chunk: int = 256) -> float:
+  """The minimum L2 distance between two distinct rows of `x_nd`."""
+  return pair_stats(x_nd, chunk=chunk).min
+
+
+# -- states ------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _last_jit(graphdef, state, ids_bt, last_b, final_norm):
+  model = nnx.merge(graphdef, state)
+  out = model.forward(ids_bt, output_hidden_states=True)
+  hs = list(out.hidden_states)
+  if final_norm:
+    hs[-1] = model.final_norm(hs[-1])
+  rows = jnp.arange(ids_bt.shape[0])
+  return jnp.stack([h[rows, last_b] for h in hs]).astype(jnp.float32)
+
+
+def last_token_states(model, prompts: Sequence[Sequence[int]], *,
+                      batch_size: int = 256, final_norm: bool = False
+                      ) -> np.ndarray:
+  """r(s) at every layer: `[L+1, N, D]` last-token states of each prompt.
+
+  Prompts of different lengths are right-padded to one length; a causal
+  decoder's state at position len-1 does not see the padding after it, so
+  one compilation serves every length (checked in the tests against
+  per-prompt forwards).
+  """
+  if not prompts:
+    raise ValueError("last_token_states needs at least one prompt")
+  lens = np.array([len(p) for p in prompts])
+  if lens.min() < 1:
+    raise ValueError("every prompt needs at least one token")
+  if not getattr(model.cfg, "causal", True):
+    raise ValueError("last_token_states right-pads and needs a causal model")
+  width = int(lens.max())
+  ids = np.zeros((len(prompts), width), np.int32)
+  for r, p in enumerate(prompts):
+    ids[r, :len(p)] = p
+  graphdef, state = nnx.split(model)
+  out = []
+  bsz = min(int(batch_size), len(prompts))
+  for s in range(0, len(prompts), bsz):
+    chunk, last = ids[s:s + bsz], lens[s:s + bsz] - 1
+    n = len(chunk)
+    if n < bsz:  # one shape for every call
+      chunk = np.pad(chunk, ((0, bsz - n), (0, 0)))
+      last = np.pad(last, (0, bsz - n))
+    hs = _last_jit(graphdef, state, jnp.asarray(chunk),
+                   jnp.asarray(last, jnp.int32), bool(final_norm))
+    out.append(np.asarray(hs)[:, :n])
+  return np.concatenate(out, axis=1)
+
+
+def random_prompts(num: int, *, vocab_size: int, min_len: int = 8,
+                   max_len: int = 32, seed: int = 0) -> list[list[int]]:
+  """`num` distinct uniform random prompts with lengths in [min_len, max_len]
+  (the spec's miniature stands in random prompts for its text mixture)."""
+  rng = np.random.default_rng(seed)
+  seen, out = set(), []
+  while len(out) < num:
+    p = tuple(int(v) for v in rng.integers(
+        vocab_size, size=int(rng.integers(min_len, max_len + 1))))
+    if p not in seen:
+      seen.add(p)
+      out.append(list(p))
+  return out
+
+
+def per_layer_stats(states_lnd, *, chunk: int = 256,
+                    threshold: float = COLLISION_THRESHOLD
+                    ) -> list[PairStats]:
+  """`pair_stats` of every layer of `[L+1, N, D]` states."""
+  return [pair_stats(s, chunk=chunk, threshold=threshold)
+          for s in np.asarray(states_lnd)]
+
+
+def closest_prompts(stats: PairStats, k: int) -> list[int]:
+  """Indices of the k prompts with the smallest nearest-neighbour distance."""
+  return [int(i) for i in np.argsort(stats.nearest, kind="stable")[:k]]
+
+
+def exhaustive_continuation_test(model, prompts: Sequence[Sequence[int]],
+                                 indices: Sequence[int], *,
+                                 chunk: int = 256, final_norm: bool = False,
+                                 threshold: float = COLLISION_THRESHOLD
+                                 ) -> list[PairStats]:
+  """Spec Q.3's exhaustive test: every token appended to each chosen prompt.
+
+  For each prompt in `indices` (e.g. `closest_prompts`), the states of
+  prompt + v for all v in V come from one batched step over its prefix
+  cache (`sipit.next_token_states`); the k * |V| continuations are then
+  compared pairwise per layer. Returns one `PairStats` per layer.
+  """
+  states = [sipit.next_token_states(model, prompts[i], final_norm=final_norm)
+            for i in indices]
+  allst = np.concatenate(states, axis=1)  # [L+1, k*V, D]
+  return per_layer_stats(allst, chunk=chunk, threshold=threshold)
+
+
+# -- negative controls ------------------------------------------------------------
+
+
+def tie_embedding_rows(model, src: int, dst: int):
+  """A copy of `model` whose embedding row `dst` equals row `src` (spec Q.1
+  failure case: tied rows make the two tokens indistinguishable)."""
+  v = int(model.cfg.vocab_size)
+  for name, tok in (("src", src), ("dst", dst)):
+    if not 0 <= int(tok) < v:
+      raise ValueError(f"{name}={tok} is outside the vocabulary [0, {v})")
+  graphdef, state = nnx.split(model)
+  clone = nnx.merge(graphdef, jax.tree.map(lambda a: a, state))
+  emb = clone.embed_vd[...]
+  clone.embed_vd[...] = emb.at[int(dst)].set(emb[int(src)])
+  return clone
+
+
+def quantize_states(h, bits: int = 4, *, per: str = "tensor") -> np.ndarray:
+  """Uniform symmetric b-bit quantisation of states (spec Q.6 control ii).
+
+  `per="tensor"` [inferred]: one absmax scale for the whole array (a plain
+  b-bit uniform quantiser); `per="vector"`: one scale per state vector (the
+  last axis), finer. Values are rounded to the 2^(b-1) - 1 levels on each
+  side of 0 and mapped back.
+  """
+  if int(bits) < 2:
+    raise ValueError(f"bits must be >= 2, got {bits}")
+  if per not in ("vector", "tensor"):
+    raise ValueError(f"per={per!r}; valid: vector, tensor")
+  x = np.asarray(h, np.float32)
+  levels = 2 ** (int(bits) - 1) - 1
+  scale = (np.max(np.abs(x), axis=-1, keepdims=True) if per == "vector"
+           else np.max(np.abs(x)))
+  scale = np.where(scale == 0, 1.0, scale) / levels
+  return (np.round(x / scale) * scale).astype(np.float32)
