@@ -264,3 +264,24 @@ def run(config, workdir: str) -> dict:
   results_lib.write(workdir, "uncertainty", tables=tables, comparisons=comps,
                     extra=extra, config=config, start_time=t0)
   return extra
+
+
+def plot_from_results(results_json: str, path: str) -> str:
+  """The rejection-accuracy plot of a committed (possibly merged) results file.
+
+      python -m experiments.uncertainty docs/results/uncertainty.json \\
+          docs/papers/uncertainty_rejection.png
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  with open(results_json) as f:
+    res = json.load(f)
+  extras = res["extra"].get("per_run", [res["extra"]])
+  per_seed = [rec for e in extras for rec in e["per_seed"]]
+  cfg = ml_collections.ConfigDict(res["config"])
+  return plot_rejection(per_seed, cfg, path)
+
+
+if __name__ == "__main__":
+  import sys  # pylint: disable=g-import-not-at-top
+  print(plot_from_results(sys.argv[1], sys.argv[2]))
