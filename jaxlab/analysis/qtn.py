@@ -339,6 +339,7 @@ def golden_section_max(fn, lo, hi, iters: int = 80):
   return (a + b) / 2
 
 
+@functools.partial(jax.jit, static_argnames=("eps", "iters"))
 def entropy_max_reweight(p_c: jax.Array, u_bar: jax.Array, present: jax.Array,
                          lam: float | jax.Array, *, eps: float = 1e-6,
                          iters: int = 80) -> jax.Array:
