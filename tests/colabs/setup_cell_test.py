@@ -30,7 +30,7 @@ BUILDERS = {
     "rope_extension.ipynb": ("_build_rope_colabs.py", "rope_extension"),
     "frequency_entropy.ipynb": ("_build_rope_colabs.py", "frequency_entropy"),
     "rerank_cl_vs_sft.ipynb": ("_build_rerank_colab.py", "build"),
-    "controller.ipynb": ("_build_controller_colab.py", "build"),
+    "sipit.ipynb": ("_build_sipit_colab.py", "build"),
     "controller.ipynb": ("_build_controller_colab.py", "build"),
     "stabletoken.ipynb": ("_build_stabletoken_colab.py", "build"),
     "vulcan.ipynb": ("_build_vulcan_colab.py", "build"),
