@@ -50,7 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "methods": ("lestd", "tucker", "svd"),
       "latency_ratio": 0.4,
       "latency_batch": 8,
-      "latency_repeats": 20,
+      "latency_repeats": 20,          # 0: no timing
   })
   if args.tiny:
     c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=4,
@@ -68,7 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval_seqs = 2
     c.lestd.update(rank_fractions=((0.25, 0.5), (0.5,)), r3_values=(2,))
     c.compress.update(ratios=(0.5,), methods=("lestd", "svd"),
-                      latency_ratio=0.5, latency_batch=1, latency_repeats=1)
+                      latency_ratio=0.5, latency_batch=1, latency_repeats=0)
   if args.steps:
     c.train.steps = args.steps
   if args.seeds:
