@@ -1,6 +1,7 @@
 """Tests for jaxlab.evals.calibration: smECE against Apple's relplot, hand
 cases for binned ECE and B-confidence, the probe, and bad input."""
 
+import jax
 import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -152,8 +153,31 @@ class ProbeTest(absltest.TestCase):
                             rank=8)
     after = cal.probe_kl(probe, batch)
     self.assertLess(after, 0.2 * before)
-    # Only LoRA factors moved: the original model is untouched.
+    # The probe trains a copy: the original model is untouched.
     self.assertAlmostEqual(cal.probe_kl(model, batch), before, places=5)
+
+    # StepRunner(lora=...) moves only the LoRA factors (same settings as
+    # train_probe above, so the compiled step is reused).
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    from jaxlab.train import lora as lora_lib  # pylint: disable=g-import-not-at-top
+    from jaxlab.train import runner  # pylint: disable=g-import-not-at-top
+    r = runner.StepRunner(
+        nnx.clone(model), loss="calibration_probe", loss_config=None,
+        optim=runner.optim_config(lr=2e-2), steps=60, seed=0,
+        lora=ml_collections.ConfigDict({"rank": 8, "alpha": 16.0, "targets": (
+            "q_dnh", "v_dkh", "o_nhd")}))
+    # Host copies: the step donates the old state's buffers.
+    leaves = lambda kind: [np.array(x) for x in jax.tree.leaves(  # pylint: disable=g-long-lambda
+        nnx.state(r.model(), kind))]
+    params0, lora0 = leaves(nnx.Param), leaves(lora_lib.LoRA)
+    r.step(batch, 0)
+    r.step(batch, 1)
+    params1, lora1 = leaves(nnx.Param), leaves(lora_lib.LoRA)
+    self.assertLen(lora0, 12)  # A and B of 3 weights in 2 layers
+    for a, b in zip(params0, params1):
+      np.testing.assert_array_equal(a, b)
+    self.assertTrue(any(not np.allclose(a, b) for a, b in zip(lora0, lora1)))
 
 
 if __name__ == "__main__":
