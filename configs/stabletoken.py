@@ -79,11 +79,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                  checkpoint_every=0, keep_checkpoints=1,
                  async_checkpoint=False, tensorboard=False, peak_flops=-1.0)
   if a.tiny:
-    c.speech.update(min_phones=6, max_phones=8, min_frames=2, max_frames=4)
+    c.speech.update(num_phones=8, min_phones=6, max_phones=8, min_frames=2,
+                    max_frames=4)
     c.utterances.update(train_utterances=384, eval_utterances=64, noisy_copies=2,
                   train_clips=4, eval_clips=4)
     c.tokenizer.update(dim=32, num_heads=2, mlp_dim=64)
-    c.train.update(steps=300, batch_size=16)
+    c.train.update(steps=500, batch_size=16)
+    c.optim.update(lr=3e-3, warmup_steps=30)
     if a.smoke:
       c.seeds = (0,)
       c.variants = "full"

@@ -157,6 +157,8 @@ def train_variant(cfg, variant: str, data: dict[str, Any], seed: int):
     if step % max(1, steps // 10) == 0 or step == steps - 1:
       curve.append({"step": step, **{k: m[k] for k in
                                      ("loss", "ctc", "consensus", "entropy")}})
+      print(f"  {variant} step {step}: loss {m['loss']:.3f} ctc "
+            f"{m['ctc']:.3f}", flush=True)
   return run.model(), curve
 
 
