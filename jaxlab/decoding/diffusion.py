@@ -169,6 +169,7 @@ class _BlockSpec(NamedTuple):
   mask_id: int
   dpad: DPadConfig | None
   canvas_len: int      # L
+  shift_logits: bool = False  # Dream: token i is read from the logits at i-1
 
 
 def _build_view(key, block_end, spec: _BlockSpec, batch: int) -> jax.Array:
@@ -218,6 +219,9 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
   b = x.shape[0]
   bl, s, tq = spec.block_len, spec.view_len, spec.query_len
   block_end = block_start + bl
+  # With shifted logits (Dream) the block is predicted from the outputs at
+  # [block_start - 1, block_end - 1): the cached steps feed one more token.
+  q_start = block_start - 1 if spec.shift_logits else block_start
   k_view, k_steps = jax.random.split(key)
   view = _build_view(k_view, block_end, spec, b)
   full_view = view[:, :s]
@@ -229,7 +233,7 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
     cache0 = model.init_cache(b, s + tq)
     out = model.forward(tok, positions=p, attention_mask=v, causal=False,
                         cache=cache0)
-    keep = (full_view >= 0) & (full_view < block_start)
+    keep = (full_view >= 0) & (full_view < q_start)
     if spec.cache == "dual":
       keep = keep | (full_view >= block_end)
     keep = jnp.concatenate([keep, jnp.zeros((b, tq), bool)], axis=1)
@@ -237,8 +241,7 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
         keep[:, None, :], out.cache.positions, -1))
     cache_keys = jnp.sum(keep, axis=1).astype(jnp.float32)
     # view[j] == j below block_end: the block's logits sit at block_start.
-    logits0 = jax.lax.dynamic_slice_in_dim(out.logits, block_start, bl,
-                                           axis=1)
+    logits0 = jax.lax.dynamic_slice_in_dim(out.logits, q_start, bl, axis=1)
   else:
     cache = None
 
@@ -291,11 +294,11 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
       tok, p, v = _gather(x, pos, valid, full_view)
       logits = model.forward(tok, positions=p, attention_mask=v,
                              causal=False).logits
-      logits = jax.lax.dynamic_slice_in_dim(logits, block_start, bl, 1)
+      logits = jax.lax.dynamic_slice_in_dim(logits, q_start, bl, 1)
       cnt = jnp.sum(v, axis=1).astype(jnp.float32)
       new_pairs = jnp.sum(cnt * cnt)
     else:
-      qview = jax.lax.dynamic_slice_in_dim(view, block_start, tq, 1)
+      qview = jax.lax.dynamic_slice_in_dim(view, q_start, tq, 1)
       tok, p, v = _gather(x, pos, valid, qview)
       logits = model.forward(tok, positions=p, attention_mask=v,
                              causal=False, cache=cache).logits[:, :bl]
@@ -378,7 +381,8 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
              cache: str | None = None, dpad: DPadConfig | None = None,
              mask_id: int, eos_id: int | None = None,
              temperature: float = 0.0, key: jax.Array | None = None,
-             bucket: int = 64, prompt_bucket: int = 16) -> DiffusionResult:
+             bucket: int = 64, prompt_bucket: int = 16,
+             shift_logits: bool = False) -> DiffusionResult:
   """Semi-autoregressive masked-diffusion decoding (module docstring).
 
   Args:
@@ -398,6 +402,8 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     key: PRNG key for DPad's suffix sets and sampling (default key(0)).
     bucket: view lengths are rounded up to multiples of this (static shapes).
     prompt_bucket: prompt padding is rounded up to multiples of this.
+    shift_logits: read token i from the logits at position i - 1 (Dream
+      checkpoints; `jaxlab.io.hf.diffusion_tokens(path)["shift_logits"]`).
 
   Raises:
     ValueError: gen_len not a multiple of block_len, a prompt that with
@@ -475,20 +481,22 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     else:
       view_len = min(_round_up(be + dpad.window, bucket),
                      _round_up(big_l, bucket))
+    extra = 1 if shift_logits else 0
     if cache is None:
       query_len = 0
     elif cache == "dual":
-      query_len = block_len
+      query_len = block_len + extra
     elif dpad is not None:
-      query_len = block_len + dpad.window
+      query_len = block_len + dpad.window + extra
     else:
-      query_len = _round_up(big_l - bs, bucket)
+      query_len = _round_up(big_l - bs + extra, bucket)
     spec = _BlockSpec(block_len=block_len, view_len=view_len,
                       query_len=query_len, cache=cache, max_steps=max_steps,
                       threshold=None if threshold is None else float(
                           threshold),
                       temperature=float(temperature), mask_id=int(mask_id),
-                      dpad=dpad, canvas_len=big_l)
+                      dpad=dpad, canvas_len=big_l,
+                      shift_logits=bool(shift_logits))
     args = (state, x, pos, valid, jnp.int32(bs), jax.random.fold_in(key, blk))
     exe, seconds = _executable(graphdef, spec, args)
     compile_s += seconds
