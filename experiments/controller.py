@@ -313,6 +313,7 @@ def _plot(out: dict, config, path: str) -> None:
     ax.set(title=f"{task} (n seeds = {len(config.seeds)})",
            xlabel="instance length n (train: mean of the training range)",
            ylabel="exact accuracy (%)", xscale="log", ylim=(-3, 103))
+    ax.minorticks_off()
     ax.set_xticks(xs)
     ax.set_xticklabels([str(x) for x in xs])
     ax.legend(fontsize=8)
