@@ -311,6 +311,24 @@ def run(config, workdir: str) -> dict[str, Any]:
           **{f"ued_avg/{v}": m for v, m in means.items()}}
 
 
+def plot_from_results(results_json: str, path: str) -> str:
+  """The UED plot from a (merged) results file, e.g. docs/results/
+  stabletoken.json: `python -c "from experiments import stabletoken as s;
+  s.plot_from_results('docs/results/stabletoken.json',
+  'docs/papers/stabletoken.png')"`."""
+  import json  # pylint: disable=g-import-not-at-top
+  with open(results_json) as f:
+    res = json.load(f)
+  table = next(t for t in res["tables"] if t["id"] == "ued")
+  inv = {label: v for v, label in LABELS.items()}
+  summary = {inv.get(r["label"], r["label"]):
+             {k: c["values"] for k, c in r["cells"].items()}
+             for r in table["rows"]}
+  kinds = [c["key"][4:] for c in table["columns"]
+           if c["key"].startswith("ued_") and c["key"] != "ued_avg"]
+  return plot(summary, kinds, path)
+
+
 def table_markdown(summary, kinds) -> str:
   cols = ["ued_avg"] + [f"ued_{k}" for k in kinds] + ["per_clean"]
   lines = ["| variant | " + " | ".join(cols) + " |",
