@@ -8,7 +8,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -74,15 +73,8 @@ for v in result["per_seed"]:
 
 
 def build() -> nbformat.NotebookNode:
-  nb = v4.new_notebook()
-  nb.cells = [v4.new_code_cell(_setup_cell.setup_cell("tiny"))] + [
-      v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
-      for kind, s in CELLS]
-  nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                               "language": "python"}
-  return nb
+  return _setup_cell.notebook(CELLS, default_preset="tiny")
 
 
 if __name__ == "__main__":
-  nbformat.write(build(), os.path.join(HERE, "calibration.ipynb"))
-  print("wrote colabs/calibration.ipynb")
+  _setup_cell.write(build(), "calibration.ipynb")

@@ -4,7 +4,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -60,18 +59,9 @@ for r in table:
 
 
 def build() -> nbformat.NotebookNode:
-  nb = v4.new_notebook()
   # The test runs the `tiny` preset; "probe,tiny" is the README table.
-  nb.cells = [v4.new_code_cell(_setup_cell.setup_cell("probe,tiny"))] + [
-      v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
-      for kind, s in CELLS]
-  nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                               "language": "python"}
-  return nb
+  return _setup_cell.notebook(CELLS, default_preset="probe,tiny")
 
 
 if __name__ == "__main__":
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "rerank_cl_vs_sft.ipynb")
-  nbformat.write(build(), path)
-  print(path)
+  _setup_cell.write(build(), "rerank_cl_vs_sft.ipynb")

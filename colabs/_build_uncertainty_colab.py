@@ -10,7 +10,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -69,16 +68,8 @@ print("eigenstate residual < 1e-8:", res < 1e-8)"""),
 
 
 def build() -> nbformat.NotebookNode:
-  nb = v4.new_notebook()
-  nb.cells = [v4.new_code_cell(_setup_cell.setup_cell("tiny"))] + [
-      v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
-      for kind, s in CELLS]
-  nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                               "language": "python"}
-  return nb
+  return _setup_cell.notebook(CELLS, default_preset="tiny")
 
 
 if __name__ == "__main__":
-  path = os.path.join(HERE, "uncertainty.ipynb")
-  nbformat.write(build(), path)
-  print(path)
+  _setup_cell.write(build(), "uncertainty.ipynb")

@@ -35,3 +35,28 @@ def setup_cell(default_preset: str = "tiny") -> str:
   """Source of the first code cell; `default_preset` when the env is unset."""
   return _TEMPLATE.format(repo_url=REPO_URL, env=PRESET_ENV,
                           default=default_preset)
+
+
+def notebook(cells, *, default_preset: str = "tiny"):
+  """A Python 3 notebook: the setup cell, then `cells`.
+
+  `cells` are `(kind, source)` pairs, kind "md" (markdown) or "code".
+  """
+  from nbformat import v4  # pylint: disable=g-import-not-at-top
+  nb = v4.new_notebook()
+  nb.cells = [v4.new_code_cell(setup_cell(default_preset))] + [
+      v4.new_markdown_cell(s) if kind == "md" else v4.new_code_cell(s)
+      for kind, s in cells]
+  nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                               "language": "python"}
+  return nb
+
+
+def write(nb, filename: str) -> str:
+  """Writes `nb` as colabs/<filename>; returns (and prints) the path."""
+  import os  # pylint: disable=g-import-not-at-top
+  import nbformat  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+  nbformat.write(nb, path)
+  print(path)
+  return path
