@@ -64,11 +64,5 @@ print("quantised:", rec["trained"]["quant_inversion"])"""),
                      "language": "python"}})
 
 
-def main():
-  path = os.path.join(HERE, "sipit.ipynb")
-  nbformat.write(build(), path)
-  print("wrote", path)
-
-
 if __name__ == "__main__":
-  main()
+  _setup_cell.write(build(), "sipit.ipynb")

@@ -77,11 +77,5 @@ display(Image(result["plot"]))"""),
                      "language": "python"}})
 
 
-def main():
-  path = os.path.join(HERE, "stabletoken.ipynb")
-  nbformat.write(build(), path)
-  print("wrote", path)
-
-
 if __name__ == "__main__":
-  main()
+  _setup_cell.write(build(), "stabletoken.ipynb")

@@ -66,11 +66,5 @@ print(f"pruned/dense params: {np.mean(pruned['params']['values']) / np.mean(dens
                      "language": "python"}})
 
 
-def main():
-  path = os.path.join(HERE, "vulcan.ipynb")
-  nbformat.write(build(), path)
-  print("wrote", path)
-
-
 if __name__ == "__main__":
-  main()
+  _setup_cell.write(build(), "vulcan.ipynb")
