@@ -27,14 +27,20 @@ def _images(n, seed=0):
 
 def _reference_greedy(policy, images, max_len):
   """The former cache-less sampler: a full forward over [prefix; ids] per
-  step, argmax of the last real position, PAD after EOS."""
+  step, argmax of the last real position, PAD after EOS.
+
+  The decoder is causal, so position t's logits depend only on ids[:t + 1]:
+  every step runs the same fixed-shape forward (one compile) over the ids
+  decoded so far followed by zeros, and reads position t.
+  """
   b = images.shape[0]
   ids = np.zeros((b, max_len + 1), np.int32)
   ids[:, 0] = c2c.BOS
   done = np.zeros(b, bool)
+  logits_fn = jax.jit(policy.logits)
   for t in range(max_len):
-    logits = np.asarray(policy.logits(jnp.asarray(images),
-                                      jnp.asarray(ids[:, :t + 1])))[:, t]
+    logits = np.asarray(logits_fn(jnp.asarray(images),
+                                  jnp.asarray(ids)))[:, t]
     tok = np.where(done, c2c.PAD, logits.argmax(-1))
     ids[:, t + 1] = tok
     done |= tok == c2c.EOS
