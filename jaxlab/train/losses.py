@@ -75,6 +75,54 @@ def masked_token_nll(logits_btv: jax.Array, targets_bt: jax.Array,
   return jnp.sum(nll_b), jnp.sum(count_b)
 
 
+def chunked_token_nll(unembed: Callable[[jax.Array], jax.Array],
+                      h_btd: jax.Array, targets_bt: jax.Array,
+                      mask_bt: jax.Array, chunk_size: int
+                      ) -> tuple[jax.Array, jax.Array]:
+  """`masked_token_nll` of `unembed(h)` without all `[B, T, V]` logits.
+
+  The B*T token rows are cut into chunks of `chunk_size` (padded with
+  masked-out rows); a `lax.scan` computes each chunk's logits `[C, V]`,
+  its cross-entropy and masked sum, and `jax.checkpoint` makes the backward
+  pass recompute a chunk's logits instead of keeping them, so at most one
+  chunk of float32 logits (and its softmax gradient) is live at a time.
+  Same value and gradient as the plain loss up to float summation order.
+
+  Args:
+    unembed: `h [..., D] -> float32 logits [..., V]` (final norm + LM head,
+      e.g. `Decoder.unembed`).
+    h_btd: last hidden states `[B, T, D]` (before the final norm).
+    targets_bt: int targets `[B, T]`.
+    mask_bt: loss mask `[B, T]`.
+    chunk_size: token rows per chunk (> 0).
+
+  Returns:
+    (sum of masked NLL, number of masked-in tokens), float32 scalars.
+  """
+  b, t, d = h_btd.shape
+  n = b * t
+  c = int(min(chunk_size, n))
+  pad = (-n) % c
+  h = jnp.pad(h_btd.reshape(n, d), ((0, pad), (0, 0)))
+  y = jnp.pad(targets_bt.reshape(n), (0, pad))
+  m = jnp.pad(mask_bt.reshape(n).astype(jnp.float32), (0, pad))
+  k = (n + pad) // c
+
+  @jax.checkpoint
+  def chunk_nll(h_cd, y_c, m_c):
+    logits = unembed(h_cd).astype(jnp.float32)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, y_c)
+    return jnp.sum(nll * m_c)
+
+  def body(total, xs):
+    return total + chunk_nll(*xs), None
+
+  total, _ = jax.lax.scan(
+      body, jnp.zeros((), jnp.float32),
+      (h.reshape(k, c, d), y.reshape(k, c), m.reshape(k, c)))
+  return total, jnp.sum(m)
+
+
 @register("lm")
 def lm_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
             config: Any = None):
@@ -82,13 +130,32 @@ def lm_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
 
   batch: `inputs [B, T]`, `targets [B, T]`, optional `loss_mask [B, T]`,
   `positions [B, T]`, `segment_ids [B, T]` (packed sequences).
+
+  `config.chunk_size` (default 0: off, the plain loss over full logits):
+  compute the LM head and cross-entropy over chunks of that many tokens
+  (`chunked_token_nll`) so the `[B, T, V]` float32 logits are never all
+  live; needs a model with `forward(..., output_hidden_states=True)` and
+  `unembed` (the `Decoder`).
   """
-  del rng, config
+  del rng
+  chunk = int(config.get("chunk_size", 0) or 0) if config is not None else 0
   mask = batch.get("loss_mask")
   if mask is None:
     mask = jnp.ones_like(batch["targets"], dtype=jnp.float32)
-  logits = model(batch["inputs"], positions=batch.get("positions"),
-                 segment_ids=batch.get("segment_ids"))
-  total, count = masked_token_nll(logits, batch["targets"], mask)
+  kwargs = dict(positions=batch.get("positions"),
+                segment_ids=batch.get("segment_ids"))
+  if chunk > 0:
+    if not (hasattr(model, "unembed") and hasattr(model, "forward")):
+      raise ValueError(
+          f"config.loss.chunk_size={chunk} needs a model with `forward` and "
+          f"`unembed` (a Decoder); {type(model).__name__} has not: set "
+          "config.loss.chunk_size=0")
+    # The logits `forward` also computes are unused: jit drops them.
+    out = model.forward(batch["inputs"], output_hidden_states=True, **kwargs)
+    total, count = chunked_token_nll(model.unembed, out.hidden_states[-1],
+                                     batch["targets"], mask, chunk)
+  else:
+    logits = model(batch["inputs"], **kwargs)
+    total, count = masked_token_nll(logits, batch["targets"], mask)
   loss = total / jnp.maximum(count, 1.0)
   return loss, {"tokens": count}
