@@ -92,13 +92,22 @@ class PrefixEmbedsTest(absltest.TestCase):
     prefix = jax.random.normal(jax.random.key(0), (3, 5, 32)) * 0.5
     res = sampler.generate(model, PROMPTS, max_new_tokens=6,
                            prefix_embeds=prefix, return_cache=True)
+    # Greedy by hand: a full forward over [prefix; prompt; tokens so far].
+    # The decoder is causal, so the ids after the current position (zeros
+    # here) cannot change its logits: one fixed-shape jitted forward per row.
+    @jax.jit
+    def logits_fn(prefix_row, ids):
+      h = jnp.concatenate([prefix_row, model.embed(ids)], axis=1)
+      return model.forward(inputs_embeds=h).logits
+
     for b, prompt in enumerate(PROMPTS):
       toks = []
       for _ in range(6):
-        ids = jnp.asarray([prompt + toks])
-        h = jnp.concatenate([prefix[b:b + 1], model.embed(ids)], axis=1)
-        logits = model.forward(inputs_embeds=h).logits
-        toks.append(int(jnp.argmax(logits[0, -1])))
+        ids = np.zeros((1, len(prompt) + 6), np.int32)
+        ids[0, :len(prompt) + len(toks)] = prompt + toks
+        logits = logits_fn(prefix[b:b + 1], jnp.asarray(ids))
+        last = prefix.shape[1] + len(prompt) + len(toks) - 1
+        toks.append(int(jnp.argmax(logits[0, last])))
       self.assertEqual(res.tokens[b], toks)
     # The prefix is in the cache (positions 0..4 first, then the prompt).
     pos = np.asarray(res.cache.positions)[0, 0]
