@@ -124,3 +124,13 @@ def _build_speech_tokenizer(model_cfg, *, vocab_size: int | None = None,
       factory=lambda: speech_tokenizer.SpeechTokenizer(
           cfg, rngs=nnx.Rngs(seed)),
       config=cfg)
+
+
+@register("video")
+def _build_video(model_cfg, *, vocab_size: int | None = None,
+                 seed: int = 0) -> ModelSpec:
+  """`jaxlab.models.video.VideoLM`: decoder fields + `vit` + `video`."""
+  from jaxlab.models import video  # pylint: disable=g-import-not-at-top
+  cfg = video.config_from_dict(model_cfg, vocab_size=vocab_size)
+  return ModelSpec(factory=lambda: video.VideoLM(cfg, rngs=nnx.Rngs(seed)),
+                   config=cfg)
