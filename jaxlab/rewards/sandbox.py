@@ -2,52 +2,70 @@
 
 MSRL (spec F item 4, R_exec and R_vis) executes the code a policy writes.
 That code is hostile by assumption, so `render_chart` never runs it in the
-calling (training) process. Layers of defence, each enough for some attacks:
+calling (training) process, and it must hold when the trainer runs as root.
+Layers of defence (docs/sandbox.md says what each guarantees and what not):
 
-1. A fresh interpreter (`python -I`: no user site, no PYTHON* env, no cwd on
-   sys.path) in its own session / process group, started without
-   `preexec_fn` (unsafe in a threaded JAX process). The parent kills the
-   whole group with SIGKILL at the wall-clock deadline and again on exit, so
-   stray children die too.
-2. `resource` limits set by the child before it imports anything: CPU
-   seconds (SIGXCPU / SIGKILL), address space (so a 6 GB allocation is a
-   MemoryError), file size (so a file or captured output cannot fill the
-   disk), open files, no core dumps, and no new processes (RLIMIT_NPROC; not
-   enforced for root, where layers 3 and 1 carry it).
-3. An audit hook (`sys.addaudithook`, irremovable) installed after the
-   trusted imports (numpy, matplotlib) and before the user code. It refuses
-   every socket operation, process creation (`subprocess.Popen`, `os.system`,
-   `os.fork`, `os.posix_spawn`, `os.exec*`, `os.spawn*`), signals to other
-   processes (`os.kill` could otherwise kill the trainer), raising resource
-   limits, ctypes (which would bypass the hook), and any file access outside
-   the throw-away working directory, except read-only access to the Python
-   installation and matplotlib's data/cache. `socket.socket` is also replaced
-   by a stub.
-4. stdout/stderr go to capped in-process writers (and, beneath them, to files
-   bounded by RLIMIT_FSIZE); the parent reads back at most `max_output_bytes`.
-5. The working directory is a fresh `tempfile.mkdtemp` removed afterwards.
-   The rendered PNG is treated as untrusted: size-capped, decoded, and its
-   shape checked.
+1. Fresh processes per job, forked from a warm zygote interpreter
+   (`sandbox_worker.py`, started with `python -I` and no `preexec_fn`, so it
+   is safe from a threaded JAX process). A trusted per-job supervisor
+   SIGKILLs the job at the wall-clock deadline; the parent kills the whole
+   worker process group if even the supervisor does not answer.
+2. Namespaces when the kernel allows (root: network, pid, mount, ipc, uts;
+   non-root: the same through a user namespace): no network interface but a
+   down loopback, the job is pid 1 so its death kills every process it made,
+   a private /proc, and /tmp replaced by the throw-away work dir (empty
+   read-only /dev/shm, /var/tmp, /run/lock). Otherwise the socket blocking of
+   layer 5 alone; `RenderResult.net_mode` says which.
+3. Privilege drop when the worker is root: supplementary groups cleared,
+   setresgid/setresuid to `user`/`group` (default nobody/nogroup), verified
+   (and `setuid(0)` checked to fail), umask 077, no_new_privs, not dumpable.
+   The work dir is the only directory the job owns. Not root: skipped.
+4. `resource` limits that bind the unprivileged user: CPU seconds, address
+   space (a 6 GB allocation is a MemoryError), file size (bounds files and
+   captured output), open files, processes (RLIMIT_NPROC, default 0: no new
+   process; it counts every process of the uid, see docs/sandbox.md), no
+   core dumps.
+5. In-process: capped stdout/stderr writers, socket stubs, and an audit hook
+   (`sys.addaudithook`, irremovable from Python) refusing sockets, process
+   creation, signals, ctypes and file access outside the work dir. It is a
+   speed bump, not the boundary: layers 2-4 hold when it is bypassed
+   (`audit_hook=False` runs without it, as the tests do to prove that).
+6. The rendering comes back as an `.npy` file in the work dir, read without
+   following links, size-capped, parsed without pickle, and its shape and
+   dtype checked before use. The throw-away dir is removed afterwards.
 
-The child renders with the Agg backend at exactly `size=(H, W)` pixels.
+`SandboxPool` keeps warm zygotes (matplotlib imported once) so a rollout
+pays a fork instead of an interpreter start; each job is as isolated as in
+`render_chart`. The child renders with the Agg backend at exactly
+`size=(H, W)` pixels.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import grp
 import io
 import json
 import os
+import pwd
+import queue
+import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
 
-_MAX_PNG_BYTES = 32 * 1024 * 1024
+_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "sandbox_worker.py")
+_OUT_NAME = "__sandbox_out__.npy"
+_ERROR_MARKER = "__SANDBOX_ERROR__ "
 
 
 @dataclasses.dataclass
@@ -58,6 +76,11 @@ class RenderResult:
   image: uint8 `[H, W, 3]` RGB rendering, or None.
   error: a short reason when not ok ("timeout", the exception, ...), else "".
   stdout / stderr: the first `max_output_bytes` of the child's output.
+  net_mode: "netns" (own network namespace), "audit-hook" (socket blocking
+    only) or "none" (neither).
+  fs_mode: "private-tmp" (mount namespace, /tmp = the work dir) or "shared".
+  uid: the uid the code ran as (-1 if unknown); dropped: whether the
+    privilege drop ran; pid_ns: whether the job had its own pid namespace.
   """
   ok: bool
   image: np.ndarray | None
@@ -65,199 +88,18 @@ class RenderResult:
   stdout: str = ""
   stderr: str = ""
   elapsed_s: float = 0.0
-
-
-# The child program. It receives one JSON argument (paths and limits).
-_RUNNER = r'''
-import sys, os, json, resource
-cfg = json.loads(sys.argv[1])
-
-def _limit(kind, soft, hard=None):
-  try:
-    resource.setrlimit(kind, (soft, soft if hard is None else hard))
-  except (ValueError, OSError):
-    pass
-
-_limit(resource.RLIMIT_CPU, cfg["cpu_s"], cfg["cpu_s"] + 1)
-_limit(resource.RLIMIT_AS, cfg["mem_bytes"])
-_limit(resource.RLIMIT_FSIZE, cfg["fsize_bytes"])
-_limit(resource.RLIMIT_CORE, 0)
-_limit(resource.RLIMIT_NOFILE, 256)
-
-class _CappedWriter:
-  """A text stream that keeps the first `cap` characters and drops the rest."""
-  def __init__(self, stream, cap):
-    self._stream, self._left = stream, cap
-  def write(self, s):
-    s = str(s)
-    if self._left > 0:
-      part = s[:self._left]
-      self._left -= len(part)
-      self._stream.write(part)
-    return len(s)
-  def flush(self):
-    self._stream.flush()
-  def isatty(self):
-    return False
-
-sys.stdout = _CappedWriter(sys.stdout, cfg["max_output"])
-sys.stderr = _CappedWriter(sys.stderr, cfg["max_output"])
-
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import numpy as np
-import numpy
-import math
-import socket
-
-work = os.path.realpath(cfg["workdir"])
-code_path, out_path = cfg["code_path"], cfg["out_path"]
-with open(code_path) as f:
-  source = f.read()
-code = compile(source, "<generated>", "exec")
-H, W, dpi = cfg["height"], cfg["width"], 100.0
-import matplotlib.image as mimage
-import subprocess
-import posixpath
-import genericpath
-
-read_roots = tuple(sorted({os.path.realpath(p) for p in (
-    sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-    os.path.dirname(np.__file__), os.path.dirname(matplotlib.__file__),
-    matplotlib.get_data_path(), matplotlib.get_cachedir(),
-    matplotlib.get_configdir(), "/usr/share/fonts") if p}))
-
-
-def _make_hook(work, read_roots):
-  """Builds the audit hook; its state lives only in this closure.
-
-  Everything the hook calls is bound here, so user code that monkeypatches
-  `os` or `posixpath` after the hook is armed cannot change its decisions
-  (functions it calls into, like `realpath`, still look up `os.lstat` late;
-  path-creating events are checked too, so a symlink out cannot be made).
-  """
-  realpath, fsdecode, sep = os.path.realpath, os.fsdecode, os.sep
-  PathLike = os.PathLike
-  blocked_prefixes = ("socket.", "subprocess.", "os.exec", "os.spawn",
-                      "os.posix_spawn", "os.fork", "ctypes.", "_ctypes.",
-                      "resource.", "pty.", "webbrowser.", "urllib.",
-                      "http.", "ftplib.", "smtplib.", "imaplib.", "poplib.",
-                      "nntplib.", "telnetlib.", "gc.get_")
-  blocked = frozenset({
-      "os.system", "os.kill", "os.killpg", "os.forkpty", "os.setuid",
-      "os.chroot", "signal.pthread_kill", "os.chmod", "os.chown",
-      "os.chflags", "os.lchown", "os.lchflags", "os.setxattr",
-      "os.removexattr", "os.putenv", "os.unsetenv", "shutil.chown",
-      "os.startfile", "mmap.__new__", "os.mknod", "os.mkfifo",
-      "sys.addaudithook", "os.add_dll_directory"})
-  blocked_imports = frozenset({"_posixsubprocess", "_ctypes", "ctypes",
-                               "_socket", "_multiprocessing", "pty", "fcntl",
-                               "_posixshmem", "mmap"})
-  write_flags = (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND |
-                 os.O_TRUNC)
-  path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1,
-                 "os.rename": 2, "os.link": 2, "os.symlink": 2,
-                 "os.truncate": 1, "os.utime": 1, "os.listdir": 1,
-                 "os.scandir": 1, "os.chdir": 1, "shutil.rmtree": 1,
-                 "shutil.copyfile": 2, "shutil.copytree": 2,
-                 "shutil.move": 2, "os.getxattr": 1, "os.listxattr": 1,
-                 "glob.glob": 1}
-  # Read-only events may also look inside the Python installation (imports
-  # list directories there).
-  read_events = frozenset({"os.listdir", "os.scandir", "os.getxattr",
-                           "os.listxattr", "glob.glob"})
-  work_roots = (work,)
-  both_roots = (work,) + tuple(read_roots)
-
-  def inside(path, roots):
-    if isinstance(path, int):
-      return True          # an already-open descriptor
-    try:
-      p = realpath(fsdecode(path))
-    except Exception:
-      return False
-    for r in roots:
-      if p == r or p.startswith(r + sep):
-        return True
-    return False
-
-  def hook(event, args):
-    if event in blocked or event.startswith(blocked_prefixes):
-      raise PermissionError(f"sandbox: {event} is not allowed")
-    if event == "import":
-      name = args[0] if args else ""
-      if isinstance(name, str) and name.split(".")[0] in blocked_imports:
-        raise PermissionError(f"sandbox: import {name} is not allowed")
-      return
-    if event == "open":
-      path, mode, flags = (tuple(args) + (None, None, None))[:3]
-      writing = isinstance(mode, str) and any(c in mode for c in "wax+")
-      if isinstance(flags, int) and flags & write_flags:
-        writing = True
-      if path is None or inside(path, work_roots):
-        return
-      if not writing and inside(path, read_roots):
-        return
-      raise PermissionError(f"sandbox: open({path!r}) outside the work dir")
-    n = path_events.get(event)
-    if n is not None:
-      roots = both_roots if event in read_events else work_roots
-      for a in tuple(args)[:n]:
-        if isinstance(a, (str, bytes, PathLike)) and not inside(a, roots):
-          raise PermissionError(
-              f"sandbox: {event}({a!r}) outside the work dir")
-  return hook
-
-
-class _NoSocket:
-  def __init__(self, *a, **k):
-    raise PermissionError("sandbox: network access is not allowed")
-
-socket.socket = _NoSocket
-socket.create_connection = _NoSocket
-socket.socketpair = _NoSocket
-plt.show = lambda *a, **k: None
-# Process creation that is not audited goes through _posixsubprocess: unload
-# it (its re-import is refused by the hook).
-subprocess._fork_exec = None
-subprocess._posixsubprocess = None
-for _m in ("_posixsubprocess", "_ctypes", "ctypes", "_socket"):
-  sys.modules.pop(_m, None)
-_limit(resource.RLIMIT_NPROC, 0)
-sys.addaudithook(_make_hook(work, read_roots))
-del _make_hook
-
-env = {"__name__": "__main__", "__builtins__": __builtins__, "plt": plt,
-       "np": np}
-try:
-  exec(code, env)
-  nums = plt.get_fignums()
-  if not nums:
-    raise RuntimeError("the code produced no figure")
-  fig = plt.figure(nums[-1])
-  fig.set_dpi(dpi)
-  fig.set_size_inches(W / dpi, H / dpi)
-  fig.canvas.draw()
-  rgba = np.asarray(fig.canvas.buffer_rgba())
-  if rgba.shape[:2] != (H, W):
-    raise RuntimeError(f"rendered {rgba.shape[:2]}, wanted {(H, W)}")
-  mimage.imsave(out_path, np.ascontiguousarray(rgba[..., :3]), format="png")
-except BaseException as e:
-  sys.stderr.write(f"\n__SANDBOX_ERROR__ {type(e).__name__}: {e}"[:2000])
-  sys.stderr.flush()
-  os._exit(3)
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
-'''
+  net_mode: str = ""
+  fs_mode: str = ""
+  uid: int = -1
+  dropped: bool = False
+  pid_ns: bool = False
 
 
 def _default_mplconfigdir() -> str:
-  """A persistent, per-user matplotlib config/cache dir shared by children.
+  """A persistent, per-user matplotlib config/cache dir shared by workers.
 
-  Reusing it keeps the font cache warm (building it takes seconds); children
-  only read it, since it is created and filled before the audit hook arms.
+  Reusing it keeps the font cache warm (building it takes seconds); only the
+  trusted zygote reads it, before any job runs.
   """
   path = os.environ.get("MPLCONFIGDIR")
   if path:
@@ -267,122 +109,350 @@ def _default_mplconfigdir() -> str:
   return path
 
 
+def _identity(user: str | int, group: str | int) -> tuple[int, int]:
+  """(uid, gid) of the sandbox identity; refuses a privileged one."""
+  try:
+    uid = user if isinstance(user, int) else pwd.getpwnam(user).pw_uid
+  except KeyError:
+    raise ValueError(f"user={user!r}: no such user") from None
+  try:
+    gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
+  except KeyError:
+    raise ValueError(f"group={group!r}: no such group") from None
+  if uid == 0 or gid == 0:
+    raise ValueError(f"user={user!r}, group={group!r}: the sandbox identity "
+                     "must not be root")
+  return int(uid), int(gid)
+
+
+class _Worker:
+  """One zygote process (`sandbox_worker.py`) and its line protocol."""
+
+  def __init__(self, python: str | None = None):
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/", "MPLBACKEND": "Agg",
+           "MPLCONFIGDIR": _default_mplconfigdir(), "LANG": "C.UTF-8",
+           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
+    self.proc = subprocess.Popen(
+        [python or sys.executable, "-I", _WORKER], cwd="/", env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    self._buf = b""
+    self.euid: int | None = None
+
+  def wait_ready(self, timeout_s: float) -> None:
+    if self.euid is not None:
+      return
+    line = self._readline(time.monotonic() + timeout_s)
+    if line is None:
+      self.kill()
+      raise OSError("the sandbox worker did not start")
+    self.euid = int(json.loads(line)["euid"])
+
+  def _readline(self, deadline: float) -> bytes | None:
+    fd = self.proc.stdout.fileno()
+    while b"\n" not in self._buf:
+      left = deadline - time.monotonic()
+      if left <= 0 or not select.select([fd], [], [], left)[0]:
+        return None
+      chunk = os.read(fd, 1 << 16)
+      if not chunk:
+        return None
+      self._buf += chunk
+    line, self._buf = self._buf.split(b"\n", 1)
+    return line
+
+  def run(self, job: dict, wait_s: float) -> dict | None:
+    """Sends one job; its reply, or None (then the worker is killed)."""
+    try:
+      self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+      self.proc.stdin.flush()
+      line = self._readline(time.monotonic() + wait_s)
+      if line is not None:
+        return json.loads(line)
+    except (OSError, ValueError):
+      pass
+    self.kill()
+    return None
+
+  def alive(self) -> bool:
+    return self.proc.poll() is None
+
+  def kill(self) -> None:
+    try:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+    except OSError:
+      pass
+    try:
+      self.proc.kill()
+    except OSError:
+      pass
+    self.proc.wait()
+    for f in (self.proc.stdin, self.proc.stdout):
+      try:
+        f.close()
+      except OSError:
+        pass
+
+  def close(self) -> None:
+    """Ends the zygote (EOF on its stdin), killing it if it lingers."""
+    try:
+      self.proc.stdin.close()
+      self.proc.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+      pass
+    self.kill()
+
+
 def _read_capped(path: str, cap: int) -> str:
   try:
-    with open(path, "rb") as f:
-      return f.read(cap).decode("utf-8", "replace")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
   except OSError:
     return ""
+  with os.fdopen(fd, "rb") as f:
+    return f.read(cap).decode("utf-8", "replace")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _load_image(path: str, hw: tuple[int, int]):
+  """Reads and validates the child's `.npy` rendering (untrusted bytes)."""
+  h, w = hw
+  cap = h * w * 3 + 4096
   try:
-    os.killpg(proc.pid, signal.SIGKILL)
-  except (ProcessLookupError, PermissionError):
-    pass
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+  except OSError:
+    return None, "no image was written"
+  try:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+      return None, "the image is not a regular file"
+    if st.st_size > cap:
+      return None, "image file too large"
+    with os.fdopen(fd, "rb") as f:
+      fd = -1
+      data = f.read(cap + 1)
+  finally:
+    if fd >= 0:
+      os.close(fd)
+  try:
+    arr = np.load(io.BytesIO(data), allow_pickle=False)
+  except Exception as e:  # pylint: disable=broad-except
+    return None, f"unreadable image: {type(e).__name__}"
+  if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or (
+      arr.shape != (h, w, 3)):
+    return None, (f"bad image {getattr(arr, 'dtype', '?')} "
+                  f"{getattr(arr, 'shape', '?')}, wanted uint8 {(h, w, 3)}")
+  return np.array(arr, np.uint8, copy=True), ""
 
 
-def render_chart(code: str, *, timeout_s: float = 10.0,
-                 size: tuple[int, int] = (64, 64),
-                 cpu_s: int | None = None, mem_bytes: int = 2 << 30,
-                 fsize_bytes: int = 16 << 20, max_output_bytes: int = 64 << 10,
-                 python: str | None = None) -> RenderResult:
-  """Runs `code` in a sandboxed interpreter and returns its figure.
-
-  Args:
-    code: python source using matplotlib (`plt`, `np` are predefined too).
-    timeout_s: wall-clock limit; the process group is SIGKILLed after it.
-    size: (H, W) of the returned image in pixels.
-    cpu_s: CPU-second limit (default ceil(timeout_s) + 1).
-    mem_bytes: address-space limit (2 GiB).
-    fsize_bytes: largest file the child may write (also bounds its output).
-    max_output_bytes: how much stdout/stderr is kept.
-    python: interpreter (default `sys.executable`).
-
-  Returns:
-    A `RenderResult`; never raises for anything the code does.
-  """
+def _run(worker: _Worker, code: str, *, timeout_s: float,
+         size: tuple[int, int], cpu_s: int | None, mem_bytes: int,
+         fsize_bytes: int, max_output_bytes: int, max_procs: int,
+         max_open_files: int, user: str | int, group: str | int,
+         namespaces: bool, audit_hook: bool, start: float) -> RenderResult:
+  """One job on a ready worker: throw-away dir, run, validate, clean up."""
   if not isinstance(code, str):
     raise ValueError(f"code must be a str, got {type(code).__name__}")
   h, w = (int(s) for s in size)
   if h < 8 or w < 8 or h * w > 4096 * 4096:
     raise ValueError(f"size={size} must be (H, W) with 8 <= H, W and H*W "
                      "<= 4096**2")
-  start = time.monotonic()
+  if timeout_s <= 0:
+    raise ValueError(f"timeout_s={timeout_s} must be > 0")
+  drop = worker.euid == 0
+  uid, gid = _identity(user, group) if drop else (-1, -1)
   root = tempfile.mkdtemp(prefix="jaxlab_sandbox_")
-  work = os.path.join(root, "work")
-  os.mkdir(work, 0o700)
-  code_path = os.path.join(root, "code.py")
-  out_path = os.path.join(work, "__sandbox_out__.png")
-  out_log, err_log = os.path.join(root, "out.txt"), os.path.join(root, "err.txt")
-  with open(code_path, "w") as f:
-    f.write(code)
-  cfg = dict(workdir=work, code_path=code_path, out_path=out_path,
-             height=h, width=w,
-             cpu_s=int(cpu_s if cpu_s is not None else int(timeout_s) + 1),
-             mem_bytes=int(mem_bytes), fsize_bytes=int(fsize_bytes),
-             max_output=int(max_output_bytes))
-  env = {"PATH": "/usr/bin:/bin", "HOME": work, "MPLBACKEND": "Agg",
-         "MPLCONFIGDIR": _default_mplconfigdir(), "LANG": "C.UTF-8",
-         "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-         "MKL_NUM_THREADS": "1", "TMPDIR": work}
-  proc = None
-  timed_out = False
   try:
-    with open(out_log, "wb") as fo, open(err_log, "wb") as fe:
-      proc = subprocess.Popen(
-          [python or sys.executable, "-I", "-c",
-           _RUNNER, json.dumps(cfg)],
-          cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
-          start_new_session=True, close_fds=True)
-      try:
-        proc.wait(timeout=timeout_s)
-      except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    _kill_group(proc)  # children it may have left behind
-    stdout = _read_capped(out_log, max_output_bytes)
-    stderr = _read_capped(err_log, max_output_bytes)
+    work = os.path.join(root, "work")
+    os.mkdir(work, 0o700)
+    if drop:
+      os.chown(work, uid, gid)
+      os.chmod(root, 0o711)  # traversable, not listable; logs stay 0600
+    job = dict(code=code, root=root, work=work, height=h, width=w,
+               timeout_s=float(timeout_s),
+               cpu_s=int(cpu_s if cpu_s is not None else int(timeout_s) + 1),
+               mem_bytes=int(mem_bytes), fsize_bytes=int(fsize_bytes),
+               max_output=int(max_output_bytes), max_procs=int(max_procs),
+               max_open_files=int(max_open_files), drop=drop, uid=uid,
+               gid=gid, namespaces=bool(namespaces),
+               audit_hook=bool(audit_hook))
+    rep = worker.run(job, wait_s=float(timeout_s) + max(10.0, timeout_s))
+    stdout = _read_capped(os.path.join(root, "out.txt"), max_output_bytes)
+    stderr = _read_capped(os.path.join(root, "err.txt"), max_output_bytes)
     elapsed = time.monotonic() - start
-    if timed_out:
+    if rep is None:
+      return RenderResult(False, None, f"timeout after {timeout_s:g}s "
+                          "(the worker stopped answering)", stdout, stderr,
+                          elapsed)
+    info = dict(net_mode=rep.get("net_mode", ""),
+                fs_mode=rep.get("fs_mode", ""), uid=int(rep.get("uid", -1)),
+                dropped=bool(rep.get("dropped", False)),
+                pid_ns=bool(rep.get("pid_ns", False)))
+    if "supervisor_error" in rep:
+      return RenderResult(False, None,
+                          f"sandbox failed: {rep['supervisor_error']}",
+                          stdout, stderr, elapsed, **info)
+    if rep.get("timed_out"):
       return RenderResult(False, None, f"timeout after {timeout_s:g}s",
-                          stdout, stderr, elapsed)
-    if proc.returncode != 0:
-      marker = "__SANDBOX_ERROR__ "
-      if marker in stderr:
-        error = stderr.rsplit(marker, 1)[1].strip()
-      elif proc.returncode < 0:
-        error = f"killed by signal {signal.Signals(-proc.returncode).name}"
+                          stdout, stderr, elapsed, **info)
+    rc = int(rep.get("returncode", -1))
+    if rc != 0:
+      if _ERROR_MARKER in stderr:
+        error = stderr.rsplit(_ERROR_MARKER, 1)[1].strip()
+      elif rep.get("signal"):
+        error = f"killed by signal {rep['signal']}"
       else:
-        error = f"exit code {proc.returncode}"
-      return RenderResult(False, None, error, stdout, stderr, elapsed)
-    image, error = _load_png(out_path, (h, w))
+        error = f"exit code {rc}"
+      return RenderResult(False, None, error, stdout, stderr, elapsed, **info)
+    if drop and not info["dropped"]:
+      return RenderResult(False, None, "privilege drop not confirmed",
+                          stdout, stderr, elapsed, **info)
+    image, error = _load_image(os.path.join(work, _OUT_NAME), (h, w))
     return RenderResult(image is not None, image, error, stdout, stderr,
-                        elapsed)
-  except OSError as e:  # e.g. no processes left to start one
-    return RenderResult(False, None, f"sandbox failed to start: {e}",
-                        elapsed_s=time.monotonic() - start)
+                        elapsed, **info)
   finally:
-    if proc is not None and proc.poll() is None:
-      _kill_group(proc)
-      proc.wait()
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _load_png(path: str, hw: tuple[int, int]):
+_JOB_DEFAULTS = dict(timeout_s=10.0, size=(64, 64), cpu_s=None,
+                     mem_bytes=2 << 30, fsize_bytes=16 << 20,
+                     max_output_bytes=64 << 10, max_procs=0,
+                     max_open_files=64, user="nobody", group="nogroup",
+                     namespaces=True, audit_hook=True)
+
+
+def render_chart(code: str, *, timeout_s: float = 10.0,
+                 size: tuple[int, int] = (64, 64),
+                 cpu_s: int | None = None, mem_bytes: int = 2 << 30,
+                 fsize_bytes: int = 16 << 20, max_output_bytes: int = 64 << 10,
+                 max_procs: int = 0, max_open_files: int = 64,
+                 user: str | int = "nobody", group: str | int = "nogroup",
+                 namespaces: bool = True, audit_hook: bool = True,
+                 python: str | None = None,
+                 pool: SandboxPool | None = None) -> RenderResult:
+  """Runs `code` in a sandbox and returns its figure.
+
+  Args:
+    code: python source using matplotlib (`plt`, `np` are predefined too).
+    timeout_s: wall-clock limit; the job (and all it started) is SIGKILLed.
+    size: (H, W) of the returned image in pixels.
+    cpu_s: CPU-second limit (default int(timeout_s) + 1).
+    mem_bytes: address-space limit (2 GiB).
+    fsize_bytes: largest file the child may write (also bounds its output).
+    max_output_bytes: how much stdout/stderr is kept.
+    max_procs: RLIMIT_NPROC of the job: processes its uid may have before a
+      fork fails (0: none). It counts every process of that uid on the host.
+    max_open_files: RLIMIT_NOFILE.
+    user, group: identity the code runs as when the worker is root.
+    namespaces: try network/pid/mount namespaces (False: layers 3-5 only).
+    audit_hook: install the in-process audit hook (False only to test that
+      the kernel-enforced layers hold on their own).
+    python: interpreter of a one-shot worker (default `sys.executable`).
+    pool: run on this `SandboxPool`'s warm workers instead of starting one.
+
+  Returns:
+    A `RenderResult`; never raises for anything the code does.
+  """
+  kw = dict(timeout_s=timeout_s, size=size, cpu_s=cpu_s, mem_bytes=mem_bytes,
+            fsize_bytes=fsize_bytes, max_output_bytes=max_output_bytes,
+            max_procs=max_procs, max_open_files=max_open_files, user=user,
+            group=group, namespaces=namespaces, audit_hook=audit_hook)
+  if pool is not None:
+    return pool.render(code, **kw)
+  start = time.monotonic()
   try:
-    if os.path.islink(path) or not os.path.isfile(path):
-      return None, "no image was written"
-    if os.path.getsize(path) > _MAX_PNG_BYTES:
-      return None, "image file too large"
-    with open(path, "rb") as f:
-      data = f.read(_MAX_PNG_BYTES + 1)
-    from PIL import Image  # a matplotlib dependency
-    with Image.open(io.BytesIO(data)) as im:
-      if im.format != "PNG" or (im.height, im.width) != hw:
-        return None, f"bad image {im.format} {im.height}x{im.width}"
-      arr = np.asarray(im.convert("RGB"), np.uint8)
-  except Exception as e:  # pylint: disable=broad-except
-    return None, f"unreadable image: {type(e).__name__}"
-  return arr, ""
+    worker = _Worker(python)
+  except OSError as e:  # e.g. no processes left to start one
+    return RenderResult(False, None, f"sandbox failed to start: {e}",
+                        elapsed_s=time.monotonic() - start)
+  try:
+    worker.wait_ready(max(120.0, timeout_s))
+    return _run(worker, code, start=start, **kw)
+  except OSError as e:
+    return RenderResult(False, None, f"sandbox failed to start: {e}",
+                        elapsed_s=time.monotonic() - start)
+  finally:
+    worker.close()
+
+
+class SandboxPool:
+  """A few warm sandbox workers shared by threads (RL reward throughput).
+
+  Each worker is a zygote with matplotlib imported once; every job still
+  gets fresh processes, namespaces, privilege drop and limits. `render`
+  takes `render_chart`'s keyword arguments (pass `pool.render` as a
+  `render=` callback). A worker that stops answering is killed and
+  replaced.
+
+      with sandbox.SandboxPool(workers=2) as pool:
+        r = pool.render(code, timeout_s=5.0, size=(64, 64))
+  """
+
+  def __init__(self, workers: int = 2, *, python: str | None = None,
+               start_timeout_s: float = 120.0):
+    if workers < 1:
+      raise ValueError(f"workers={workers} must be >= 1")
+    self._python = python
+    self._start_timeout_s = float(start_timeout_s)
+    self._idle: queue.Queue[_Worker] = queue.Queue()
+    self._lock = threading.Lock()
+    self._all: list[_Worker] = []
+    self._closed = False
+    started = [self._spawn() for _ in range(workers)]
+    for wk in started:
+      wk.wait_ready(self._start_timeout_s)
+      self._idle.put(wk)
+
+  def _spawn(self) -> _Worker:
+    wk = _Worker(self._python)
+    with self._lock:
+      self._all.append(wk)
+    return wk
+
+  def render(self, code: str, **kw) -> RenderResult:
+    unknown = set(kw) - set(_JOB_DEFAULTS)
+    if unknown:
+      raise ValueError(f"unknown render option(s) {sorted(unknown)}")
+    if self._closed:
+      raise RuntimeError("the SandboxPool is closed")
+    opts = {**_JOB_DEFAULTS, **kw}
+    start = time.monotonic()
+    wk = self._idle.get()
+    try:
+      if not wk.alive():
+        with self._lock:
+          self._all.remove(wk)
+        wk = self._spawn()
+        wk.wait_ready(self._start_timeout_s)
+      return _run(wk, code, start=start, **opts)
+    except OSError as e:
+      return RenderResult(False, None, f"sandbox failed to start: {e}",
+                          elapsed_s=time.monotonic() - start)
+    finally:
+      self._idle.put(wk)
+
+  def close(self) -> None:
+    self._closed = True
+    with self._lock:
+      workers, self._all = self._all, []
+    for wk in workers:
+      wk.close()
+
+  def __enter__(self) -> "SandboxPool":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+_SHARED: dict[tuple[int, str | None], SandboxPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int = 2, python: str | None = None) -> SandboxPool:
+  """A process-wide `SandboxPool` (started on first use, closed at exit)."""
+  with _SHARED_LOCK:
+    pool = _SHARED.get((workers, python))
+    if pool is None or pool._closed:  # pylint: disable=protected-access
+      pool = _SHARED[(workers, python)] = SandboxPool(workers, python=python)
+      atexit.register(pool.close)
+    return pool

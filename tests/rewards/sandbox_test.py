@@ -3,7 +3,10 @@
 Each hostile snippet must come back with ok == False (or a harmless image),
 leave nothing outside its own directory, and leave this process alive.
 Hostile cases that fail fast get a generous timeout (so a loaded machine
-cannot turn "refused" into "timeout"); the run-forever cases use 2 s.
+cannot turn "refused" into "timeout"); the run-forever cases use 2 s. All
+but the one-shot test run on one shared warm `SandboxPool` (each job still
+gets fresh processes); escapes against the kernel layers alone are in
+sandbox_escape_test.py.
 """
 
 import os
@@ -16,6 +19,10 @@ from absl.testing import parameterized
 from jaxlab.rewards import sandbox
 
 _FAST = 30.0   # generous: these cases are refused within a second
+
+
+def _render(code, **kw):
+  return sandbox.render_chart(code, pool=sandbox.shared_pool(), **kw)
 
 
 class SandboxTest(parameterized.TestCase):
@@ -46,7 +53,7 @@ class SandboxTest(parameterized.TestCase):
         "fig, ax = plt.subplots()\n"
         "ax.bar(['a', 'b', 'c'], [3, 5, 2], color='red')\n"
         "ax.set_title('abc')\nprint('done')\n",
-        timeout_s=_FAST, size=(48, 64))
+        timeout_s=_FAST, size=(48, 64))   # the one-shot path
     self.assertTrue(r.ok, r.error + r.stderr)
     self.assertEqual(r.image.shape, (48, 64, 3))
     self.assertEqual(r.image.dtype, np.uint8)
@@ -59,17 +66,17 @@ class SandboxTest(parameterized.TestCase):
     self.assertEqual(self._sandbox_dirs() - before, set())  # dir removed
 
   def test_no_figure_is_not_ok(self):
-    r = sandbox.render_chart("x = 1", timeout_s=_FAST)
+    r = _render("x = 1", timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("no figure", r.error)
 
   def test_exception_is_reported(self):
-    r = sandbox.render_chart("1 / 0", timeout_s=_FAST)
+    r = _render("1 / 0", timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("ZeroDivisionError", r.error)
 
   def test_read_outside_refused(self):
-    r = sandbox.render_chart(f"print(open({self.victim!r}).read())",
+    r = _render(f"print(open({self.victim!r}).read())",
                              timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("outside the work dir", r.error)
@@ -88,7 +95,7 @@ class SandboxTest(parameterized.TestCase):
   )
   def test_write_outside_refused(self, snippet):
     target = os.path.join(self.outside, "new.txt")
-    r = sandbox.render_chart(snippet.format(p=target, d=self.outside),
+    r = _render(snippet.format(p=target, d=self.outside),
                              timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("sandbox:", r.error)
@@ -102,7 +109,7 @@ class SandboxTest(parameterized.TestCase):
       ("chmod", "import os; os.chmod({v!r}, 0)"),
   )
   def test_outside_file_untouched(self, snippet):
-    r = sandbox.render_chart(snippet.format(v=self.victim, d=self.outside),
+    r = _render(snippet.format(v=self.victim, d=self.outside),
                              timeout_s=_FAST)
     self.assertFalse(r.ok)
     with open(self.victim) as f:
@@ -124,17 +131,17 @@ class SandboxTest(parameterized.TestCase):
   )
   def test_process_creation_refused(self, snippet, what):
     target = os.path.join(self.outside, "spawned")
-    r = sandbox.render_chart(snippet.format(p=target), timeout_s=_FAST)
+    r = _render(snippet.format(p=target), timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn(what, r.error)
     self.assertFalse(os.path.exists(target))
 
   def test_fork_bomb(self):
-    r = sandbox.render_chart(
+    r = _render(
         "import os\nwhile True:\n  os.fork()\n", timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("os.fork", r.error)
-    r = sandbox.render_chart(
+    r = _render(
         "import multiprocessing as mp\n"
         "ps = [mp.Process(target=print) for _ in range(100)]\n"
         "[p.start() for p in ps]\n", timeout_s=_FAST)
@@ -150,9 +157,11 @@ class SandboxTest(parameterized.TestCase):
       ("dns", "import socket; socket.getaddrinfo('localhost', 80)"),
   )
   def test_network_refused(self, snippet):
-    r = sandbox.render_chart(snippet, timeout_s=_FAST)
+    r = _render(snippet, timeout_s=_FAST)
     self.assertFalse(r.ok)
-    self.assertIn("sandbox", r.error)
+    # "No module named": the unprivileged job cannot read a stdlib that is
+    # not world-readable (pyenv under /root) beyond the modules preloaded.
+    self.assertRegex(r.error, "sandbox|No module named")
 
   @parameterized.named_parameters(
       ("busy_loop", "while True:\n  pass\n"),
@@ -163,7 +172,7 @@ class SandboxTest(parameterized.TestCase):
                          "while True:\n  pass\n"),
   )
   def test_runs_forever_times_out(self, snippet):
-    r = sandbox.render_chart(snippet, timeout_s=2.0)
+    r = _render(snippet, timeout_s=2.0)
     self.assertFalse(r.ok)
     self.assertRegex(r.error, "timeout|SIGKILL|SIGXCPU")
 
@@ -173,32 +182,33 @@ class SandboxTest(parameterized.TestCase):
       ("grow", "xs = []\nwhile True:\n  xs.append(bytearray(1 << 26))\n"),
   )
   def test_memory_limit(self, snippet):
-    r = sandbox.render_chart(snippet, timeout_s=_FAST)
+    # 512 MiB: "grow" touches every page it gets, so keep that cheap.
+    r = _render(snippet, timeout_s=_FAST, mem_bytes=512 << 20)
     self.assertFalse(r.ok)
     self.assertIn("MemoryError", r.error)
 
   def test_huge_output_is_capped(self):
-    r = sandbox.render_chart(
+    r = _render(
         "print('x' * 10_000_000)\n"
         "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n",
         timeout_s=_FAST, max_output_bytes=1000)
     self.assertTrue(r.ok, r.error)        # a harmless image
     self.assertLessEqual(len(r.stdout), 1000)
-    r = sandbox.render_chart(   # bypassing the capped writer hits FSIZE
+    r = _render(   # bypassing the capped writer hits FSIZE
         "import sys\nwhile True:\n  sys.__stdout__.write('y' * 1_000_000)\n",
         timeout_s=_FAST, fsize_bytes=4 << 20, max_output_bytes=1000)
     self.assertFalse(r.ok)
     self.assertLessEqual(len(r.stdout), 1000)
 
   def test_big_file_in_workdir_capped(self):
-    r = sandbox.render_chart(
+    r = _render(
         "f = open('big.bin', 'wb')\nwhile True:\n  f.write(b'0' * (1 << 20))\n",
         timeout_s=_FAST, fsize_bytes=4 << 20)
     self.assertFalse(r.ok)
     self.assertRegex(r.error, "File too large|SIGXFSZ")
 
   def test_cannot_disable_the_hook(self):
-    r = sandbox.render_chart(
+    r = _render(
         "import sys, os\n"
         "m = sys.modules['__main__']\n"
         "m.__dict__.clear()\n"
@@ -208,7 +218,7 @@ class SandboxTest(parameterized.TestCase):
       self.assertEqual(f.read(), "keep me")
 
   def test_reads_python_install_ok(self):
-    r = sandbox.render_chart(
+    r = _render(
         "import numpy, json, colorsys, fractions\n"
         "src = open(numpy.__file__).read()\n"
         "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n",
@@ -217,7 +227,7 @@ class SandboxTest(parameterized.TestCase):
 
   def test_bad_size(self):
     with self.assertRaisesRegex(ValueError, "size="):
-      sandbox.render_chart("", size=(2, 2))
+      _render("", size=(2, 2))
 
 
 if __name__ == "__main__":
