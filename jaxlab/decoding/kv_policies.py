@@ -137,3 +137,296 @@ def top_slots(scores_bks: jax.Array, cache: attn_lib.KVCache,
   order_key = jnp.sort(order_key, axis=-1)
   return jnp.where(order_key >= cache.max_len, -1, order_key).astype(
       jnp.int32)
+
+
+# ---------------------------------------------------------------------------
+# SnapKV / SpecKV scoring (Li et al. 2024; Galim et al. 2026, paper M)
+# ---------------------------------------------------------------------------
+
+REDUCTIONS = ("max", "mean")
+
+
+def _check_scoring_options(*, budget: int, window: int, kernel: int,
+                           reduce: str) -> None:
+  if window < 1:
+    raise ValueError(f"window must be >= 1, got {window}")
+  if budget < window:
+    raise ValueError(
+        f"budget={budget} is smaller than window={window}: the budget "
+        "C_max counts the kept observation window, so it must be >= window "
+        "(raise the budget or lower the window)")
+  if kernel < 1 or kernel % 2 == 0:
+    raise ValueError(f"kernel must be an odd integer >= 1 (a 'same' "
+                     f"max-pool), got {kernel}")
+  if reduce not in REDUCTIONS:
+    raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+
+
+def max_pool_keys(scores_bks: jax.Array, kernel: int) -> jax.Array:
+  """1-D max-pool over the last axis, stride 1, "same" padding with -inf.
+
+  The pooling of SnapKV / SpecKV (`F.max_pool1d(kernel, padding=kernel//2,
+  stride=1)` in the reference code): a key inherits the best score of its
+  `kernel // 2` neighbours on each side, so kept keys come in small runs.
+  """
+  if kernel == 1:
+    return scores_bks
+  return jax.lax.reduce_window(
+      scores_bks, -jnp.inf, jax.lax.max,
+      (1,) * (scores_bks.ndim - 1) + (kernel,), (1,) * scores_bks.ndim,
+      [(0, 0)] * (scores_bks.ndim - 1) + [(kernel // 2, kernel // 2)])
+
+
+def reduce_group_window(probs_bnws: jax.Array, num_kv_heads: int,
+                        reduce: str = "max") -> jax.Array:
+  """`[B, N, W, S]` query-head probabilities -> `[B, K, S]` per KV head.
+
+  Query head n belongs to KV head n // (N // K) (the GQA grouping); the
+  G * W rows of a group are reduced with max or mean (paper M, SpecKV step
+  2: reshape to [kv_head, group * W', keys], reduce = max).
+  """
+  b, n, w, s = probs_bnws.shape
+  grouped = probs_bnws.reshape(b, num_kv_heads, (n // num_kv_heads) * w, s)
+  if reduce == "max":
+    return jnp.max(grouped, axis=2)
+  return jnp.mean(grouped, axis=2)
+
+
+def _pooled_candidate_scores(scores_bks: jax.Array, candidate_bks: jax.Array,
+                             kernel: int) -> jax.Array:
+  """Pools the scores of candidate (non-window) keys; others get -inf.
+
+  Non-candidates are -inf before pooling too, so the window keys' large
+  scores never leak into their neighbours (the reference pools
+  `A[..., :-W']`, the candidate columns only).
+  """
+  s = jnp.where(candidate_bks, scores_bks.astype(jnp.float32), -jnp.inf)
+  return jnp.where(candidate_bks, max_pool_keys(s, kernel), -jnp.inf)
+
+
+def _top_plus_window(pooled_bks: jax.Array, n_top: int,
+                     window_idx_bkw: jax.Array, n_slots: int) -> jax.Array:
+  """The `n_top` best candidates (-1 where fewer exist) plus the window,
+  sorted ascending with the -1 fillers last."""
+  n_top = min(n_top, pooled_bks.shape[-1])
+  parts = [window_idx_bkw.astype(jnp.int32)]
+  if n_top > 0:
+    vals, idx = jax.lax.top_k(pooled_bks, n_top)
+    parts.insert(0, jnp.where(jnp.isfinite(vals), idx, -1).astype(jnp.int32))
+  sel = jnp.concatenate(parts, axis=-1)
+  key = jnp.sort(jnp.where(sel < 0, n_slots, sel), axis=-1)
+  return jnp.where(key >= n_slots, -1, key).astype(jnp.int32)
+
+
+def select_indices(q_window: jax.Array, keys: jax.Array, *, budget: int,
+                   window: int = 32, kernel: int = 7,
+                   reduce: str = "max") -> jax.Array:
+  """SnapKV / SpecKV key selection per KV head (paper M, SpecKV step 2).
+
+  The W queries are those of the last W positions (the observation window);
+  scores A = softmax(q kᵀ / √d) over all S keys in float32, with the causal
+  mask inside the window (query i, at position S - W + i, sees keys
+  <= S - W + i). A is reduced over the query group of each KV head and the
+  W window queries (`reduce`: max or mean), the scores of the S - window
+  non-window keys are max-pooled (`kernel`, stride 1, same padding), and the
+  top (budget - window) of them are kept per KV head, plus the last `window`
+  positions.
+
+  Args:
+    q_window: `[B, Hq, W, d]` post-RoPE queries of the last W positions.
+    keys: `[B, Hkv, S, d]` post-RoPE keys; Hq must be a multiple of Hkv.
+    budget: C_max, the number of keys kept per KV head (window included).
+    window: the number of final positions always kept.
+    kernel: odd max-pool width over keys.
+    reduce: "max" or "mean" over the query group and the window.
+
+  Returns:
+    int32 `[B, Hkv, budget]` key indices, ascending; when budget >= S every
+    key is kept and the result is `[B, Hkv, S]` = arange(S).
+  """
+  _check_scoring_options(budget=budget, window=window, kernel=kernel,
+                         reduce=reduce)
+  b, hq, w, d = q_window.shape
+  bk, hkv, s, dk = keys.shape
+  if bk != b or dk != d:
+    raise ValueError(f"q_window {q_window.shape} and keys {keys.shape} "
+                     "disagree on batch or head dim")
+  if hq % hkv:
+    raise ValueError(f"query heads ({hq}) must be a multiple of KV heads "
+                     f"({hkv})")
+  if w > s:
+    raise ValueError(f"the observation window ({w} queries) is longer than "
+                     f"the keys ({s})")
+  if budget >= s:
+    return jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, hkv, s))
+  causal = jnp.tril(jnp.ones((w, s), bool), s - w)[None, None]
+  probs = attn_lib.attention_probs(
+      jnp.swapaxes(q_window, 1, 2), jnp.swapaxes(keys, 1, 2), causal,
+      scale=d ** -0.5)
+  scores = reduce_group_window(probs, hkv, reduce)
+  candidate = jnp.broadcast_to(jnp.arange(s) < s - window, scores.shape)
+  pooled = _pooled_candidate_scores(scores, candidate, kernel)
+  window_idx = jnp.broadcast_to(
+      jnp.arange(s - window, s, dtype=jnp.int32), (b, hkv, window))
+  return _top_plus_window(pooled, budget - window, window_idx, s)
+
+
+LAYER_REDUCTIONS = ("mean", "max")
+
+
+def cache_key_scores(model, cache: attn_lib.KVCache, prefill: PrefillInfo, *,
+                     observation: int, reduce: str = "max",
+                     layer_reduce: str = "mean") -> jax.Array:
+  """Per-slot importance `[B, K, S]` from the last `observation` prefill
+  queries: `reduce_group_window` of each layer's `observation_attentions`,
+  then combined over layers (`layer_reduce`).
+
+  The reference selects keys separately in every layer; our `KVCache` keeps
+  one position table shared by all layers, so one selection per KV head
+  serves every layer and the layer scores are combined first (a named
+  deviation: `layer_reduce`).
+  """
+  if layer_reduce not in LAYER_REDUCTIONS:
+    raise ValueError(f"layer_reduce must be one of {LAYER_REDUCTIONS}, got "
+                     f"{layer_reduce!r}")
+  probs = observation_attentions(model, cache, prefill, window=observation)
+  per_layer = jnp.stack([reduce_group_window(p, cache.num_kv_heads, reduce)
+                         for p in probs])
+  return (jnp.mean(per_layer, 0) if layer_reduce == "mean"
+          else jnp.max(per_layer, 0))
+
+
+def _compress(cache: attn_lib.KVCache, scores_bks: jax.Array, *,
+              budget: int, window: int, window_end: jax.Array,
+              kernel: int) -> attn_lib.KVCache:
+  """Keeps the top (budget - window) filled slots before the window and the
+  `window` slots ending at `window_end` (exclusive); capacity unchanged."""
+  s = cache.max_len
+  slot = jnp.arange(s)
+  window_start = window_end - window
+  candidate = (cache.positions >= 0) & (slot < window_start)
+  pooled = _pooled_candidate_scores(scores_bks, candidate, kernel)
+  window_idx = window_start + jnp.arange(window, dtype=jnp.int32)
+  window_idx = jnp.broadcast_to(window_idx, cache.positions.shape[:2] +
+                                (window,))
+  # A window slot that holds padding stays empty (left-padded short rows).
+  filled = jnp.take_along_axis(cache.positions, window_idx, axis=2) >= 0
+  window_idx = jnp.where(filled, window_idx, -1)
+  keep = _top_plus_window(pooled, budget - window, window_idx, s)
+  return cache.gather(keep, max_len=s)
+
+
+@POLICIES.register("snapkv")
+def snapkv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
+           budget: int, window: int = 32, kernel: int = 7,
+           reduce: str = "max", layer_reduce: str = "mean"
+           ) -> attn_lib.KVCache:
+  """SnapKV (Li et al. 2024): the last `window` prompt queries score the
+  prompt keys; keep the top (budget - window) pooled keys per KV head plus
+  the window. Paper M's baseline: window 32, kernel 7, max reduction, no
+  lookahead. `budget` >= the filled slots keeps everything.
+  """
+  _check_scoring_options(budget=budget, window=window, kernel=kernel,
+                         reduce=reduce)
+  if budget >= cache.max_len:
+    return cache
+  scores = cache_key_scores(model, cache, prefill, observation=window,
+                            reduce=reduce, layer_reduce=layer_reduce)
+  return _compress(cache, scores, budget=budget, window=window,
+                   window_end=cache.index, kernel=kernel)
+
+
+@POLICIES.register("speckv")
+def speckv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
+           budget: int, lookahead: int, window: int = 32, kernel: int = 7,
+           reduce: str = "max", layer_reduce: str = "mean"
+           ) -> attn_lib.KVCache:
+  """SpecKV (paper M, SpecKV steps 1-2): the prefill is [prompt ‖ draft
+  lookahead], its last `lookahead` inputs being the draft's tokens.
+
+  Observation window W' = window + lookahead + 1 (the last window + 1
+  prompt tokens and every lookahead token) scores the keys before it; the
+  cache is cropped to C_max = `budget`: the top (budget - window) pooled
+  keys per KV head plus the `window` prompt tokens before the final one.
+  The lookahead and the last prompt token are dropped: the caller re-feeds
+  the last prompt token as the first decode step (`speckv_generate`).
+  """
+  _check_scoring_options(budget=budget, window=window, kernel=kernel,
+                         reduce=reduce)
+  if lookahead < 0:
+    raise ValueError(f"lookahead must be >= 0, got {lookahead}")
+  scores = cache_key_scores(model, cache, prefill,
+                            observation=window + lookahead + 1,
+                            reduce=reduce, layer_reduce=layer_reduce)
+  return _compress(cache, scores, budget=budget, window=window,
+                   window_end=cache.index - lookahead - 1, kernel=kernel)
+
+
+def check_draft(target: Any, draft: Any) -> None:
+  """One clear error when the draft cannot stand in for the target."""
+  tv, dv = target.cfg.vocab_size, draft.cfg.vocab_size
+  if tv != dv:
+    raise ValueError(
+        f"draft vocabulary size {dv} differs from the target's {tv}: the "
+        "draft's tokens are fed to the target, so both must share one "
+        "tokenizer (pick a draft of the target's model family)")
+
+
+def speckv_generate(target: Any, draft: Any,
+                    prompts: list[list[int]], *, budget: int,
+                    max_new_tokens: int, lookahead: int | None = None,
+                    draft_tokens: list[list[int]] | None = None,
+                    window: int = 32, kernel: int = 7, reduce: str = "max",
+                    layer_reduce: str = "mean", timings: dict | None = None,
+                    **generate_kwargs: Any):
+  """SpecKV end to end (paper M, SpecKV steps 1-3) on the one sampler.
+
+    1. the draft generates `lookahead` tokens greedily (None = the full
+       answer length, `max_new_tokens`; the reference default), unless
+       `draft_tokens` are given (the cascade reuses SpecPC's);
+    2. the target prefills [prompt ‖ lookahead] and the "speckv" policy
+       crops its cache to `budget` slots;
+    3. the last prompt token is re-fed on that cache (positions continue
+       from the kept ones, so it gets its original position) and decoding
+       goes on as usual.
+
+  Returns the second `sampler.generate` result (tokens of the answer).
+  `timings`, when a dict, gets `prefill_s` (draft + scoring prefill) and
+  `decode_s`.
+  """
+  from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  check_draft(target, draft)
+  _check_scoring_options(budget=budget, window=window, kernel=kernel,
+                         reduce=reduce)
+  t0 = time.perf_counter()
+  if draft_tokens is None:
+    n_look = max_new_tokens if lookahead is None else lookahead
+    if n_look > 0:
+      draft_tokens = sampler.generate(draft, prompts,
+                                      max_new_tokens=n_look).tokens
+    else:
+      draft_tokens = [[] for _ in prompts]
+  n_look = min(len(t) for t in draft_tokens)
+  draft_tokens = [list(t[:n_look]) for t in draft_tokens]
+  for i, p in enumerate(prompts):
+    if len(p) < 2:
+      raise ValueError(f"prompt {i} has {len(p)} tokens; SpecKV needs >= 2 "
+                       "(the last one is re-fed)")
+  first = sampler.generate(
+      target, [list(p) + t for p, t in zip(prompts, draft_tokens)],
+      max_new_tokens=1, cache_policy="speckv",
+      cache_policy_options=dict(budget=budget, lookahead=n_look,
+                                window=window, kernel=kernel, reduce=reduce,
+                                layer_reduce=layer_reduce),
+      return_cache=True)
+  if timings is not None:
+    jax.block_until_ready(first.cache)
+    timings["prefill_s"] = time.perf_counter() - t0
+  t1 = time.perf_counter()
+  out = sampler.generate(target, [[p[-1]] for p in prompts],
+                         cache=first.cache, max_new_tokens=max_new_tokens,
+                         pad_multiple=1, **generate_kwargs)
+  if timings is not None:
+    timings["decode_s"] = time.perf_counter() - t1
+  return out

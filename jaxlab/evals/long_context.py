@@ -380,3 +380,207 @@ def train_short_test_long(
                                                              length)))
   return {"methods": list(methods), "lengths": [int(x) for x in eval_lengths],
           "metrics": metrics}
+
+
+# -- RULER-like synthetic suite (paper M's miniature) ---------------------------
+
+RULER_TASKS = ("niah_multikey", "niah_multivalue", "variable_tracking")
+
+
+@dataclasses.dataclass(frozen=True)
+class RulerTemplates:
+  """Texts of the RULER-like tasks (Hsieh et al. 2024), any tokenizer.
+
+  `{key}`, `{value}`, `{name}`, `{prev}` are filled in; `answer_lead` ends
+  every prompt (the question itself when the question comes last; after a
+  question-first prompt, `question_first_lead`, which does not repeat the
+  key, so only the early question says what to retrieve).
+  """
+  filler: str = NIAH_FILLER
+  keys: tuple[str, ...] = NIAH_KEYS
+  value_alphabet: str = "0123456789"
+  value_len: int = 7
+  value_sep: str = ", "
+  needle: str = NIAH_NEEDLE
+  question: str = "What is the special magic {key} number? "
+  answer_lead: str = ("What is the special magic {key} number? The special "
+                      "magic {key} number is: ")
+  multivalue_question: str = "What are all the special magic {key} numbers? "
+  multivalue_lead: str = ("What are all the special magic {key} numbers? The "
+                          "special magic {key} numbers are: ")
+  var_names: tuple[str, ...] = ("AXQ", "BRT", "CME", "DKW", "EZP", "FLO",
+                                "GHU", "HIV", "JNY", "KSB", "LTC", "MWD")
+  vt_first: str = "VAR {name} = {value}. "
+  vt_next: str = "VAR {name} = VAR {prev}. "
+  vt_question: str = "Which variables are assigned the value {value}? "
+  vt_lead: str = ("Which variables are assigned the value {value}? They "
+                  "are: ")
+  name_sep: str = " "
+  question_first_lead: str = "Answer: "
+
+
+@dataclasses.dataclass(frozen=True)
+class RulerExample(RetrievalExample):
+  """A `RetrievalExample` with its task, answer parts and question side."""
+  task: str
+  parts: tuple[str, ...]
+  question_first: bool
+
+
+def _value(rng: np.random.Generator, t: RulerTemplates) -> str:
+  return "".join(t.value_alphabet[i] for i in
+                 rng.integers(0, len(t.value_alphabet), t.value_len))
+
+
+def _find(ids: np.ndarray, sub: Sequence[int]) -> int:
+  sub = np.asarray(sub)
+  for i in range(len(ids) - len(sub) + 1):
+    if np.array_equal(ids[i:i + len(sub)], sub):
+      return i
+  return -1
+
+
+def ruler_example(task: str, tokenizer, *, length: int, depth: float,
+                  rng: np.random.Generator, question_first: bool = False,
+                  num_keys: int = 4, num_values: int = 2, num_hops: int = 2,
+                  templates: RulerTemplates = RulerTemplates(),
+                  add_bos: bool = False) -> RulerExample:
+  """One RULER-like prompt of exactly `length` tokens ending before the answer.
+
+  Tasks:
+    niah_multikey: `num_keys` keyed needles (multi-token values), one asked.
+    niah_multivalue: one key holds `num_values` values (all asked, in prompt
+      order, joined by `value_sep`), plus `num_keys - 1` distractor keys.
+    variable_tracking: a chain VAR X1 = v, X2 = X1, ... of `num_hops + 1`
+      names and a distractor chain; asked: every name holding v, in order.
+  The asked needle (or the chain's first link) sits at `depth`; the others
+  at random depths. `question_first` puts the question before the context
+  and ends the prompt with the key-free `question_first_lead`.
+  """
+  t = templates
+  if task not in RULER_TASKS:
+    raise ValueError(f"unknown RULER task {task!r}; valid: {RULER_TASKS}")
+  if task == "variable_tracking":
+    names = rng.choice(len(t.var_names), size=2 * (num_hops + 1),
+                       replace=False)
+    value, other = _value(rng, t), _value(rng, t)
+    while other == value:
+      other = _value(rng, t)
+    needles, asked = [], []
+    for c, (v, d0) in enumerate(((value, depth),
+                                 (other, float(rng.uniform())))):
+      chain = [t.var_names[i] for i in
+               names[c * (num_hops + 1):(c + 1) * (num_hops + 1)]]
+      depths = np.sort(np.clip(d0 + np.sort(rng.uniform(0, 1 - d0,
+                                                        num_hops)), 0, 1))
+      texts = [t.vt_first.format(name=chain[0], value=v)] + [
+          t.vt_next.format(name=n, prev=p) for p, n in zip(chain, chain[1:])]
+      needles += list(zip([d0, *depths], texts))
+      if c == 0:
+        asked = chain
+    parts = tuple(asked)
+    question = t.vt_question.format(value=value)
+    lead = t.vt_lead.format(value=value)
+    answer = t.name_sep.join(parts)
+    order_texts = None
+  else:
+    n_keys = max(num_keys, 1)
+    if n_keys > len(t.keys):
+      raise ValueError(f"num_keys={num_keys} needs more than {len(t.keys)} "
+                       "keys")
+    chosen = [t.keys[i] for i in rng.choice(len(t.keys), n_keys,
+                                            replace=False)]
+    key = chosen[0]
+    n_vals = num_values if task == "niah_multivalue" else 1
+    vals = []
+    while len(vals) < n_vals:
+      v = _value(rng, t)
+      if v not in vals:
+        vals.append(v)
+    needles = [(depth, t.needle.format(key=key, value=vals[0]))]
+    needles += [(float(rng.uniform()), t.needle.format(key=key, value=v))
+                for v in vals[1:]]
+    needles += [(float(rng.uniform()), t.needle.format(key=k,
+                                                       value=_value(rng, t)))
+                for k in chosen[1:]]
+    if task == "niah_multivalue":
+      question = t.multivalue_question.format(key=key)
+      lead = t.multivalue_lead.format(key=key)
+    else:
+      question = t.question.format(key=key)
+      lead = t.answer_lead.format(key=key)
+    order_texts = [(v, t.needle.format(key=key, value=v)) for v in vals]
+    parts, answer = tuple(vals), None
+  prompt, start = build_prompt(
+      tokenizer, length=length, depth=depth, needle=needles[0][1],
+      question=t.question_first_lead if question_first else lead,
+      filler=t.filler, prefix=question if question_first else "",
+      add_bos=add_bos, extra_needles=needles[1:])
+  if order_texts is not None:  # values in the order they appear
+    found = sorted((_find(prompt, tokenizer.encode(txt)), v)
+                   for v, txt in order_texts)
+    parts = tuple(v for _, v in found)
+    answer = t.value_sep.join(parts)
+  answer_ids = np.asarray(tokenizer.encode(answer), np.int32)
+  return RulerExample(prompt, answer_ids, answer, length, depth, start,
+                      task=task, parts=parts, question_first=question_first)
+
+
+def ruler_suite(tokenizer, *, lengths: Sequence[int],
+                depths: Sequence[float], samples: int = 1, seed: int = 0,
+                tasks: Sequence[str] = RULER_TASKS,
+                question_first: Sequence[bool] = (False, True),
+                **kwargs: Any) -> list[RulerExample]:
+  """`samples` examples per (task, question side, length, depth), seeded."""
+  out = []
+  for ti, task in enumerate(tasks):
+    for qi, qf in enumerate(question_first):
+      for li, length in enumerate(lengths):
+        for di, depth in enumerate(depths):
+          rng = np.random.default_rng([seed, ti, qi, li, di])
+          for _ in range(samples):
+            out.append(ruler_example(task, tokenizer, length=int(length),
+                                     depth=float(depth), rng=rng,
+                                     question_first=bool(qf), **kwargs))
+  return out
+
+
+def ruler_scores(examples: Sequence[RetrievalExample],
+                 predictions: Sequence[Sequence[int]], *,
+                 tokenizer=None) -> dict[str, Any]:
+  """Scores generated answers against the references.
+
+  Per example: `exact` (the first A generated tokens equal the A answer
+  tokens), `token_accuracy` (fraction of the A positions that match) and,
+  with a `tokenizer` and `RulerExample`s, `part_recall` (RULER's
+  string-match: the fraction of answer parts found in the decoded text).
+  Returns the means, and the same per task and question side under
+  "groups" ({"<task>/<first|last>": {...,"n"}}).
+  """
+  if len(examples) != len(predictions):
+    raise ValueError(f"{len(examples)} examples but {len(predictions)} "
+                     "predictions")
+  rows = []
+  for ex, pred in zip(examples, predictions):
+    ref = np.asarray(ex.answer_ids)
+    got = np.full(len(ref), -1)
+    got[:min(len(ref), len(pred))] = np.asarray(pred[:len(ref)])
+    row = {"exact": float(np.all(got == ref)),
+           "token_accuracy": float(np.mean(got == ref)) if len(ref) else 1.0}
+    parts = getattr(ex, "parts", None)
+    if tokenizer is not None and parts:
+      text = tokenizer.decode([int(x) for x in pred])
+      row["part_recall"] = float(np.mean([p in text for p in parts]))
+    rows.append(row)
+
+  def mean(rs):
+    keys = rows[0].keys() if rows else ()
+    return {k: float(np.mean([r[k] for r in rs if k in r])) for k in keys
+            if any(k in r for r in rs)} | {"n": len(rs)}
+
+  groups: dict[str, list[dict[str, float]]] = {}
+  for ex, row in zip(examples, rows):
+    if isinstance(ex, RulerExample):
+      side = "first" if ex.question_first else "last"
+      groups.setdefault(f"{ex.task}/{side}", []).append(row)
+  return mean(rows) | {"groups": {k: mean(v) for k, v in groups.items()}}
