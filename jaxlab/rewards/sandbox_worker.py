@@ -45,6 +45,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_CHILD_SUBREAPER = 36
 OUT_NAME = "__sandbox_out__.npy"
 ERROR_MARKER = "__SANDBOX_ERROR__ "
 
@@ -425,6 +426,39 @@ def _kill(pid: int) -> None:
       pass
 
 
+def _children() -> list[int]:
+  """Pids whose parent is this process (orphans reparented to us)."""
+  me, out = os.getpid(), []
+  for d in os.listdir("/proc"):
+    if d.isdigit():
+      try:
+        with open(f"/proc/{d}/stat", "rb") as f:
+          stat = f.read()
+        if int(stat.rsplit(b")", 1)[1].split()[1]) == me:
+          out.append(int(d))
+      except (OSError, ValueError, IndexError):
+        pass
+  return out
+
+
+def _reap_all(pgid: int, limit_s: float = 5.0) -> None:
+  """Kills and reaps every process the job left (we are their subreaper)."""
+  deadline = time.monotonic() + limit_s
+  while True:
+    try:
+      pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+      return
+    if pid:
+      continue
+    if time.monotonic() > deadline:
+      return
+    _kill(pgid)
+    for child in _children():
+      _kill(child)
+    time.sleep(0.002)
+
+
 def supervise(job: dict, report_fd: int) -> dict:
   """Runs one job in a fresh child and returns what happened."""
   root = job["root"]
@@ -438,6 +472,10 @@ def supervise(job: dict, report_fd: int) -> dict:
   os.closerange(3, report_fd)
   os.closerange(report_fd + 1, 1 << 16)
   ns = _try_unshare(job)
+  try:  # orphans of the job are reparented to us, so we can reap them
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+  except OSError:
+    pass
   setup_r, setup_w = os.pipe()
   start = time.monotonic()
   pid = os.fork()
@@ -470,7 +508,7 @@ def supervise(job: dict, report_fd: int) -> dict:
     _, status = os.waitpid(pid, 0)
   except ChildProcessError:
     status = 0
-  _kill(pid)  # whatever the code left behind in its process group
+  _reap_all(pid)  # whatever the code left behind
   elapsed = time.monotonic() - start
   setup = {}
   try:

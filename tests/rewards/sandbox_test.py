@@ -172,7 +172,7 @@ class SandboxTest(parameterized.TestCase):
                          "while True:\n  pass\n"),
   )
   def test_runs_forever_times_out(self, snippet):
-    r = _render(snippet, timeout_s=2.0)
+    r = _render(snippet, timeout_s=1.5)
     self.assertFalse(r.ok)
     self.assertRegex(r.error, "timeout|SIGKILL|SIGXCPU")
 
