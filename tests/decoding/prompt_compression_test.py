@@ -1,0 +1,102 @@
+"""SpecPC, the SpecKV-PC cascade and the baselines (paper M)."""
+
+from absl.testing import absltest
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from jaxlab.decoding import prompt_compression as pc
+from jaxlab.decoding import sampler
+from jaxlab.testing import tiny_models
+
+
+class SelectTokensTest(absltest.TestCase):
+
+  def test_hand_example(self):
+    scores = np.array([0., 9., 0., 0., 0., 0., 5., 0., 0., 1.])
+    # No pooling, ±1 neighbour, keep the last token: window [9] first, then
+    # token 1 with 0 and 2, then 6 with 5, 7 -> truncated to 5, sorted.
+    got = pc.select_tokens(scores, budget=5, kernel=1, neighbors=1,
+                           keep_window=1)
+    np.testing.assert_array_equal(got, [0, 1, 2, 6, 9])
+    # Pooling (kernel 3) spreads 9 to tokens 0..2; ties keep token order.
+    got = pc.select_tokens(scores, budget=3, kernel=3, neighbors=0,
+                           keep_window=0)
+    np.testing.assert_array_equal(got, [0, 1, 2])
+    np.testing.assert_array_equal(
+        pc.select_tokens(scores, budget=10, kernel=3), np.arange(10))
+
+  def test_baselines(self):
+    prompts = [list(range(100, 120)), [1, 2, 3]]
+    last = pc.last_n_compress(prompts, budget=5)
+    self.assertEqual(last.prompts, [list(range(115, 120)), [1, 2, 3]])
+    rnd = pc.COMPRESSORS.get("random")(prompts, budget=6, keep_window=2,
+                                       seed=3)
+    idx = rnd.indices[0]
+    self.assertLen(np.unique(idx), 6)
+    np.testing.assert_array_equal(idx, np.sort(idx))
+    np.testing.assert_array_equal(idx[-2:], [18, 19])
+    self.assertEqual(rnd.prompts[1], [1, 2, 3])
+
+  def test_spearman_matches_scipy(self):
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 5, 30).astype(float)  # ties
+    b = a + rng.normal(size=30)
+    self.assertAlmostEqual(pc.spearman(a, b), stats.spearmanr(a, b)[0],
+                           places=10)
+
+
+class SpecPCTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.target = tiny_models.tiny_decoder()
+    cls.draft = tiny_models.tiny_decoder(1, num_layers=1, dim=16)
+    rng = np.random.default_rng(0)
+    cls.prompts = [rng.integers(1, 64, 24).tolist(),
+                   rng.integers(1, 64, 24).tolist()]
+    cls.cfg = pc.SpecPCConfig(lookahead=3, window=6, kernel=3,
+                              keep_window=4)
+
+  def test_token_importance_equals_attention_reference(self):
+    prompt, gen = self.prompts[0], [7, 8, 9]
+    got = pc.token_importance(self.draft, prompt, gen, self.cfg)
+    ids = jnp.asarray([prompt + gen[:-1]])
+    att = np.asarray(self.draft.forward(ids, output_attentions=True)
+                     .attentions[0][0])  # [N, T, T], one layer
+    p, w = 24, 6
+    win = att[:, p - w:p, :p] * np.linspace(0, 1, w)[None, :, None]
+    want = np.max(np.stack([win.max(axis=(0, 1)), att[:, p, :p].max(0),
+                            att[:, p + 1, :p].max(0)]), axis=0)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+  def test_budget_at_least_prompt_returns_prompt(self):
+    comp = pc.specpc_compress(self.prompts, budget=24, draft=self.draft,
+                              target=self.target, config=self.cfg)
+    self.assertEqual(comp.prompts, self.prompts)
+    small = pc.specpc_compress(self.prompts, budget=10, draft=self.draft,
+                               config=self.cfg)
+    for p, kept, idx in zip(self.prompts, small.prompts, small.indices):
+      self.assertLen(kept, 10)
+      self.assertEqual(kept, [p[i] for i in idx])
+      np.testing.assert_array_equal(idx[-4:], [20, 21, 22, 23])
+
+  def test_cascade_at_large_budgets_equals_full(self):
+    full = sampler.generate(self.target, self.prompts, max_new_tokens=4)
+    got, comp = pc.speckv_pc_generate(
+        self.target, self.draft, self.prompts, pc_budget=32, budget=32,
+        window=2, max_new_tokens=4, config=self.cfg)
+    self.assertEqual(comp.prompts, self.prompts)
+    self.assertLen(comp.draft_tokens[0], 4)  # the full draft answer
+    self.assertEqual(got.tokens, full.tokens)
+
+  def test_vocab_mismatch_is_one_error(self):
+    bad = tiny_models.tiny_decoder(1, vocab_size=80)
+    with self.assertRaisesRegex(ValueError, "draft vocabulary size 80"):
+      pc.specpc_generate(self.target, bad, self.prompts, budget=8,
+                         max_new_tokens=2)
+
+
+if __name__ == "__main__":
+  absltest.main()
