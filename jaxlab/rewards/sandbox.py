@@ -118,7 +118,9 @@ def _identity(user: str | int, group: str | int) -> tuple[int, int]:
   try:
     gid = group if isinstance(group, int) else grp.getgrnam(group).gr_gid
   except KeyError:
-    raise ValueError(f"group={group!r}: no such group") from None
+    if group != "nogroup":
+      raise ValueError(f"group={group!r}: no such group") from None
+    gid = pwd.getpwuid(uid).pw_gid  # e.g. RHEL: no "nogroup", use nobody's
   if uid == 0 or gid == 0:
     raise ValueError(f"user={user!r}, group={group!r}: the sandbox identity "
                      "must not be root")
