@@ -15,6 +15,9 @@ equal-size quantile selections (lowest/highest `fraction` of RoPE-layer
 pairs, and a random control). Spec C "CPU-only miniature": 4 layers,
 d=128, head_dim 32, L=512, F=128, H=64. Args: `tiny` (3 layers, d=64,
 L=256, F=64, H=32, 600 steps; about 3-5 minutes on 2 shared CPU cores),
+`spec` (spec C's model and length, 4 layers, d=128, head_dim 32, L=512,
+F=128, H=64, on a training budget that fits a shared CPU: 300 steps of
+batch 4, checkpoint every 50 steps so a stopped run resumes),
 `smoke` (seconds; plumbing only, used by the colab test), `steps=N`;
 another training seed with `--config.seed=N`.
 """
@@ -25,7 +28,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, steps=0)
+  args = common.parse_arg(arg, tiny=False, spec=False, smoke=False, steps=0)
   c = common.base_config()
   c.experiment = "frequency_entropy"
   c.model.update(dim=128, num_layers=4, num_heads=4, num_kv_heads=2,
@@ -50,6 +53,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "mode": "magnitude",       # magnitude (paper) | angle
       "seed": 0,
   })
+  if args.spec:  # the default model at a budget 2 shared CPU cores can run
+    c.train.update(steps=300, batch_size=4, eval_batch_size=4,
+                   checkpoint_every=50, log_every=25)
+    c.optim.update(lr=3e-3, warmup_steps=30)
+    c.fe.update(alphas=(0.0, 0.1, 0.5, 0.9, 1.0))
   if args.tiny:
     c.model.update(dim=64, num_layers=3, num_heads=2, num_kv_heads=1,
                    mlp_dim=128, nope_layers=(2,), max_position_embeddings=256)

@@ -19,7 +19,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, table=False)
+  args = common.parse_arg(arg, tiny=False, table=False, spec=False)
   tiny, table = args.tiny, args.table
   c = common.base_config()
   c.experiment = "mathfimer"
@@ -27,8 +27,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The arithmetic problem pools: num_fim fine solutions train the FIM model
   # (disjoint from the num_train solver pool); drop_frac of the steps are
   # removed to make the coarse data.
+  # max_value bounds every number (99: two-digit values; 9: single digits).
   c.problems = dict(num_fim=600, num_train=600, num_test=200, min_ops=3,
-                max_ops=5, drop_frac=0.4, seed=0)
+                    max_ops=5, drop_frac=0.4, seed=0, max_value=99)
   c.fim = dict(masks_per_solution=3, eta=0.8, rounds=2, max_new_tokens=24,
                min_step_chars=8)
   c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -45,6 +46,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.fim_train.update(steps=500, batch_size=16, max_len=112)
     c.solver_train.update(steps=500, batch_size=16, max_len=112)
     c.eval.update(max_new_tokens=72)
+  if args.spec:  # spec H's size (3-6 steps, d=128, 3 rounds), learnable
+    # Single-digit values so the base solver learns the arithmetic on a CPU
+    # budget (two-digit values left every solver at the EM floor); more
+    # data than the `table` preset. One seed per run (`--config.seeds=(1,)`)
+    # and stages saved in the workdir, so the runs resume.
+    c.seeds = (0,)
+    c.problems.update(num_fim=1000, num_train=1000, num_test=200, min_ops=3,
+                      max_ops=6, max_value=9)
+    c.fim.update(rounds=3, max_new_tokens=12)
+    c.model.update(dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                   mlp_dim=384)
+    c.fim_train.update(steps=300, batch_size=32, max_len=112)
+    c.solver_train.update(steps=300, batch_size=32, max_len=128)
+    c.eval.update(max_new_tokens=64)
   if tiny:
     c.seeds = (0,)
     c.problems.update(num_fim=24, num_train=24, num_test=8)

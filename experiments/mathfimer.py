@@ -13,6 +13,7 @@ fraction of inserted steps that are correct arithmetic.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import time
@@ -85,6 +86,33 @@ def inserted_steps(before, after) -> list[str]:
   return out
 
 
+def majority_exact_match(train, test) -> float:
+  """Held-out EM of always answering the training set's commonest answer."""
+  top = collections.Counter(p.answer for p in train).most_common(1)[0][0]
+  return float(np.mean([p.answer == top for p in test]))
+
+
+class _Progress:
+  """Per-seed stage results in WORKDIR/progress_seed<N>.json (resume)."""
+
+  def __init__(self, workdir: str, seed: int):
+    self.path = os.path.join(workdir, f"progress_seed{seed}.json")
+    self.data = {}
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        self.data = json.load(f)
+
+  def get(self, key):
+    return self.data.get(key)
+
+  def put(self, **kv):
+    self.data.update(kv)
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(self.data, f)
+    os.replace(tmp, self.path)
+
+
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   cfg = config
@@ -92,7 +120,8 @@ def run(config, workdir: str) -> dict:
   n_fim = int(d.get("num_fim", d["num_train"]))
   problems = arithmetic.make_problems(
       n_fim + d["num_train"] + d["num_test"], min_ops=d["min_ops"],
-      max_ops=d["max_ops"], seed=d["seed"])
+      max_ops=d["max_ops"], seed=d["seed"],
+      max_value=int(d.get("max_value", 99)))
   fim_pool = problems[:n_fim]
   train = problems[n_fim:n_fim + d["num_train"]]
   test = problems[n_fim + d["num_train"]:]
@@ -111,43 +140,58 @@ def run(config, workdir: str) -> dict:
   rows: dict[str, list[dict]] = {}
   expansion: list[list[dict]] = []
   for seed in cfg.seeds:
+    # Each finished stage (expanded data sets, each solver's result) is
+    # saved, so a stopped run resumes at the next stage (spec-size runs are
+    # long on shared CPUs).
+    progress = _Progress(workdir, seed)
     tok = tokenizers.ByteTokenizer()
     fmt.add_to_tokenizer(tok)
-    # 1. FIM model on the fine solutions.
-    examples, fim_counts = fim.build_fim_dataset(
-        fim_items, rounds=cfg.fim.masks_per_solution, seed=seed)
-    fim_model = _model(tok, cfg, seed)
-    enc = fim.encode_batch(fmt, tok, examples, max_len=cfg.fim_train.max_len)
-    runner.train_lm(fim_model, enc, seed=seed, **_train_kw(cfg.fim_train))
-    log(f"seed {seed}: FIM model trained on {len(examples)} examples")
-    # 2. Expand the coarse data k rounds (stats per round).
-    fill = fim.make_fill_fn(fim_model, tok,
-                            max_new_tokens=cfg.fim.max_new_tokens)
-    datasets = {"coarse": coarse_items}
-    current, hist = coarse_items, []
-    for r in range(cfg.fim.rounds):
-      steps, st = fim.expand(current, fill, rounds=1, fmt=fmt,
-                             eta=cfg.fim.eta)
-      prev, current = current, [(q, s) for (q, _), s in zip(current, steps)]
-      new = inserted_steps(prev, current)
-      st[0]["inserted_correct_frac"] = (
-          float(np.mean([bool(arithmetic.step_is_correct(x)) for x in new]))
-          if new else float("nan"))
-      datasets[f"expanded_r{r + 1}"] = current
-      hist.append(st[0])
-      log(f"seed {seed}: expansion round {r + 1}: {st[0]}")
-    expansion.append(hist)
-    datasets["fine"] = fine_items  # the ceiling: the steps that were removed
+    if progress.get("datasets") is None:
+      # 1. FIM model on the fine solutions.
+      examples, fim_counts = fim.build_fim_dataset(
+          fim_items, rounds=cfg.fim.masks_per_solution, seed=seed)
+      fim_model = _model(tok, cfg, seed)
+      enc = fim.encode_batch(fmt, tok, examples,
+                             max_len=cfg.fim_train.max_len)
+      runner.train_lm(fim_model, enc, seed=seed, **_train_kw(cfg.fim_train))
+      log(f"seed {seed}: FIM model trained on {len(examples)} examples")
+      # 2. Expand the coarse data k rounds (stats per round).
+      fill = fim.make_fill_fn(fim_model, tok,
+                              max_new_tokens=cfg.fim.max_new_tokens)
+      datasets = {"coarse": coarse_items}
+      current, hist = coarse_items, []
+      for r in range(cfg.fim.rounds):
+        steps, st = fim.expand(current, fill, rounds=1, fmt=fmt,
+                               eta=cfg.fim.eta)
+        prev, current = current, [(q, s) for (q, _), s in zip(current,
+                                                             steps)]
+        new = inserted_steps(prev, current)
+        st[0]["inserted_correct_frac"] = (
+            float(np.mean([bool(arithmetic.step_is_correct(x))
+                           for x in new])) if new else float("nan"))
+        datasets[f"expanded_r{r + 1}"] = current
+        hist.append(st[0])
+        log(f"seed {seed}: expansion round {r + 1}: {st[0]}")
+      datasets["fine"] = fine_items  # the ceiling: the removed steps back
+      progress.put(datasets=datasets, hist=hist, fim_counts=fim_counts)
+    datasets = {k: [(q, list(s)) for q, s in v]
+                for k, v in progress.get("datasets").items()}
+    fim_counts = progress.get("fim_counts")
+    expansion.append(progress.get("hist"))
     # 3. Solvers.
     for name, items in datasets.items():
-      solver = train_solver(tok, cfg, seed, items)
-      res = evaluate_solver(solver, tok, cfg, test)
-      res["train_steps_per_solution"] = float(np.mean([len(s)
-                                                       for _, s in items]))
-      res["train_correct_step_frac"] = correct_step_frac(items)
+      res = progress.get(f"solver/{name}")
+      if res is None:
+        solver = train_solver(tok, cfg, seed, items)
+        res = evaluate_solver(solver, tok, cfg, test)
+        res["train_steps_per_solution"] = float(np.mean([len(s)
+                                                         for _, s in items]))
+        res["train_correct_step_frac"] = correct_step_frac(items)
+        progress.put(**{f"solver/{name}": res})
       rows.setdefault(name, []).append(res)
       log(f"seed {seed}: solver on {name}: {res}")
   summary = {"fim_examples": fim_counts["examples"],
+             "chance_exact_match": majority_exact_match(train, test),
              "fim_skipped_short": fim_counts["skipped_short"],
              "num_fim": n_fim, "num_train": len(train), "num_test": len(test),
              "seeds": list(cfg.seeds)}
@@ -189,7 +233,8 @@ def run(config, workdir: str) -> dict:
                  f"{j_s:.2f} | {c_m:.2f} ± {c_s:.2f} |")
   with open(os.path.join(workdir, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
-  tables, comparisons = results_tables(list(cfg.seeds), rows, expansion)
+  tables, comparisons = results_tables(list(cfg.seeds), rows, expansion,
+                                       summary["chance_exact_match"])
   results_lib.write(workdir, "mathfimer", tables=tables,
                     comparisons=comparisons, extra=summary, config=config,
                     start_time=t0)
@@ -199,8 +244,12 @@ def run(config, workdir: str) -> dict:
 ROW_LABELS = {"coarse": "coarse", "fine": "fine (ceiling)"}
 
 
-def results_tables(seeds, rows, expansion) -> tuple[list, list]:
-  """The docs' solver and expansion tables (per seed) and comparisons."""
+def results_tables(seeds, rows, expansion,
+                   chance: float | None = None) -> tuple[list, list]:
+  """The docs' solver and expansion tables (per seed) and comparisons.
+
+  `chance`: held-out EM of the majority answer, shown as a reference row.
+  """
   col = results_lib.Column
   solver = results_lib.Table(
       "solvers", "Solvers trained on coarse / expanded / fine data",
@@ -215,6 +264,10 @@ def results_tables(seeds, rows, expansion) -> tuple[list, list]:
     for seed, r in zip(seeds, rs):
       solver.add_seed(label(name), seed, {c.key: r[c.key]
                                           for c in solver.columns})
+  if chance is not None:
+    for seed in seeds:
+      solver.add_seed("majority answer (chance)", seed,
+                      {"exact_match": chance})
   rounds = results_lib.Table(
       "expansion", "Expansion rounds",
       [col("insertion_rate", "insertion rate", 2),

@@ -3,7 +3,7 @@
     question: "Compute 7 *3 -4 +5."
     steps:    ["7 * 3 = 21", "21 - 4 = 17", "17 + 5 = 22", "answer: 22"]
 
-Values stay in [0, 99] (operands 1-9, multipliers 2-4). `coarsen` deletes a
+Values stay in [0, max_value] (default 99; operands 1-9, multipliers 2-4). `coarsen` deletes a
 fraction of the intermediate computation steps, leaving their results
 implicit (MathFimer miniature, spec H "CPU miniature" 1): the step after a
 deleted one starts from a number the reader has to compute in their head.
@@ -29,28 +29,37 @@ class Problem:
     return "\n".join(self.steps)
 
 
-def _op(rng: random.Random, value: int) -> tuple[str, int, int]:
+def _op(rng: random.Random, value: int,
+        max_value: int = 99) -> tuple[str, int, int]:
   while True:
     kind = rng.choice("+-*")
     if kind == "*":
       a = rng.randint(2, 4)
-      if value * a <= 99:
+      if value * a <= max_value:
         return kind, a, value * a
     else:
       a = rng.randint(1, 9)
       new = value + a if kind == "+" else value - a
-      if 0 <= new <= 99:
+      if 0 <= new <= max_value:
         return kind, a, new
 
 
-def make_problem(rng: random.Random, num_ops: int) -> Problem:
+def make_problem(rng: random.Random, num_ops: int, *,
+                 max_value: int = 99) -> Problem:
+  """One problem; every value (start, intermediate, answer) in [0, max_value].
+
+  `max_value=9` keeps every number a single digit (an easier table of facts
+  that a tiny solver learns on a CPU budget).
+  """
   if num_ops < 1:
     raise ValueError(f"num_ops must be >= 1, got {num_ops}")
-  value = rng.randint(1, 20)
+  if max_value < 2:
+    raise ValueError(f"max_value must be >= 2, got {max_value}")
+  value = rng.randint(1, min(20, max_value))
   q = [str(value)]
   steps = []
   for _ in range(num_ops):
-    kind, a, new = _op(rng, value)
+    kind, a, new = _op(rng, value, max_value)
     q.append(f"{kind}{a}")
     steps.append(f"{value} {kind} {a} = {new}")
     value = new
@@ -59,12 +68,13 @@ def make_problem(rng: random.Random, num_ops: int) -> Problem:
 
 
 def make_problems(n: int, *, min_ops: int = 3, max_ops: int = 6,
-                  seed: int = 0) -> list[Problem]:
+                  seed: int = 0, max_value: int = 99) -> list[Problem]:
   """`n` problems with `min_ops..max_ops` computation steps each."""
   if not 1 <= min_ops <= max_ops:
     raise ValueError(f"need 1 <= min_ops <= max_ops, got {min_ops}, {max_ops}")
   rng = random.Random(seed)
-  return [make_problem(rng, rng.randint(min_ops, max_ops)) for _ in range(n)]
+  return [make_problem(rng, rng.randint(min_ops, max_ops),
+                       max_value=max_value) for _ in range(n)]
 
 
 def coarsen(problem: Problem, *, drop_frac: float = 0.4,

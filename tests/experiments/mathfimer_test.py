@@ -1,0 +1,96 @@
+"""MathFimer experiment pieces: single-digit problems, chance, resume."""
+
+import json
+import os
+import re
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+
+from configs import mathfimer as mathfimer_config
+from experiments import mathfimer as mf
+from jaxlab.data.synthetic import arithmetic
+
+
+class SingleDigitProblemsTest(absltest.TestCase):
+
+  def test_every_value_within_max_value_and_steps_correct(self):
+    for p in arithmetic.make_problems(300, min_ops=3, max_ops=6, seed=0,
+                                      max_value=9):
+      nums = [int(t) for t in re.findall(r"\d+", p.solution)]
+      self.assertTrue(all(0 <= n <= 9 for n in nums), p.solution)
+      self.assertTrue(3 <= len(p.steps) - 1 <= 6)
+      self.assertTrue(all(arithmetic.step_is_correct(s)
+                          for s in p.steps[:-1]), p.solution)
+      *_, last = p.steps[-2].split()
+      self.assertEqual(p.answer, last)
+
+  def test_default_max_value_is_the_old_generator(self):
+    # Hand-checked first problem of seed 0 (values up to 99).
+    p = arithmetic.make_problems(1, seed=0)[0]
+    q = arithmetic.make_problems(1, seed=0, max_value=99)[0]
+    self.assertEqual(p, q)
+    self.assertGreater(max(int(t) for p in arithmetic.make_problems(
+        100, seed=0) for t in re.findall(r"\d+", p.solution)), 9)
+
+  def test_bad_max_value(self):
+    with self.assertRaisesRegex(ValueError, "max_value"):
+      arithmetic.make_problems(1, max_value=1)
+
+  def test_spec_preset(self):
+    c = mathfimer_config.get_config("spec")
+    self.assertEqual((c.problems.min_ops, c.problems.max_ops,
+                      c.problems.max_value), (3, 6, 9))
+    self.assertEqual((c.model.dim, c.fim.rounds), (128, 3))
+
+
+class ChanceTest(absltest.TestCase):
+
+  def test_majority_answer(self):
+    mk = lambda a: arithmetic.Problem("q", ("answer: " + a,), a)
+    train = [mk("3"), mk("3"), mk("5")]
+    test = [mk("3"), mk("5"), mk("3"), mk("7")]
+    self.assertAlmostEqual(mf.majority_exact_match(train, test), 0.5)
+
+
+class ResumeTest(absltest.TestCase):
+
+  def test_saved_stages_are_reused_not_retrained(self):
+    cfg = mathfimer_config.get_config("tiny")
+    items = [["Compute 1 +1.", ["1 + 1 = 2", "answer: 2"]]]
+    hist = [{"insertion_rate": 0.5, "rejection_rate": 0.5,
+             "rejected_similar": 1, "rejected_empty": 0, "gaps": 2,
+             "skipped_short": 0, "steps_after": 2.0,
+             "inserted_correct_frac": 1.0}]
+    solver = lambda em: {"exact_match": em, "gen_steps": 2.0,  # pylint: disable=g-long-lambda
+                         "train_steps_per_solution": 2.0,
+                         "train_correct_step_frac": 1.0}
+    saved = {"datasets": {"coarse": items, "expanded_r1": items,
+                          "fine": items},
+             "hist": hist, "fim_counts": {"examples": 7,
+                                          "skipped_short": 0},
+             "solver/coarse": solver(0.25),
+             "solver/expanded_r1": solver(0.5), "solver/fine": solver(0.75)}
+    with tempfile.TemporaryDirectory() as wd:
+      with open(os.path.join(wd, "progress_seed0.json"), "w") as f:
+        json.dump(saved, f)
+      boom = mock.Mock(side_effect=AssertionError("retrained"))
+      with mock.patch.object(mf, "train_solver", boom), \
+          mock.patch.object(mf.runner, "train_lm", boom):
+        out = mf.run(cfg, wd)
+      with open(os.path.join(wd, "results.json")) as f:
+        res = json.load(f)
+    self.assertEqual(out["fim_examples"], 7)
+    self.assertEqual(out["coarse/exact_match_mean"], 0.25)
+    self.assertEqual(out["expanded_r1/exact_match_mean"], 0.5)
+    self.assertEqual(out["round1/insertion_rate_mean"], 0.5)
+    rows = {r["label"]: r["cells"] for r in res["tables"][0]["rows"]}
+    self.assertEqual(rows["fine (ceiling)"]["exact_match"]["values"],
+                     [0.75])
+    self.assertEqual(rows["majority answer (chance)"]["exact_match"]
+                     ["values"], [out["chance_exact_match"]])
+
+
+if __name__ == "__main__":
+  absltest.main()
