@@ -337,7 +337,9 @@ def _run_untrusted(job: dict, work: str) -> None:
   sys.stdout = _CappedWriter(open(1, "w", closefd=False), cap)
   sys.stderr = _CappedWriter(open(2, "w", closefd=False), cap)
   h, w, dpi = int(job["height"]), int(job["width"]), 100.0
-  out_path = os.path.join(work, OUT_NAME)
+  # Relative to the cwd (the work dir): works even where the sandbox user
+  # may not search the work dir's ancestors.
+  out_path = OUT_NAME
   try:
     code = compile(job["code"], "<generated>", "exec")
   except BaseException as e:  # pylint: disable=broad-except
