@@ -178,8 +178,11 @@ def run(config, workdir: str) -> dict:
                 for k, v in progress.get("datasets").items()}
     fim_counts = progress.get("fim_counts")
     expansion.append(progress.get("hist"))
-    # 3. Solvers.
+    # 3. Solvers (on the rounds in `fim.solve_rounds`; empty = every round).
+    keep = {f"expanded_r{r}" for r in cfg.fim.get("solve_rounds", ())}
     for name, items in datasets.items():
+      if keep and name.startswith("expanded_r") and name not in keep:
+        continue
       res = progress.get(f"solver/{name}")
       if res is None:
         solver = train_solver(tok, cfg, seed, items)

@@ -42,7 +42,7 @@ class SingleDigitProblemsTest(absltest.TestCase):
     c = mathfimer_config.get_config("spec")
     self.assertEqual((c.problems.min_ops, c.problems.max_ops,
                       c.problems.max_value), (3, 6, 9))
-    self.assertEqual((c.model.dim, c.fim.rounds), (128, 3))
+    self.assertEqual((c.fim.rounds, tuple(c.fim.solve_rounds)), (3, (1, 3)))
 
 
 class ChanceTest(absltest.TestCase):
@@ -57,21 +57,24 @@ class ChanceTest(absltest.TestCase):
 class ResumeTest(absltest.TestCase):
 
   def test_saved_stages_are_reused_not_retrained(self):
+    # Also: only the rounds in fim.solve_rounds train a solver (round 1 has
+    # no saved solver result, so training it would raise).
     cfg = mathfimer_config.get_config("tiny")
+    cfg.fim.rounds, cfg.fim.solve_rounds = 2, (2,)
     items = [["Compute 1 +1.", ["1 + 1 = 2", "answer: 2"]]]
     hist = [{"insertion_rate": 0.5, "rejection_rate": 0.5,
              "rejected_similar": 1, "rejected_empty": 0, "gaps": 2,
              "skipped_short": 0, "steps_after": 2.0,
-             "inserted_correct_frac": 1.0}]
+             "inserted_correct_frac": 1.0}] * 2
     solver = lambda em: {"exact_match": em, "gen_steps": 2.0,  # pylint: disable=g-long-lambda
                          "train_steps_per_solution": 2.0,
                          "train_correct_step_frac": 1.0}
     saved = {"datasets": {"coarse": items, "expanded_r1": items,
-                          "fine": items},
+                          "expanded_r2": items, "fine": items},
              "hist": hist, "fim_counts": {"examples": 7,
                                           "skipped_short": 0},
              "solver/coarse": solver(0.25),
-             "solver/expanded_r1": solver(0.5), "solver/fine": solver(0.75)}
+             "solver/expanded_r2": solver(0.5), "solver/fine": solver(0.75)}
     with tempfile.TemporaryDirectory() as wd:
       with open(os.path.join(wd, "progress_seed0.json"), "w") as f:
         json.dump(saved, f)
@@ -83,9 +86,13 @@ class ResumeTest(absltest.TestCase):
         res = json.load(f)
     self.assertEqual(out["fim_examples"], 7)
     self.assertEqual(out["coarse/exact_match_mean"], 0.25)
-    self.assertEqual(out["expanded_r1/exact_match_mean"], 0.5)
+    self.assertEqual(out["expanded_r2/exact_match_mean"], 0.5)
+    self.assertNotIn("expanded_r1/exact_match_mean", out)
     self.assertEqual(out["round1/insertion_rate_mean"], 0.5)
     rows = {r["label"]: r["cells"] for r in res["tables"][0]["rows"]}
+    self.assertEqual(list(rows), ["coarse", "expanded, round 2",
+                                  "fine (ceiling)",
+                                  "majority answer (chance)"])
     self.assertEqual(rows["fine (ceiling)"]["exact_match"]["values"],
                      [0.75])
     self.assertEqual(rows["majority answer (chance)"]["exact_match"]
