@@ -1,9 +1,13 @@
 """PMC miniatures (spec B, "CPU-only miniature"): see configs/pmc.py.
 
 1. Lottery machine: pi_t(forget colours) with and without retain data.
-2. Tiny LM: memorise a TOFU-like fact set, then unlearn its forget split with
-   PMC and the baselines (GA, GD, NPO, SimNPO, IDK) from the same start;
-   report UQ, utility, forget recall and leakage (greedy, prefill, sampling).
+2. Tiny LM: memorise a TOFU-like fact set (+ a real-authors split), then
+   unlearn its forget split with PMC and the baselines (GA, GD, NPO, SimNPO,
+   IDK, DPO) from the same start; report UQ, utility (retain, world, real
+   authors), forget recall, leakage (greedy, two prefilling attacks,
+   sampling), the multiple-choice least-likely-option attack and the
+   log-prob drift of the forget values in unrelated text
+   (`jaxlab.evals.unlearning`).
 Writes WORKDIR/results.json, lottery.png, table.md.
 """
 
@@ -21,6 +25,8 @@ import numpy as np
 
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
+from jaxlab.data.synthetic import real_authors as real_authors_lib
+from jaxlab.evals import unlearning as unlearning_evals
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import pmc
@@ -30,7 +36,10 @@ from experiments import results as results_lib
 
 METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
            "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
-           "recall_prefill", "leak_sampling")
+           "recall_prefill", "leak_sampling", "recall_real_authors",
+           "leak_prefill_fixed", "recall_prefill_fixed",
+           "mc_least_likely_acc", "mc_most_likely_acc", "drift",
+           "abs_drift")
 
 
 def run_lottery(cfg, workdir: str) -> dict:
@@ -70,10 +79,28 @@ def _prompts(items):
   return [facts_lib.qa_prompt(x.question) for x in items]
 
 
-def _eval(model, tok, fs, cfg, seed):
-  return pmc.evaluate_unlearning(
+def _value_pool(fs):
+  """Attribute -> every value of that attribute in the fact set (MC decoys)."""
+  pool = {}
+  for x in fs.forget + fs.retain + fs.world:
+    pool.setdefault(x.attribute, set()).add(x.value)
+  return {k: sorted(v) for k, v in pool.items()}
+
+
+def _eval(model, tok, fs, cfg, seed, *, base=None, authors=()):
+  """pmc.evaluate_unlearning + the MC attack + drift against `base`."""
+  out = pmc.evaluate_unlearning(
       model, tok, fs, prompt_fn=facts_lib.qa_prompt,
-      key=jax.random.key(1000 + seed), **dict(cfg.eval))
+      key=jax.random.key(1000 + seed), real_authors=authors, **dict(cfg.eval))
+  p = cfg.probes
+  out.update(unlearning_evals.mc_attack(
+      model, tok, fs.forget, _prompts(fs.forget), _value_pool(fs),
+      num_options=p.mc_options, normalize=p.mc_normalize, seed=seed,
+      max_len=p.max_len))
+  if base is not None:
+    out.update(unlearning_evals.value_drift(model, base, tok, fs.forget,
+                                            max_len=p.max_len))
+  return out
 
 
 def _unlearn_config(cfg, method, seed):
@@ -88,9 +115,23 @@ def _unlearn_config(cfg, method, seed):
   return c
 
 
+def _dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
+  """DPO's extra forget rows: rejected answers + both reference NLLs."""
+  rej = sg.encode_pairs(tok, prompts, rejected, max_len=max_len)
+  ref_chosen = sg.sequence_nll_dataset(base, tok, prompts, chosen,
+                                       max_len=max_len)
+  extra = {"rejected_inputs": rej["inputs"],
+           "rejected_targets": rej["targets"],
+           "rejected_mask": rej["mask"],
+           "rejected_ref_nll": sg.sequence_nll_dataset(
+               base, tok, prompts, rejected, max_len=max_len)}
+  return ref_chosen, extra
+
+
 def run_unlearning(cfg, workdir: str) -> dict:
   tok = tokenizers.ByteTokenizer()
   fs = facts_lib.make_fact_set(**dict(cfg.facts))
+  authors = real_authors_lib.real_authors_qa(cfg.num_real_authors)
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
@@ -100,14 +141,15 @@ def run_unlearning(cfg, workdir: str) -> dict:
   for seed in cfg.seeds:
     mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
     base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
-    train = fs.train
+    train = fs.train + authors
     data = sg.encode_for_lm(tok, _prompts(train), [x.answer for x in train],
                             max_len=cfg.pretrain.max_len)
     p = dict(cfg.pretrain)
     p.pop("max_len")
     logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
     extra[f"pretrain_final_loss_seed{seed}"] = logs[-1]["loss"]
-    per_seed["original"].append(_eval(base, tok, fs, cfg, seed))
+    per_seed["original"].append(_eval(base, tok, fs, cfg, seed,
+                                      authors=authors))
     log(f"seed {seed}: pretrained (loss {logs[-1]['loss']:.4f}): "
         f"{per_seed['original'][-1]}")
     f_prompts = _prompts(fs.forget)
@@ -116,6 +158,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
     for method in methods:
       model = nnx.clone(base)
       ucfg = _unlearn_config(cfg, method, seed)
+      ucfg.warmup_steps = pmc.warmup_steps(ucfg, len(fs.forget))
       if method == "pmc":
         res = pmc.run_pmc(model, tok, forget_questions=[x.question
                                                         for x in fs.forget],
@@ -126,18 +169,24 @@ def run_unlearning(cfg, workdir: str) -> dict:
         extra[f"pmc_skipped_empty_questions_seed{seed}"] = (
             res["skipped_empty_questions"])
       else:
-        answers = ([cfg.idk_answer] * len(fs.forget) if method == "idk"
-                   else [x.answer for x in fs.forget])
-        ref = None
+        truth = [x.answer for x in fs.forget]
+        answers = ([cfg.idk_answer] * len(fs.forget)
+                   if method in ("idk", "dpo") else truth)
+        ref, extra_arrays = None, None
         if method == "npo":
           ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
                                         max_len=ucfg.max_len)
+        if method == "dpo":  # chosen "I don't know.", rejected the truth
+          ref, extra_arrays = _dpo_arrays(base, tok, f_prompts, answers,
+                                          truth, ucfg.max_len)
         sg.run_self_generated(model, tok, forget_prompts=f_prompts,
                               retain_prompts=r_prompts,
                               retain_answers=r_answers, score_fn=None,
                               fixed_forget_answers=answers,
-                              ref_forget_nll=ref, config=ucfg)
-      per_seed[method].append(_eval(model, tok, fs, cfg, seed))
+                              ref_forget_nll=ref,
+                              extra_forget_arrays=extra_arrays, config=ucfg)
+      per_seed[method].append(_eval(model, tok, fs, cfg, seed, base=base,
+                                    authors=authors))
       log(f"seed {seed}: {method}: {per_seed[method][-1]}")
   summary = {}
   for m, rows in per_seed.items():
@@ -154,21 +203,30 @@ def run_unlearning(cfg, workdir: str) -> dict:
 
 
 METHOD_LABELS = {"original": "original", "pmc": "PMC", "ga": "GA",
-                 "gd": "GD", "npo": "NPO", "simnpo": "SimNPO", "idk": "IDK"}
-# The prefilling attack of the leak_prefill column: evaluate_unlearning's
-# prefill_mode="answer_prefix" with eval.prefix_words=3.
+                 "gd": "GD", "npo": "NPO", "simnpo": "SimNPO", "idk": "IDK",
+                 "dpo": "DPO"}
+# The prefilling attacks: evaluate_unlearning's prefill_modes "answer_prefix"
+# (eval.prefix_words=3) and "fixed" (the paper's "The answer is: ").
 TABLE_COLUMNS = (
     ("uq", "UQ"), ("utility", "utility"),
     ("recall_forget", "forget recall ↓"),
     ("recall_forget_paraphrased", "paraphrased forget recall ↓"),
     ("recall_retain", "retain recall"), ("recall_world", "world recall"),
+    ("recall_real_authors", "real-authors recall"),
     ("leak_greedy", "leak greedy ↓"),
+    ("leak_prefill_fixed", "leak, prefilled \"The answer is: \" ↓"),
     ("leak_prefill", "leak, prefilled with the answer's first 3 words ↓"),
-    ("leak_sampling", "leak sampling ↓"))
+    ("leak_sampling", "leak sampling ↓"),
+    ("mc_least_likely_acc", "MC least-likely attack acc. ↓"),
+    ("drift", "Δ log p of forget values in unrelated text (nats/token, "
+              "not × 100)"))
 PERCENT_ALREADY = ("uq", "utility")  # pmc.unlearning_quality / utility
+NOT_PERCENT = ("drift",)  # nats per token, shown as is
 
 
-def results_tables(out: dict) -> tuple[list, list]:
+def results_tables(out: dict, table_id: str = "unlearning",
+                   caption: str = "Tiny-LM TOFU-like unlearning"
+                   ) -> tuple[list, list]:
   """The docs' tables and claimed comparisons from `run`'s results."""
   tables = []
   for tag, label in (("with_retain", "with retain set"),
@@ -189,9 +247,10 @@ def results_tables(out: dict) -> tuple[list, list]:
   ps = out.get("per_seed")
   if ps:
     t = results_lib.Table(
-        "unlearning", "Tiny-LM TOFU-like unlearning (values × 100)",
-        [results_lib.Column(k, lab, decimals=1,
-                            scale=1 if k in PERCENT_ALREADY else 100)
+        table_id, f"{caption} (values × 100)",
+        [results_lib.Column(k, lab, decimals=2 if k in NOT_PERCENT else 1,
+                            scale=1 if k in PERCENT_ALREADY + NOT_PERCENT
+                            else 100)
          for k, lab in TABLE_COLUMNS], row_label="method")
     for m, rows in ps["methods"].items():
       for seed, r in zip(ps["seeds"], rows):
@@ -200,13 +259,18 @@ def results_tables(out: dict) -> tuple[list, list]:
     tables.append(t)
     methods = ps["methods"]
     cmp = lambda col, a, b: results_lib.Comparison(  # pylint: disable=g-long-lambda
-        "unlearning", col, METHOD_LABELS[a], METHOD_LABELS[b])
+        table_id, col, METHOD_LABELS[a], METHOD_LABELS[b])
     wanted = [("recall_retain", "pmc", "original"),
               ("recall_world", "pmc", "original"),
               ("utility", "pmc", "original"),
               ("utility", "pmc", "ga"), ("utility", "pmc", "gd"),
               ("utility", "pmc", "npo"), ("recall_forget", "pmc", "npo"),
-              ("leak_prefill", "pmc", "idk")]
+              ("leak_prefill", "pmc", "idk"),
+              ("utility", "pmc", "dpo"), ("recall_forget", "pmc", "dpo"),
+              ("drift", "pmc", "ga"), ("drift", "pmc", "npo"),
+              ("mc_least_likely_acc", "pmc", "ga"),
+              ("mc_least_likely_acc", "pmc", "npo"),
+              ("leak_prefill_fixed", "pmc", "npo")]
     comparisons = [cmp(c, a, b) for c, a, b in wanted
                    if a in methods and b in methods]
   return tables, comparisons
@@ -242,7 +306,9 @@ def run(config, workdir: str) -> dict:
     results.update(run_lottery(config, workdir))
   if "unlearn" in parts:
     results.update(run_unlearning(config, workdir))
-  tables, comparisons = results_tables(results)
+  tables, comparisons = results_tables(
+      results, config.get("table_id", "unlearning"),
+      config.get("table_caption", "Tiny-LM TOFU-like unlearning"))
   results_lib.write(workdir, "pmc", tables=tables, comparisons=comparisons,
                     extra=results, config=config, start_time=t0)
   return results

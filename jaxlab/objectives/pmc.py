@@ -79,8 +79,27 @@ def make_score_fn(references: Sequence[str], *, min_len: int = 0):
 def default_config() -> ml_collections.ConfigDict:
   cfg = sg.default_config()
   cfg.min_len = 0             # length penalty off (B.3)
-  cfg.ref_max_new_tokens = 64  # greedy reference answers
+  cfg.max_new_tokens = 200     # generation max_length 200 (B.8)
+  cfg.ref_max_new_tokens = 200  # greedy reference answers, same length
+  cfg.warmup_epochs = 1.0      # warm-up = one epoch of steps (B.8)
   return cfg
+
+
+def warmup_steps(config: ml_collections.ConfigDict, num_forget: int) -> int:
+  """Warm-up steps: `warmup_epochs` epochs over the forget set (spec B.8).
+
+  The official code warms up for one epoch of steps, |D_f| / (bs * ga);
+  `config.warmup_epochs` (default 1) sets the number of epochs, rounded up
+  to whole steps and capped at `config.steps`. A config without
+  `warmup_epochs` keeps its explicit `warmup_steps`.
+  """
+  epochs = config.get("warmup_epochs", None)
+  if epochs is None:
+    return int(config.get("warmup_steps", 0))
+  if epochs < 0:
+    raise ValueError(f"unlearn.warmup_epochs must be >= 0, got {epochs}")
+  steps = math.ceil(float(epochs) * num_forget / int(config.batch_size))
+  return min(steps, int(config.steps))
 
 
 def run_pmc(model, tokenizer, *, forget_questions: Sequence[str],
@@ -103,6 +122,8 @@ def run_pmc(model, tokenizer, *, forget_questions: Sequence[str],
   """
   prompt_fn = prompt_fn or (lambda q: q)
   keep, skipped = clean_forget_questions(forget_questions)
+  config = config.copy_and_resolve_references()
+  config.warmup_steps = warmup_steps(config, len(keep))
   prompts = [prompt_fn(forget_questions[i]) for i in keep]
   refs = sg.generate_text(model, tokenizer, prompts,
                           max_new_tokens=int(config.ref_max_new_tokens),
@@ -171,31 +192,52 @@ def prefill_prompts(prompts: Sequence[str], answers: Sequence[str], *,
   raise ValueError(f"prefill mode {mode!r}; valid: fixed, answer_prefix")
 
 
+PREFILL_SUFFIX = {"answer_prefix": "", "fixed": "_fixed"}
+
+
 def evaluate_unlearning(model, tokenizer, facts, *, prompt_fn,
                         max_new_tokens: int = 48, leak_samples: int = 8,
                         leak_temperature: float = 1.0,
-                        prefill_mode: str = "answer_prefix",
-                        prefix_words: int = 3, key=None,
+                        prefill_modes: str | Sequence[str] = (
+                            "answer_prefix", "fixed"),
+                        prefix_words: int = 3,
+                        fixed_prefill: str = "The answer is: ", key=None,
                         batch_size: int = 64,
-                        retain_limit: int | None = None) -> dict[str, float]:
+                        retain_limit: int | None = None,
+                        real_authors: Sequence[Any] = (),
+                        generate_fn=None) -> dict[str, float]:
   """UQ, utility and leakage of `model` on a `FactSet`-like object.
 
   Greedy ROUGE-L recall against the ground truth on forget, forget
-  paraphrased, retain and world; leakage = fraction of forget facts whose
-  value string appears in the greedy answer, in the prefilled answer, or in
-  any of `leak_samples` samples at `leak_temperature`.
+  paraphrased, retain, world and (when given) `real_authors` QA items;
+  utility = 100 * mean of the retain, world and real-authors recalls (the
+  three terms of spec B.10). Leakage = fraction of forget facts whose value
+  string appears in the greedy answer, in a prefilled answer, or in any of
+  `leak_samples` samples at `leak_temperature`. One prefilling attack per
+  entry of `prefill_modes` (`prefill_prompts`): "answer_prefix" (the first
+  `prefix_words` ground-truth words; keys `leak_prefill`, `recall_prefill`)
+  and "fixed" (the paper's "The answer is: "; keys `leak_prefill_fixed`,
+  `recall_prefill_fixed`). `generate_fn` replaces `sampler.generate`
+  (tests script the answers).
   """
+  if isinstance(prefill_modes, str):
+    prefill_modes = [m for m in prefill_modes.split(",") if m]
+  bad = [m for m in prefill_modes if m not in PREFILL_SUFFIX]
+  if bad:
+    raise ValueError(f"eval.prefill_modes has unknown {bad}; valid: "
+                     f"{', '.join(PREFILL_SUFFIX)}")
   key = jax.random.key(0) if key is None else key
   gen = lambda ps, **kw: sg.generate_text(  # pylint: disable=g-long-lambda
       model, tokenizer, ps, max_new_tokens=max_new_tokens,
-      batch_size=batch_size, **kw)
+      batch_size=batch_size, generate_fn=generate_fn, **kw)
   out: dict[str, float] = {}
   recalls = {}
   greedy = {}
   retain = facts.retain[:retain_limit] if retain_limit else facts.retain
   for name, items in (("forget", facts.forget),
                       ("forget_paraphrased", facts.forget_paraphrased),
-                      ("retain", retain), ("world", facts.world)):
+                      ("retain", retain), ("world", facts.world),
+                      ("real_authors", list(real_authors))):
     if not items:
       continue
     preds = gen([prompt_fn(x.question) for x in items])
@@ -204,18 +246,21 @@ def evaluate_unlearning(model, tokenizer, facts, *, prompt_fn,
     out[f"recall_{name}"] = recalls[name]
   out["uq"] = unlearning_quality(recalls["forget"],
                                  recalls["forget_paraphrased"])
-  out["utility"] = utility([recalls[k] for k in ("retain", "world")
+  out["utility"] = utility([recalls[k] for k in ("retain", "world",
+                                                  "real_authors")
                             if k in recalls])
   f_items = facts.forget
   out["leak_greedy"] = float(np.mean([
       contains_value([p], x.value) for p, x in zip(greedy["forget"], f_items)]))
-  pp, rest = prefill_prompts([prompt_fn(x.question) for x in f_items],
-                             [x.answer for x in f_items], mode=prefill_mode,
-                             prefix_words=prefix_words)
-  pre = gen(pp)
-  out["recall_prefill"] = mean_recall(pre, rest)
-  out["leak_prefill"] = float(np.mean([
-      contains_value([p], x.value) for p, x in zip(pre, f_items)]))
+  for mode in prefill_modes:
+    pp, rest = prefill_prompts([prompt_fn(x.question) for x in f_items],
+                               [x.answer for x in f_items], mode=mode,
+                               prefix_words=prefix_words, fixed=fixed_prefill)
+    pre = gen(pp)
+    sfx = PREFILL_SUFFIX[mode]
+    out[f"recall_prefill{sfx}"] = mean_recall(pre, rest)
+    out[f"leak_prefill{sfx}"] = float(np.mean([
+        contains_value([p], x.value) for p, x in zip(pre, f_items)]))
   if leak_samples:
     flat = [prompt_fn(x.question) for x in f_items for _ in range(leak_samples)]
     samples = gen(flat, temperature=leak_temperature, key=key)

@@ -280,6 +280,7 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
                        config: ml_collections.ConfigDict,
                        fixed_forget_answers: Sequence[str] | None = None,
                        ref_forget_nll: np.ndarray | None = None,
+                       extra_forget_arrays: dict[str, np.ndarray] | None = None,
                        eval_fn: Callable[[int], dict] | None = None,
                        eval_every: int = 0,
                        generate_fn=None) -> dict[str, Any]:
@@ -288,7 +289,9 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
   With `score_fn` (PMC) the forget targets come from the monotone cache of
   self-generated samples. With `fixed_forget_answers` (GA/GD/NPO/SimNPO on the
   original answers, IDK on "I don't know.") no sampling happens and the
-  same loop runs the baseline named by `config.loss`.
+  same loop runs the baseline named by `config.loss`. `extra_forget_arrays`
+  (key -> array with one row per forget item) adds those rows of the
+  step's forget items to the batch (e.g. DPO's rejected answers).
   """
   if (score_fn is None) == (fixed_forget_answers is None):
     raise ValueError("give exactly one of score_fn (self-generated targets) "
@@ -343,6 +346,8 @@ def run_self_generated(model, tokenizer, *, forget_prompts: Sequence[str],
         [retain_answers[int(i)] for i in r_idx], max_len=int(config.max_len))
     if ref_forget_nll is not None:
       batch["forget_ref_nll"] = np.asarray(ref_forget_nll, np.float32)[idx]
+    for k, v in (extra_forget_arrays or {}).items():
+      batch[k] = np.asarray(v)[idx]
     record.update(runner.step(batch, step))
     if not math.isfinite(record["loss"]):
       raise FloatingPointError(f"non-finite loss at step {step}: {record}")

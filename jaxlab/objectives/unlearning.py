@@ -20,11 +20,20 @@ sum_b nll_b / sum_b |y_b|, which is what the official (HF) code gets from
               + lam * NLL_r
   simnpo:     -(2/beta) mean_b log sigmoid(beta (nll_b / |y_b| - gamma))
               + lam * NLL_r
+  dpo:        DPO (Rafailov et al. 2023, eq. 7; `jaxlab.objectives.dpo`)
+              with chosen = "I don't know." (the forget targets) and
+              rejected = the original forget answer, + lam * NLL_r
+              (the TOFU-style DPO baseline the PMC paper compares with):
+              -mean_b log sigmoid(beta ((ref_nll_w - nll_w)
+                                        - (ref_nll_l - nll_l))) + lam NLL_r
 
 Each is also a trainer loss (`jaxlab.train.losses`) named `unlearn_<name>`,
 reading batch keys `forget_inputs/forget_targets/forget_mask` `[B, T]`,
 `retain_inputs/retain_targets/retain_mask` `[B, T]` and, for NPO,
-`forget_ref_nll [B]`; `config` fields `lam`, `beta`, `gamma`.
+`forget_ref_nll [B]`; DPO also reads the rejected answers
+`rejected_inputs/rejected_targets/rejected_mask` `[B, T]` and both reference
+NLLs `forget_ref_nll`, `rejected_ref_nll` `[B]`; `config` fields `lam`,
+`beta`, `gamma`.
 """
 
 from __future__ import annotations
@@ -36,13 +45,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxlab import registry
+from jaxlab.objectives import dpo as dpo_lib
 from jaxlab.train import losses as losses_lib
 
 # Defaults. lam = 1.5 is the official Phi-1.5 config (spec B.8). beta and
 # gamma are [inferred] (TOFU-style NPO beta = 0.1; SimNPO beta = 2.5,
 # gamma = 0): the spec does not give them.
 DEFAULT_LAM = 1.5
-DEFAULT_BETA = {"npo": 0.1, "simnpo": 2.5}
+DEFAULT_BETA = {"npo": 0.1, "simnpo": 2.5, "dpo": dpo_lib.DEFAULT_BETA}
 DEFAULT_GAMMA = 0.0
 
 UnlearnFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
@@ -148,6 +158,31 @@ def simnpo(forget_nll_b, forget_len_b, retain_nll_b=None, retain_len_b=None,
                  "forget_nll": batch_nll(forget_nll_b, forget_len_b)}
 
 
+@register("dpo")
+def dpo(forget_nll_b, forget_len_b, retain_nll_b=None, retain_len_b=None, *,
+        ref_forget_nll_b=None, rejected_nll_b=None, ref_rejected_nll_b=None,
+        lam: float = DEFAULT_LAM, beta: float = DEFAULT_BETA["dpo"],
+        **unused):
+  """DPO unlearning baseline (spec B.9, "DPO appears in the paper").
+
+  `dpo_lib.dpo_loss` (DPO eq. 7) with the forget targets (IDK answers) as
+  the chosen responses and the original answers as the rejected ones;
+  log-probs are minus the summed sequence NLLs. Plus lam * NLL_r.
+  """
+  del unused
+  if (ref_forget_nll_b is None or rejected_nll_b is None
+      or ref_rejected_nll_b is None):
+    raise ValueError("dpo needs rejected_nll_b, ref_forget_nll_b and "
+                     "ref_rejected_nll_b (batch keys 'rejected_*', "
+                     "'forget_ref_nll', 'rejected_ref_nll')")
+  f, m = dpo_lib.dpo_loss(-forget_nll_b, -rejected_nll_b, -ref_forget_nll_b,
+                          -ref_rejected_nll_b, beta=beta)
+  r = _retain_term(retain_nll_b, retain_len_b, lam)
+  return f + r, {"forget_term": f, "retain_term": r,
+                 "forget_nll": batch_nll(forget_nll_b, forget_len_b),
+                 "reward_margin": m["reward_margin"]}
+
+
 # -- trainer losses -------------------------------------------------------------
 
 
@@ -181,8 +216,13 @@ def make_trainer_loss(name: str):
       kwargs["beta"] = _cfg(config, "beta", DEFAULT_BETA[name])
     if name == "simnpo":
       kwargs["gamma"] = _cfg(config, "gamma", DEFAULT_GAMMA)
-    if name == "npo":
+    if name in ("npo", "dpo"):
       kwargs["ref_forget_nll_b"] = batch.get("forget_ref_nll")
+    if name == "dpo":
+      kwargs["rejected_nll_b"] = model_sequence_nll(
+          model, batch["rejected_inputs"], batch["rejected_targets"],
+          batch["rejected_mask"])[0]
+      kwargs["ref_rejected_nll_b"] = batch.get("rejected_ref_nll")
     r_nll = r_len = None
     if name != "ga" and "retain_inputs" in batch:
       r_nll, r_len = model_sequence_nll(model, batch["retain_inputs"],

@@ -211,5 +211,72 @@ class LoopTest(absltest.TestCase):
                   config=config, generate_fn=fake_generate)
 
 
+class EvalAndConfigTest(absltest.TestCase):
+
+  def test_warmup_is_one_epoch_of_steps(self):
+    c = pmc.default_config()
+    self.assertEqual((c.warmup_epochs, c.max_new_tokens,
+                      c.ref_max_new_tokens), (1.0, 200, 200))
+    c.update(batch_size=16, steps=100)
+    self.assertEqual(pmc.warmup_steps(c, 400), 25)   # 400 / 16
+    self.assertEqual(pmc.warmup_steps(c, 50), 4)     # ceil(50 / 16)
+    c.steps = 3
+    self.assertEqual(pmc.warmup_steps(c, 400), 3)    # capped at steps
+    c.warmup_epochs = None
+    c.warmup_steps = 7
+    self.assertEqual(pmc.warmup_steps(c, 400), 7)    # explicit steps kept
+
+  def test_evaluate_unlearning_with_scripted_answers(self):
+    tok = tokenizers.ByteTokenizer()
+    qa = facts_lib.QA
+    fs = types.SimpleNamespace(
+        forget=[qa("Where was Ab born?", "Ab was born in Oslo.", "Ab",
+                   "city", "Oslo")],
+        forget_paraphrased=[qa("Birthplace of Ab?", "Ab was born in Oslo.",
+                               "Ab", "city", "Oslo")],
+        retain=[qa("Where was Cd born?", "Cd was born in Rome.", "Cd",
+                   "city", "Rome")],
+        world=[qa("Capital of Xy?", "The capital of Xy is Zz.", "Xy",
+                  "capital", "Zz")])
+    authors = [qa("Who wrote the book H?", "The book H was written by Wi.",
+                  "Wi", "author", "Wi")]
+    p = facts_lib.qa_prompt
+    script = {
+        p("Where was Ab born?"): "I do not know.",              # recall 0
+        p("Birthplace of Ab?"): "Ab was born in Lima.",         # 4 / 5
+        p("Where was Cd born?"): "Cd was born in Rome.",        # 1
+        p("Capital of Xy?"): "The capital",                     # 2 / 6
+        p("Who wrote the book H?"): "No idea.",                 # 0
+        p("Where was Ab born?") + "Ab was born ": "in Oslo.",   # leaks
+        p("Where was Ab born?") + "The answer is: ": "Rome.",   # no leak
+    }
+
+    def fake_generate(model, ids, *, temperature, **kw):
+      del model, kw
+      texts = [tok.decode(i) for i in ids]
+      if temperature > 0:  # 2 samples of the forget question: one leaks
+        outs = ["no", "maybe Oslo"]
+      else:
+        outs = [script[t] for t in texts]
+      return types.SimpleNamespace(
+          tokens=[tok.encode(o, add_eos=True) for o in outs])
+
+    out = pmc.evaluate_unlearning(
+        None, tok, fs, prompt_fn=p, leak_samples=2, real_authors=authors,
+        generate_fn=fake_generate)
+    self.assertAlmostEqual(out["recall_forget_paraphrased"], 0.8)
+    self.assertAlmostEqual(out["uq"], 100 * (1 - (0 + 0.8) / 2))   # 60
+    self.assertAlmostEqual(out["recall_real_authors"], 0.0)
+    # utility = 100 * mean(retain 1, world 2/6, real authors 0).
+    self.assertAlmostEqual(out["utility"], 100 * (1 + 1 / 3 + 0) / 3)
+    self.assertEqual((out["leak_greedy"], out["leak_prefill"],
+                      out["leak_prefill_fixed"], out["leak_sampling"]),
+                     (0.0, 1.0, 0.0, 1.0))
+    self.assertAlmostEqual(out["recall_prefill"], 1.0)  # vs "in Oslo."
+    with self.assertRaisesRegex(ValueError, "prefill_modes"):
+      pmc.evaluate_unlearning(None, tok, fs, prompt_fn=p,
+                              prefill_modes="bad", generate_fn=fake_generate)
+
+
 if __name__ == "__main__":
   absltest.main()

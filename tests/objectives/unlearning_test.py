@@ -92,10 +92,38 @@ class UnlearningTest(parameterized.TestCase):
       unlearning.npo(jnp.ones(2), jnp.ones(2))
 
   def test_unknown_name(self):
-    with self.assertRaisesRegex(ValueError, "valid choices: ga, gd, idk"):
-      unlearning.get("dpo")
+    with self.assertRaisesRegex(ValueError, "valid choices: dpo, ga, gd"):
+      unlearning.get("rmu")
 
-  @parameterized.parameters("pmc", "ga", "gd", "npo", "simnpo", "idk")
+  def test_dpo_hand_computed_value_and_gradient(self):
+    # chosen (IDK) nll [2, 3], rejected (truth) nll [1, 4], refs [3, 3] and
+    # [1, 2], beta 0.5: margins 0.5 * ((3-2)-(1-1)) = 0.5 and
+    # 0.5 * ((3-3)-(2-4)) = 1.0; loss = mean log(1 + e^-m) = 0.393669.
+    w, l = jnp.array([2.0, 3.0]), jnp.array([1.0, 4.0])
+    ref_w, ref_l = jnp.array([3.0, 3.0]), jnp.array([1.0, 2.0])
+    lens = jnp.array([2.0, 2.0])
+
+    def f(w, l):
+      return unlearning.dpo(w, lens, rejected_nll_b=l, ref_forget_nll_b=ref_w,
+                            ref_rejected_nll_b=ref_l, lam=0.0, beta=0.5)[0]
+
+    np.testing.assert_allclose(f(w, l), 0.393669, rtol=1e-5)
+    # d/d nll_w = beta * sigmoid(-m) / B: 0.25 * [s(-0.5), s(-1)].
+    g_w, g_l = jax.grad(f, argnums=(0, 1))(w, l)
+    np.testing.assert_allclose(g_w, [0.094385, 0.067235], rtol=1e-4)
+    np.testing.assert_allclose(g_l, [-0.094385, -0.067235], rtol=1e-4)
+    # Equals the shared DPO loss on log-probs = -NLL, plus lam * NLL_r.
+    r, rl = jnp.array([3.0, 1.0]), jnp.array([2.0, 2.0])
+    got = unlearning.dpo(w, lens, r, rl, rejected_nll_b=l,
+                         ref_forget_nll_b=ref_w, ref_rejected_nll_b=ref_l,
+                         lam=1.5, beta=0.5)[0]
+    np.testing.assert_allclose(got, 0.393669 + 1.5 * 4.0 / 4.0, rtol=1e-5)
+
+  def test_dpo_without_rejected_is_an_error(self):
+    with self.assertRaisesRegex(ValueError, "rejected_nll_b"):
+      unlearning.dpo(jnp.ones(2), jnp.ones(2), ref_forget_nll_b=jnp.ones(2))
+
+  @parameterized.parameters("pmc", "ga", "gd", "npo", "simnpo", "idk", "dpo")
   def test_trainer_loss_matches_numpy_on_a_model(self, name):
     cfg = decoder.DecoderConfig(vocab_size=11, dim=16, num_layers=1,
                                 num_heads=2, num_kv_heads=1, mlp_dim=32,
@@ -108,6 +136,9 @@ class UnlearningTest(parameterized.TestCase):
              "forget_mask": self.mask_f, "retain_inputs": inp_r,
              "retain_targets": self.tgt_r, "retain_mask": self.mask_r,
              "forget_ref_nll": self.ref}
+    if name == "dpo":  # rejected rows: the retain arrays, refs reversed
+      batch.update(rejected_inputs=inp_r, rejected_targets=self.tgt_r,
+                   rejected_mask=self.mask_r, rejected_ref_nll=self.ref[::-1])
     config = ml_collections.ConfigDict({"lam": 1.25, "beta": 0.3,
                                         "gamma": 0.2})
     loss, metrics = losses.get(f"unlearn_{name}")(
@@ -116,7 +147,12 @@ class UnlearningTest(parameterized.TestCase):
                         self.mask_f)
     r, rl = _np_seq_nll(np.asarray(model(jnp.asarray(inp_r))), self.tgt_r,
                         self.mask_r)
-    want = _np_objective(name, f, fl, r, rl, self.ref, 1.25, 0.3, 0.2)
+    if name == "dpo":
+      margin = 0.3 * ((self.ref - f) - (self.ref[::-1] - r))
+      want = (-np.mean(_np_logsig(margin))
+              + 1.25 * r.sum() / rl.sum())
+    else:
+      want = _np_objective(name, f, fl, r, rl, self.ref, 1.25, 0.3, 0.2)
     np.testing.assert_allclose(loss, want, rtol=1e-5)
     np.testing.assert_allclose(metrics["forget_nll"], f.sum() / fl.sum(),
                                rtol=1e-5)
