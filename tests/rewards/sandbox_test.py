@@ -225,6 +225,35 @@ class SandboxTest(parameterized.TestCase):
         timeout_s=_FAST)
     self.assertTrue(r.ok, r.error)
 
+  def test_image_is_validated(self):
+    # The job's .npy is untrusted bytes: only uint8 [H, W, 3] is accepted.
+    d = self.outside
+    load = sandbox._load_image  # pylint: disable=protected-access
+    good = np.arange(8 * 10 * 3, dtype=np.uint8).reshape(8, 10, 3)
+    np.save(os.path.join(d, "good.npy"), good)
+    img, err = load(os.path.join(d, "good.npy"), (8, 10))
+    self.assertEqual(err, "")
+    np.testing.assert_array_equal(img, good)
+    cases = {
+        "float": (good.astype(np.float32), "bad image float32"),
+        "shape": (good[:, :9], "bad image uint8"),
+        "rgba": (np.zeros((8, 10, 4), np.uint8), "bad image uint8"),
+        "object": (np.array([{"a": 1}], dtype=object), "unreadable image"),
+        "large": (np.zeros((80, 100, 3), np.uint8), "too large"),
+    }
+    for name, (arr, want) in cases.items():
+      path = os.path.join(d, name + ".npy")
+      np.save(path, arr, allow_pickle=True)
+      img, err = load(path, (8, 10))
+      self.assertIsNone(img, name)
+      self.assertIn(want, err, name)
+    os.symlink(os.path.join(d, "good.npy"), os.path.join(d, "link.npy"))
+    self.assertEqual(load(os.path.join(d, "link.npy"), (8, 10)),
+                     (None, "no image was written"))
+    os.mkfifo(os.path.join(d, "fifo.npy"))
+    self.assertEqual(load(os.path.join(d, "fifo.npy"), (8, 10))[1],
+                     "the image is not a regular file")
+
   def test_bad_size(self):
     with self.assertRaisesRegex(ValueError, "size="):
       _render("", size=(2, 2))
