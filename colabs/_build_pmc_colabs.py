@@ -46,10 +46,16 @@ def pmc_notebook():
           "print('top colour without retain:', h_n[-1].max())"),
       v4.new_markdown_cell(
           "## 2. Tiny LM on a TOFU-like fact set\nMemorise, then unlearn "
-          "the forget split with PMC and the baselines; UQ = 100(1 - mean "
-          "forget recall), utility = 100 x mean(retain, world recall); "
-          "leakage = share of forget facts whose value shows up greedily, "
-          "after prefilling the start of the true answer, or in samples."),
+          "the forget split with PMC and the baselines (GA, GD, NPO, "
+          "SimNPO, IDK, DPO); UQ = 100(1 - mean forget recall), utility = "
+          "100 x mean(retain, world, real-authors recall); leakage = share "
+          "of forget facts whose value shows up greedily, after the paper's "
+          "prefill \"The answer is: \", after prefilling the start of the "
+          "true answer, or in samples; `mc_least_likely_acc` = the "
+          "multiple-choice attack that picks the least likely option "
+          "(chance 1/4); `drift` = mean change of log p (nats/token) of the "
+          "forget values in unrelated sentences "
+          "(`jaxlab.evals.unlearning`)."),
       v4.new_code_cell(
           "from configs import pmc as pmc_config\n"
           "from experiments import pmc as pmc_exp\n"

@@ -25,8 +25,9 @@ from configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, small=False, table=False,
-                          spec=False)
+                          spec=False, fit=False)
   tiny, small, table, spec = args.tiny, args.small, args.table, args.spec
+  fit = args.fit
   c = common.base_config()
   c.experiment = "pmc"
   c.parts = "lottery,unlearn"
@@ -77,6 +78,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.pretrain.update(steps=2500, batch_size=32, lr=2e-3, warmup_steps=100)
     c.unlearn.update(steps=60)
     c.eval.update(leak_samples=4, retain_limit=80)
+  if fit:  # spec's 10 % forget at the largest size that fit the session's
+    # loaded 2-core machine (20 people; spec-size run: the `spec` preset)
+    c.parts = "unlearn"
+    c.table_id = "unlearning_10pct"
+    c.table_caption = ("Tiny-LM TOFU-like unlearning, 10 % of 20 people "
+                       "forgotten")
+    c.facts.update(num_people=20, forget_frac=0.1, num_world=10)
+    c.num_real_authors = 10
+    c.pretrain.update(steps=500, lr=3e-3)
+    c.unlearn.update(steps=30, lr=1e-3, num_samples=5, temperature=1.2,
+                     max_new_tokens=48, ref_max_new_tokens=48)
+    c.eval.update(max_new_tokens=48, leak_samples=4, retain_limit=32)
+    c.probes.update(max_len=96)
   if table:  # the measured docs table: ~15 min on 2 shared CPU cores
     c.lottery.update(rounds=1500)
     c.facts.update(num_people=10, forget_frac=0.2, num_world=10)

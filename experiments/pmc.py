@@ -278,14 +278,18 @@ def results_tables(out: dict, table_id: str = "unlearning",
 
 def _write_table(summary, methods, n_seeds, workdir):
   cols = ("uq", "utility", "recall_forget", "recall_retain", "recall_world",
-          "leak_greedy", "leak_prefill", "leak_sampling")
+          "recall_real_authors", "leak_greedy", "leak_prefill_fixed",
+          "leak_prefill", "leak_sampling", "mc_least_likely_acc", "drift")
   lines = [f"mean ± sample std (ddof 1) over {n_seeds} seed(s)", "",
            "| method | " + " | ".join(cols) + " |",
            "|---" * (len(cols) + 1) + "|"]
   for m in methods:
     cells = []
     for k in cols:
-      scale = 1.0 if k in ("uq", "utility") else 100.0
+      if f"{m}/{k}_mean" not in summary:  # e.g. drift of the original
+        cells.append("–")
+        continue
+      scale = 1.0 if k in ("uq", "utility", "drift") else 100.0
       mu, sd = summary[f"{m}/{k}_mean"] * scale, summary[f"{m}/{k}_std"] * scale
       cells.append(f"{mu:.1f} ± {sd:.1f}")
     lines.append(f"| {m} | " + " | ".join(cells) + " |")
