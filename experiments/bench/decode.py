@@ -1,6 +1,6 @@
 """Decode benchmark: jaxlab's KV-cache sampler vs transformers on one machine.
 
-    python -m experiments.bench decode [--sizes=1m,10m,40m] [--batches=1,8]
+    python -m experiments.bench decode [--sizes=1m,56m,110m] [--batches=1,8]
         [--prompt_len=64] [--new_tokens=32] [--repeats=3] [--out=FILE]
 
 For each decoder size a random Llama checkpoint is built with transformers
@@ -24,6 +24,12 @@ least `repeats` calls (more for fast calls, until 1 s has been timed):
 torch's thread count is chosen per configuration as the faster of 1 and all
 cores (`--torch_threads`), since its OpenMP pool degrades badly on a shared
 CPU; jaxlab runs with XLA's defaults.
+
+Each row also carries `roofline`: jaxlab's whole-call tokens/s
+(B * N / (prefill_s + decode_s)) as a fraction of this machine's roofline,
+from the memory bandwidth and fp32 matmul peak measured in the same run
+(`experiments/bench/roofline.py`), and each phase's fraction; the machine
+block records the load average (timings on a shared machine are noisy).
 
 Prints one JSON object (also written to --out when given).
 """
@@ -51,6 +57,11 @@ SIZES = {
                 num_layers=6, num_heads=8, num_kv_heads=4),
     "40m": dict(vocab_size=16384, hidden_size=512, intermediate_size=1536,
                 num_layers=8, num_heads=8, num_kv_heads=4),
+    # The 56M shape of issue 18 (untied, vocab 32000) and a larger one.
+    "56m": dict(vocab_size=32000, hidden_size=512, intermediate_size=1408,
+                num_layers=8, num_heads=8, num_kv_heads=4),
+    "110m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048,
+                 num_layers=10, num_heads=12, num_kv_heads=4),
 }
 
 
@@ -72,6 +83,30 @@ def _rates(prefill_s: float, decode_s: float, batch: int, prompt_len: int,
   return {"prefill_tokens_per_s": batch * prompt_len / prefill_s,
           "decode_tokens_per_s": batch * (new_tokens - 1) / decode_s,
           "prefill_s": prefill_s, "decode_s": decode_s}
+
+
+def _roofline_row(cfg, mach, batch, prompt_len, new_tokens, prefill_s,
+                  decode_s) -> dict[str, float]:
+  """jaxlab's whole-call tokens/s as a fraction of this machine's roofline.
+
+  The roofline (`roofline.decode_roofline`) uses the bandwidth and fp32
+  matmul peak measured in this run: prefill at the matmul peak, each decode
+  step the larger of (weights + KV cache read) / bandwidth and FLOPs / peak.
+  """
+  from experiments.bench import roofline  # pylint: disable=g-import-not-at-top
+  roof = roofline.decode_roofline(
+      cfg, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens,
+      bandwidth=mach["memory_bandwidth_bytes_per_s"],
+      peak=mach["matmul_peak_flops"])
+  call_tok_s = batch * new_tokens / (prefill_s + decode_s)
+  return {"roofline_tokens_per_s": roof["tokens_per_s"],
+          "jaxlab_call_tokens_per_s": call_tok_s,
+          "fraction_of_roofline": call_tok_s / roof["tokens_per_s"],
+          "roofline_prefill_s": roof["prefill_s"],
+          "roofline_decode_s": roof["decode_s"],
+          "prefill_fraction_of_roofline": roof["prefill_s"] / prefill_s,
+          "decode_fraction_of_roofline": roof["decode_s"] / decode_s,
+          "prefill_share_of_call": prefill_s / (prefill_s + decode_s)}
 
 
 def bench_jaxlab(model, prompts, new_tokens, repeats):
@@ -153,10 +188,10 @@ def bench_torch(model, prompts, new_tokens, repeats, thread_choices):
 
 def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(prog="python -m experiments.bench decode")
-  parser.add_argument("--sizes", default="1m,10m,40m")
+  parser.add_argument("--sizes", default="1m,56m,110m")
   parser.add_argument("--batches", default="1,8")
-  parser.add_argument("--prompt_len", type=int, default=64)
-  parser.add_argument("--new_tokens", type=int, default=32)
+  parser.add_argument("--prompt_len", type=int, default=128)
+  parser.add_argument("--new_tokens", type=int, default=128)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--torch_threads", default="auto",
                       help="comma-separated thread counts, or 'auto' "
@@ -182,6 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
   else:
     thread_choices = [int(t) for t in args.torch_threads.split(",") if t]
   rng = np.random.default_rng(0)
+  from experiments.bench import roofline  # pylint: disable=g-import-not-at-top
+  mach = roofline.machine()
   results = []
   for size in sizes:
     shape = SIZES[size]
@@ -212,10 +249,13 @@ def main(argv: list[str] | None = None) -> dict:
           # (fp32 rounding can flip a near-tie late in a sequence).
           "same_tokens_fraction": float(np.mean(
               np.asarray(j_tokens) == np.asarray(t_tokens))),
+          "roofline": _roofline_row(cfg, mach, batch, args.prompt_len,
+                                    args.new_tokens, j_pre, j_dec),
+          "loadavg_1m": os.getloadavg()[0],
       })
   report = {
       "benchmark": "decode",
-      "machine": {"platform": platform.platform(),
+      "machine": {**mach, "platform": platform.platform(),
                   "cpu_count": os.cpu_count(),
                   "jax_backend": jax.default_backend(),
                   "load_average_1m": os.getloadavg()[0],

@@ -1,44 +1,54 @@
-"""Train-step benchmark: jaxlab decoder vs transformers Llama (torch, CPU).
+"""Train-step benchmark: the trainer's own step vs transformers (torch, CPU).
 
-    python -m experiments.bench train [--sizes=small,medium] [--steps=5]
+    python -m experiments.bench train [--sizes=small,56m,110m] [--steps=3]
+        [--breakdown=56m] [--chunk_sizes=56m] [--chunk=1024] [--out=FILE]
 
-Prints one JSON object: for each size, tokens/s and MFU of the jitted
-jaxlab train step (AdamW, float32) and of the same architecture's train step
-in PyTorch (`LlamaForCausalLM` + `torch.optim.AdamW`), and their ratio. MFU
-= achieved model FLOP/s (6N + attention, `registry.decoder_train_flops_per_
-token`) over a measured float32 matmul peak of this machine
-(`metrics.measured_peak_flops`), so both frameworks share one denominator.
+Prints one JSON object: this machine's measured limits (`roofline.machine`:
+fp32 matmul peak of a 2048^2 matmul, memory bandwidth of a sum over 1 GiB,
+load average), then for each size the tokens/s of
+`jaxlab.train.trainer.make_train_step` (what `trainer.train` runs: fp32,
+AdamW with clipping, state donated; median of `steps`) and of the same
+architecture's train step in PyTorch (`LlamaForCausalLM` +
+`torch.optim.AdamW`), their ratio, and each one's fraction of the measured
+matmul peak (model FLOPs 6N + 12 L T d per token,
+`registry.decoder_train_flops_per_token`). For `--breakdown` sizes the step
+is split into forward, backward and the rest (timed jitted forward loss and
+loss + grad); for `--chunk_sizes` the step with chunked cross-entropy
+(`config.loss.chunk_size`) is timed too. Timings on a shared machine are
+noisy: the load average before and after each size is recorded.
 """
 
 import json
+import os
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
+from experiments.bench import roofline
+from jaxlab import parallel
 from jaxlab.models import decoder
 from jaxlab.models import registry
 from jaxlab.train import losses
-from jaxlab.train import metrics as metrics_lib
+from jaxlab.train import trainer
 
 SIZES = {
-    "small": dict(dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                  mlp_dim=384, batch=8, seq_len=128),
-    "medium": dict(dim=256, num_layers=4, num_heads=8, num_kv_heads=4,
-                   mlp_dim=768, batch=8, seq_len=256),
-    "large": dict(dim=512, num_layers=4, num_heads=8, num_kv_heads=4,
-                  mlp_dim=1536, batch=4, seq_len=256),
+    "small": dict(vocab_size=8192, dim=256, num_layers=4, num_heads=4,
+                  num_kv_heads=2, mlp_dim=704, batch=8, seq_len=256),
+    # The 56M Llama shape of issue 18.
+    "56m": dict(vocab_size=32000, dim=512, num_layers=8, num_heads=8,
+                num_kv_heads=4, mlp_dim=1408, batch=8, seq_len=256),
+    "110m": dict(vocab_size=32000, dim=768, num_layers=10, num_heads=12,
+                 num_kv_heads=4, mlp_dim=2048, batch=8, seq_len=256),
 }
-VOCAB = 1024
 
 
-def _batch(b, t, seed=0):
+def _batch(b, t, vocab, seed=0):
   rng = np.random.default_rng(seed)
-  ids = rng.integers(0, VOCAB, size=(b, t + 1)).astype(np.int32)
+  ids = rng.integers(0, vocab, size=(b, t + 1)).astype(np.int32)
   return ids[:, :-1], ids[:, 1:]
 
 
@@ -53,28 +63,62 @@ def _time(fn, steps: int) -> float:
   return float(np.median(best))
 
 
-def bench_jax(cfg: decoder.DecoderConfig, b: int, t: int, steps: int):
-  model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
-  opt = nnx.Optimizer(model, optax.adamw(1e-4), wrt=nnx.Param)
-  graphdef, state = nnx.split((model, opt))
-  inputs, targets = _batch(b, t)
+def trainer_config(cfg: decoder.DecoderConfig, b: int, t: int,
+                   chunk: int = 0):
+  """`configs/common.base_config()` with this shape (fp32, AdamW, 1 device)."""
+  from configs import common  # pylint: disable=g-import-not-at-top
+  c = common.base_config()
+  c.model.update(vocab_size=cfg.vocab_size, dim=cfg.dim,
+                 num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                 num_kv_heads=cfg.num_kv_heads, mlp_dim=cfg.mlp_dim)
+  c.train.update(steps=100, batch_size=b, seq_len=t)
+  c.optim.update(lr=1e-4, warmup_steps=0, schedule="constant")
+  c.mesh.update(data=1, fsdp=1, tensor=1)
+  c.loss.chunk_size = chunk
+  return c
+
+
+def bench_jax(cfg: decoder.DecoderConfig, b: int, t: int, steps: int,
+              breakdown: bool = False, chunk: int = 0):
+  """The trainer's own step (`trainer.make_train_step`, state donated).
+
+  With `breakdown`, also times the jitted forward loss and loss + gradient
+  of the same model and batch, so the step splits into forward, backward
+  and the rest (clipping, AdamW update, metrics).
+  """
+  config = trainer_config(cfg, b, t, chunk)
+  mesh = parallel.make_mesh(config.mesh, devices=jax.devices()[:1])
+  ts = trainer.build(config, mesh=mesh)
+  loss_fn = losses.get("lm")
+  inputs, targets = _batch(b, t, cfg.vocab_size)
   batch = {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets)}
+  out = {}
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(ts.rules):
+    step = trainer.make_train_step(
+        ts, loss_fn, config.loss, grad_accum=1,
+        batch_sharding=parallel.batch_sharding(mesh, ts.rules))
+    key = jax.random.key(0)
+    holder = {"state": ts.state}
 
-  @jax.jit
-  def step(state, batch):
-    model, opt = nnx.merge(graphdef, state)
-    def loss_fn(m):
-      return losses.lm_loss(m, batch, rng=None)[0]
-    loss, grads = nnx.value_and_grad(loss_fn)(model)
-    opt.update(model, grads)
-    return nnx.state((model, opt)), loss
+    def run():
+      holder["state"], m = step(holder["state"], batch, key)
+      m["loss"].block_until_ready()
+    out["step_s"] = _time(run, steps)
+    if breakdown:
+      graphdef = ts.graphdef
 
-  holder = {"state": state}
-
-  def run():
-    holder["state"], loss = step(holder["state"], batch)
-    loss.block_until_ready()
-  return _time(run, steps)
+      def loss_of(params, rest):
+        model = nnx.merge(graphdef_m, params, rest)
+        return loss_fn(model, batch, rng=None, config=config.loss)[0]
+      model, _ = nnx.merge(graphdef, holder["state"])
+      graphdef_m, params, rest = nnx.split(model, nnx.Param, ...)
+      fwd = jax.jit(loss_of)
+      grad = jax.jit(jax.value_and_grad(loss_of))
+      out["forward_s"] = _time(
+          lambda: fwd(params, rest).block_until_ready(), steps)
+      out["forward_backward_s"] = _time(
+          lambda: jax.block_until_ready(grad(params, rest)), steps)
+  return out
 
 
 def bench_torch(cfg: decoder.DecoderConfig, b: int, t: int, steps: int):
@@ -91,7 +135,7 @@ def bench_torch(cfg: decoder.DecoderConfig, b: int, t: int, steps: int):
   model = transformers.LlamaForCausalLM(hf_cfg)
   model.train()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-  inputs, _ = _batch(b, t)
+  inputs, _ = _batch(b, t, cfg.vocab_size)
   ids = torch.from_numpy(inputs.astype(np.int64))
 
   def run():
@@ -104,36 +148,66 @@ def bench_torch(cfg: decoder.DecoderConfig, b: int, t: int, steps: int):
 
 def main(argv=()):
   args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
-  names = args.get("sizes", "small,medium,large").split(",")
-  steps = int(args.get("steps", 5))
-  peak = metrics_lib.measured_peak_flops()
-  report = {"backend": jax.default_backend(),
-            "devices": jax.device_count(),
-            "measured_peak_flops": peak, "dtype": "float32", "results": []}
+  names = args.get("sizes", "small,56m,110m").split(",")
+  steps = int(args.get("steps", 3))
+  breakdown = set(args.get("breakdown", "56m").split(","))
+  chunk_sizes = set(filter(None, args.get("chunk_sizes", "56m").split(",")))
+  chunk = int(args.get("chunk", 1024))
+  mach = roofline.machine()
+  peak = mach["matmul_peak_flops"]
+  report = {"benchmark": "train", "backend": jax.default_backend(),
+            "devices": jax.device_count(), "machine": mach,
+            "measured_peak_flops": peak, "dtype": "float32",
+            "optimizer": "AdamW (clip 1.0), trainer.make_train_step",
+            "results": []}
   try:
     import torch  # pylint: disable=g-import-not-at-top
     report["torch_threads"] = torch.get_num_threads()
+    report["torch"] = torch.__version__
   except ImportError:
     torch = None
   for name in names:
     s = dict(SIZES[name])
     b, t = s.pop("batch"), s.pop("seq_len")
-    cfg = decoder.DecoderConfig(vocab_size=VOCAB, **s)
+    cfg = decoder.DecoderConfig(**s)
     flops_tok = registry.decoder_train_flops_per_token(cfg, t)
     row = {"size": name, "params": cfg.num_params(), "batch": b,
-           "seq_len": t, "train_flops_per_token": flops_tok}
-    for fw, fn in (("jax", bench_jax), ("torch", bench_torch)):
-      if fw == "torch" and torch is None:
-        continue
-      sec = fn(cfg, b, t, steps)
+           "seq_len": t, "train_flops_per_token": flops_tok,
+           "loadavg_1m_before": os.getloadavg()[0]}
+    timings = bench_jax(cfg, b, t, steps, breakdown=name in breakdown)
+    runs = [("jax", timings)]
+    if name in chunk_sizes:
+      runs.append((f"jax_chunked_ce_{chunk}",
+                   bench_jax(cfg, b, t, steps, chunk=chunk)))
+    if torch is not None:
+      runs.append(("torch", {"step_s": bench_torch(cfg, b, t, steps)}))
+    for fw, timing in runs:
+      sec = timing["step_s"]
       tok_s = b * t / sec
-      row[fw] = {"step_ms": 1e3 * sec, "tokens_per_s": tok_s,
-                 "mfu": tok_s * flops_tok / peak}
+      row[fw] = {**timing, "step_ms": 1e3 * sec, "tokens_per_s": tok_s,
+                 "fraction_of_matmul_peak": roofline.train_mfu(
+                     tok_s, flops_tok, peak)}
+    jax_row = row["jax"]
+    if "forward_s" in jax_row:
+      fwd, fb, st = (jax_row["forward_s"], jax_row["forward_backward_s"],
+                     jax_row["step_s"])
+      jax_row["time_split"] = {"forward": fwd / st,
+                               "backward": max(fb - fwd, 0.0) / st,
+                               "optimizer_and_rest": max(st - fb, 0.0) / st}
+    # LM head + cross-entropy share of the model FLOPs (6 V d per token).
+    row["lm_head_flops_fraction"] = 6 * cfg.vocab_size * cfg.dim / flops_tok
     if "torch" in row:
       row["jax_over_torch_tokens_per_s"] = (row["jax"]["tokens_per_s"] /
                                             row["torch"]["tokens_per_s"])
+    row["loadavg_1m_after"] = os.getloadavg()[0]
     report["results"].append(row)
-  print(json.dumps(report, indent=2))
+    print(json.dumps(row), file=sys.stderr, flush=True)
+  report["machine"]["loadavg_end"] = list(os.getloadavg())
+  text = json.dumps(report, indent=2)
+  print(text)
+  if args.get("out"):
+    with open(args["out"], "w") as f:
+      f.write(text + "\n")
   return report
 
 
