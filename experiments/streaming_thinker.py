@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import numpy as np
+from absl import logging
 from flax import nnx
 
 from experiments import results as results_lib
@@ -86,6 +87,8 @@ def train_model(config, method: str, seed: int):
     metrics = runner.step({k: v[idx] for k, v in data.items()}, step)
     if step % int(config.train.log_every) == 0 or step == steps - 1:
       curve.append({"step": step, "loss": metrics["loss"]})
+      logging.info("%s seed %d step %d loss %.4f", method, seed, step,
+                   metrics["loss"])
   return runner.write_back(), curve
 
 

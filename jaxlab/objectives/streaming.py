@@ -221,6 +221,12 @@ def streaming_mask(src_lens: Sequence[int], tgt_lens: Sequence[int],
   segments with i >= len(src_lens) (the final segment, whose source
   counterpart does not exist) see every source segment.
   """
+  return jnp.asarray(streaming_mask_np(src_lens, tgt_lens, total_len))
+
+
+def streaming_mask_np(src_lens: Sequence[int], tgt_lens: Sequence[int],
+                      total_len: int) -> np.ndarray:
+  """`streaming_mask` as a NumPy array (host-side data pipelines)."""
   src, tgt, s, t = _check_lens(src_lens, tgt_lens, total_len,
                                "streaming_mask")
   n = int(total_len)
@@ -235,7 +241,7 @@ def streaming_mask(src_lens: Sequence[int], tgt_lens: Sequence[int],
     row += k
   if t > 1:
     m[s:s + t - 1, :s] = m[s + 1:s + t, :s].copy()
-  return jnp.asarray(m)
+  return m
 
 
 def streaming_positions(src_lens: Sequence[int], tgt_lens: Sequence[int],
@@ -257,13 +263,17 @@ def streaming_positions(src_lens: Sequence[int], tgt_lens: Sequence[int],
 
 def causal_mask(real_len: int, total_len: int) -> jax.Array:
   """Causal `[total_len, total_len]` mask over `real_len` tokens (baselines)."""
+  return jnp.asarray(causal_mask_np(real_len, total_len))
+
+
+def causal_mask_np(real_len: int, total_len: int) -> np.ndarray:
   if real_len > total_len:
     raise ValueError(f"causal_mask: real_len={real_len} exceeds "
                      f"total_len={total_len}")
   m = np.tril(np.ones((total_len, total_len), bool))
   m[real_len:, :] = False
   m[:, real_len:] = False
-  return jnp.asarray(m)
+  return m
 
 
 # -- training arrays --------------------------------------------------------
@@ -303,11 +313,14 @@ def encode_layout(example: StreamingExample, layout: str, total_len: int,
   targets = np.concatenate([ids[1:], [pad_id]]).astype(np.int32)
   loss_mask = np.concatenate([tgt_flag[1:], [False]]).astype(np.float32)
   if layout == "streaming":
-    allowed = streaming_mask(example.src_lens, example.tgt_lens, total_len)
-    positions = streaming_positions(example.src_lens, example.tgt_lens,
-                                    total_len)
+    allowed = streaming_mask_np(example.src_lens, example.tgt_lens,
+                                total_len)
+    positions = np.zeros(total_len, np.int32)
+    s = sum(example.src_lens)
+    positions[:s] = np.arange(s)
+    positions[s:n] = np.arange(n - s)   # SPE, as streaming_positions
   else:
-    allowed = causal_mask(n, total_len)
+    allowed = causal_mask_np(n, total_len)
     positions = np.arange(total_len, dtype=np.int32)
     positions[n:] = 0
   return {"inputs": ids, "targets": targets, "loss_mask": loss_mask,
