@@ -298,9 +298,15 @@ def cache_key_scores(model, cache: attn_lib.KVCache, prefill: PrefillInfo, *,
 
 def _compress(cache: attn_lib.KVCache, scores_bks: jax.Array, *,
               budget: int, window: int, window_end: jax.Array,
-              kernel: int) -> attn_lib.KVCache:
+              kernel: int, prefill_len: int) -> attn_lib.KVCache:
   """Keeps the top (budget - window) filled slots before the window and the
-  `window` slots ending at `window_end` (exclusive); capacity unchanged."""
+  `window` slots ending at `window_end` (exclusive).
+
+  The capacity shrinks by what the prefill added beyond the budget
+  (max_len - prefill_len + budget): the decode steps keep the room they had
+  after the prefill, and decoding attends over budget + new-token slots
+  instead of the whole prompt (the memory and latency saving).
+  """
   s = cache.max_len
   slot = jnp.arange(s)
   window_start = window_end - window
@@ -313,7 +319,8 @@ def _compress(cache: attn_lib.KVCache, scores_bks: jax.Array, *,
   filled = jnp.take_along_axis(cache.positions, window_idx, axis=2) >= 0
   window_idx = jnp.where(filled, window_idx, -1)
   keep = _top_plus_window(pooled, budget - window, window_idx, s)
-  return cache.gather(keep, max_len=s)
+  new_len = max(min(s, s - prefill_len + budget), keep.shape[-1])
+  return cache.gather(keep, max_len=new_len)
 
 
 @POLICIES.register("snapkv")
@@ -333,7 +340,8 @@ def snapkv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
   scores = cache_key_scores(model, cache, prefill, observation=window,
                             reduce=reduce, layer_reduce=layer_reduce)
   return _compress(cache, scores, budget=budget, window=window,
-                   window_end=cache.index, kernel=kernel)
+                   window_end=cache.index, kernel=kernel,
+                   prefill_len=prefill.positions.shape[1])
 
 
 @POLICIES.register("speckv")
@@ -359,7 +367,8 @@ def speckv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
                             observation=window + lookahead + 1,
                             reduce=reduce, layer_reduce=layer_reduce)
   return _compress(cache, scores, budget=budget, window=window,
-                   window_end=cache.index - lookahead - 1, kernel=kernel)
+                   window_end=cache.index - lookahead - 1, kernel=kernel,
+                   prefill_len=prefill.positions.shape[1])
 
 
 def check_draft(target: Any, draft: Any) -> None:
@@ -378,6 +387,7 @@ def speckv_generate(target: Any, draft: Any,
                     draft_tokens: list[list[int]] | None = None,
                     window: int = 32, kernel: int = 7, reduce: str = "max",
                     layer_reduce: str = "mean", timings: dict | None = None,
+                    prefill_pad_multiple: int | None = None,
                     **generate_kwargs: Any):
   """SpecKV end to end (paper M, SpecKV steps 1-3) on the one sampler.
 
@@ -391,6 +401,8 @@ def speckv_generate(target: Any, draft: Any,
        goes on as usual.
 
   Returns the second `sampler.generate` result (tokens of the answer).
+  `prefill_pad_multiple` pads [prompt ‖ lookahead] to a multiple of it
+  (default: the next power of two).
   `timings`, when a dict, gets `prefill_s` (draft + scoring prefill) and
   `decode_s`.
   """
@@ -419,7 +431,7 @@ def speckv_generate(target: Any, draft: Any,
       cache_policy_options=dict(budget=budget, lookahead=n_look,
                                 window=window, kernel=kernel, reduce=reduce,
                                 layer_reduce=layer_reduce),
-      return_cache=True)
+      return_cache=True, pad_multiple=prefill_pad_multiple)
   if timings is not None:
     jax.block_until_ready(first.cache)
     timings["prefill_s"] = time.perf_counter() - t0
