@@ -38,6 +38,7 @@ BUILDERS = {
     "uncertainty.ipynb": ("_build_uncertainty_colab.py", "build"),
     "dpad.ipynb": ("_build_dpad_colab.py", "build"),
     "lestd.ipynb": ("_build_lestd_colab.py", "build"),
+    "video_reason.ipynb": ("_build_video_reason_colab.py", "build"),
     "streaming_thinker.ipynb": ("_build_streaming_thinker_colab.py", "build"),
 }
 
