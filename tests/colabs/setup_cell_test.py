@@ -40,6 +40,7 @@ BUILDERS = {
     "lestd.ipynb": ("_build_lestd_colab.py", "build"),
     "video_reason.ipynb": ("_build_video_reason_colab.py", "build"),
     "streaming_thinker.ipynb": ("_build_streaming_thinker_colab.py", "build"),
+    "speckv.ipynb": ("_build_speckv_colab.py", "build"),
 }
 
 
