@@ -1,0 +1,98 @@
+"""Markdown tables of the CPU benchmark JSON under docs/bench/.
+
+    python -m experiments.bench._tables [--dir=docs/bench]
+
+Reads decode_cpu.json, train_cpu.json and memory_cpu.json (those present)
+and prints one table each, for the README's performance section.
+"""
+
+import json
+import os
+import sys
+
+
+def _f(x, nd=2):
+  return "-" if x is None else f"{x:.{nd}f}"
+
+
+def decode_table(rep) -> str:
+  lines = [f"Decode (greedy, prompt {rep['prompt_len']}, "
+           f"{rep['new_tokens']} new tokens, fp32; load average "
+           f"{_f(rep['machine']['loadavg'][0], 1)}):", "",
+           "| size | batch | jaxlab tok/s (call) | transformers tok/s (call) "
+           "| ratio | fraction of roofline | prefill share |",
+           "|---|---|---|---|---|---|---|"]
+  n = rep["new_tokens"]
+  for r in rep["results"]:
+    b = r["batch"]
+    t = r["torch"]
+    torch_call = b * n / (t["prefill_s"] + t["decode_s"])
+    roof = r["roofline"]
+    lines.append(
+        f"| {r['size']} | {b} | {_f(roof['jaxlab_call_tokens_per_s'], 0)} | "
+        f"{_f(torch_call, 0)} | "
+        f"{_f(roof['jaxlab_call_tokens_per_s'] / torch_call)}x | "
+        f"{_f(100 * roof['fraction_of_roofline'], 0)}% | "
+        f"{_f(100 * roof['prefill_share_of_call'], 0)}% |")
+  return "\n".join(lines)
+
+
+def train_table(rep) -> str:
+  lines = [f"Training step (fp32, AdamW; load average "
+           f"{_f(rep['machine']['loadavg'][0], 1)}):", "",
+           "| size | B x T | jaxlab tok/s | transformers tok/s | ratio | "
+           "fraction of matmul peak | chunked CE tok/s |",
+           "|---|---|---|---|---|---|---|"]
+  for r in rep["results"]:
+    chunked = next((v for k, v in r.items()
+                    if k.startswith("jax_chunked_ce")), None)
+    lines.append(
+        f"| {r['size']} | {r['batch']}x{r['seq_len']} | "
+        f"{_f(r['jax']['tokens_per_s'], 0)} | "
+        f"{_f(r.get('torch', {}).get('tokens_per_s'), 0)} | "
+        f"{_f(r.get('jax_over_torch_tokens_per_s'))}x | "
+        f"{_f(100 * r['jax']['fraction_of_matmul_peak'], 0)}% | "
+        f"{_f(chunked and chunked['tokens_per_s'], 0)} |")
+  return "\n".join(lines)
+
+
+def memory_table(rep) -> str:
+  lines = ["Training memory per device (compiled memory analysis of "
+           "`trainer.make_train_step`, MiB):", "",
+           "| size | fsdp | remat | chunked CE | params + optimizer | temp "
+           "| peak | state vs fsdp=1 |", "|---|---|---|---|---|---|---|---|"]
+  mib = 1 << 20
+  for r in rep["results"]:
+    ratio = r.get("param_plus_optimizer_ratio_to_fsdp1")
+    lines.append(
+        f"| {r['size']} | {r['fsdp']} | {r['remat']} | {r['chunk'] or '-'} | "
+        f"{_f(r['param_plus_optimizer_bytes_per_device'] / mib, 1)} | "
+        f"{_f(r['temp_bytes'] / mib, 1)} | {_f(r['peak_bytes'] / mib, 1)} | "
+        f"{'-' if ratio is None else f'1/{1 / ratio:.2f}'} |")
+  timing = rep.get("step_time_noisy")
+  if timing:
+    lines += ["", "Step time (noisy, shared machine): " + "; ".join(
+        f"{t['size']} remat={t['remat']} chunk={t['chunk']}: "
+        f"{_f(t['step_s'], 2)} s (load {_f(t['loadavg_1m'], 1)})"
+        for t in timing)]
+  return "\n".join(lines)
+
+
+def main(argv=()):
+  args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
+  root = args.get("dir", "docs/bench")
+  out = []
+  for name, fn in (("decode_cpu.json", decode_table),
+                   ("train_cpu.json", train_table),
+                   ("memory_cpu.json", memory_table)):
+    path = os.path.join(root, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        out.append(fn(json.load(f)))
+  text = "\n\n".join(out)
+  print(text)
+  return text
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
