@@ -138,7 +138,8 @@ def lm_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
   `unembed` (the `Decoder`).
   """
   del rng
-  chunk = int(config.get("chunk_size", 0) or 0) if config is not None else 0
+  chunk = (int(config.get("chunk_size", 0) or 0)
+           if hasattr(config, "get") else 0)
   mask = batch.get("loss_mask")
   if mask is None:
     mask = jnp.ones_like(batch["targets"], dtype=jnp.float32)
