@@ -41,6 +41,7 @@ BUILDERS = {
     "video_reason.ipynb": ("_build_video_reason_colab.py", "build"),
     "streaming_thinker.ipynb": ("_build_streaming_thinker_colab.py", "build"),
     "speckv.ipynb": ("_build_speckv_colab.py", "build"),
+    "vudg.ipynb": ("_build_vudg_colab.py", "build"),
 }
 
 
