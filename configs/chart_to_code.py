@@ -63,7 +63,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "eos_id": EOS, "pad_id": PAD})
   c.reward = ml_collections.ConfigDict(
       {"w_text": 1.0, "w_vis": 1.0, "w_exec": 1.0, "judge": "ssim",
-       "timeout_s": 10.0, "max_workers": 2})
+       "timeout_s": 10.0, "max_workers": 2,
+       # Warm sandbox workers (jaxlab.rewards.sandbox.SandboxPool).
+       "pool": True})
   if a.tiny:
     c.seeds = (0,)
     c.charts.update(sft_size=16, stage_size=8, eval_size=4)

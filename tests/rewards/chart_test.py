@@ -256,6 +256,20 @@ class RewardTest(absltest.TestCase):
     self.assertGreater(same["vis"], other["vis"] + 0.1)
     self.assertGreater(same["reward"], other["reward"])
 
+  def test_pool_renders_the_same_rewards_as_fresh_processes(self):
+    gt_img = sandbox.render_chart(GT, timeout_s=30, size=(48, 48)).image
+    cfg = chart.ChartRewardConfig(size=(48, 48), timeout_s=30)
+    codes = [EQUIV, "import matplotlib.pyplot as plt\nplt.pie([1, 1, 1])",
+             "boom("]
+    args = (codes, [GT] * 3, [gt_img] * 3)
+    fresh, fresh_comps = chart.chart_group_reward(*args, cfg)
+    pooled, pooled_comps = chart.chart_group_reward(*args,
+                                                    cfg.replace(pool=True))
+    np.testing.assert_array_equal(pooled, fresh)
+    for k in fresh_comps:
+      np.testing.assert_array_equal(pooled_comps[k], fresh_comps[k])
+    np.testing.assert_array_equal(fresh_comps["exec"], [1, 1, 0])
+
   def test_curriculum(self):
     cur = chart.CurriculumConfig.two_stage(10, 5, stage1_data="a",
                                            stage2_data="b")

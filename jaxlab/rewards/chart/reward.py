@@ -47,6 +47,10 @@ class ChartRewardConfig:
   size: tuple[int, int] = (64, 64)
   require_fence: bool = False
   max_workers: int = 2
+  # Render in the process-wide warm `sandbox.shared_pool(max_workers)`
+  # (matplotlib imported once; each job still forked, dropped and limited
+  # alone) instead of one fresh interpreter per render.
+  pool: bool = False
 
   def replace(self, **kw) -> "ChartRewardConfig":
     return dataclasses.replace(self, **kw)
@@ -99,11 +103,14 @@ def chart_group_reward(completions: Sequence[str], gt_codes: Sequence[str],
                        render=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
   """A group reward fn: rewards `[N]` and per-component arrays.
 
-  Renders run concurrently in `cfg.max_workers` sandboxes.
+  Renders run concurrently in `cfg.max_workers` sandboxes (warm pool
+  workers when `cfg.pool`; `render` overrides both).
   """
   if not (len(completions) == len(gt_codes) == len(target_images)):
     raise ValueError("completions, gt_codes and target_images must have the "
                      "same length")
+  if render is None and cfg.pool:
+    render = sandbox.shared_pool(max(1, cfg.max_workers)).render
   with concurrent.futures.ThreadPoolExecutor(max(1, cfg.max_workers)) as ex:
     parts = list(ex.map(lambda a: chart_reward(*a, cfg, render=render),
                         zip(completions, gt_codes, target_images)))
