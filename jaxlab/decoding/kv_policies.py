@@ -26,7 +26,13 @@ to keep a subset of slots (per row, optionally per KV head) while keeping
 the capacity.
 
 Registered here: "full" (keep everything, the identity; the baseline every
-eviction policy is compared with).
+eviction policy is compared with), "snapkv" (Li et al. 2024) and "speckv"
+(paper M: the prefill ends with the draft's lookahead tokens; run it
+through `speckv_generate`, which also re-feeds the last prompt token).
+`select_indices` is their key selection on plain query/key arrays; the
+policies score cache slots the same way (`cache_key_scores`) and keep one
+selection per KV head for all layers (our cache shares slot positions
+across layers; the reference selects per layer).
 """
 
 from typing import Any, Protocol
