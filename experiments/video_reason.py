@@ -74,7 +74,7 @@ def _sizes(text: str) -> dict[str, list[int]]:
 # -- part 1: solvers -----------------------------------------------------------
 
 
-def run_solvers(cfg, seed: int, table, bins: dict) -> None:
+def run_solvers(cfg, seed: int, table, bins: dict, bin_table=None) -> None:
   b = cfg.bench
   videos = vr.generate(_demos(b.demos),
                        num_ops=range(b.num_ops_min, b.num_ops_max + 1),
@@ -90,6 +90,9 @@ def run_solvers(cfg, seed: int, table, bins: dict) -> None:
     table.add_seed(label, seed, {k: v for k, v in _row_values(rep).items()
                                  if k != "malformed"})
     bins.setdefault(label, []).append(rep.by["op_bin"])
+    if bin_table is not None:
+      bin_table.add_seed(label, seed, {f"ops {k}": v
+                                       for k, v in rep.by["op_bin"].items()})
 
 
 # -- part 2: the video LM --------------------------------------------------------
@@ -275,16 +278,24 @@ def run(config, workdir: str) -> dict:
   model_table = results_lib.Table(
       "model", "Tiny video LM on Cup at each thinking budget "
       "(accuracy %)", _columns(with_malformed=True), row_label="decode")
+  b = config.bench
+  bin_keys = sorted({ev.op_bin(t) for t in range(b.num_ops_min,
+                                                 b.num_ops_max + 1)},
+                    key=lambda k: int(k.split("-")[0]))
+  bin_table = results_lib.Table(
+      "op_bins", "Solvers' overall accuracy by operation count (%)",
+      [results_lib.Column(f"ops {k}", f"{k} ops", decimals=1, scale=100)
+       for k in bin_keys], row_label="solver")
   bins, extra = {}, {}
   if "solvers" in parts:
     for seed in config.seeds:
-      run_solvers(config, seed, solvers_table, bins)
+      run_solvers(config, seed, solvers_table, bins, bin_table)
   if "model" in parts:
     for seed in config.model_seeds:
       run_model(config, seed, model_table, extra)
   tables, comparisons, plots = [], [], []
   if "solvers" in parts:
-    tables.append(solvers_table)
+    tables += [solvers_table, bin_table]
     worst = f"noisy p={config.bench.error_rates[-1]:g}"
     comparisons.append(results_lib.Comparison("solvers", "overall", "oracle",
                                               worst))
