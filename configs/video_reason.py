@@ -40,7 +40,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # model.video.num_frames (>= num_ops_max + 2).
   c.task = dict(demos="cup", sizes="cup:3", num_ops_min=2, num_ops_max=3,
                 train_videos_per_cell=100, eval_videos_per_cell=6,
-                frame_size=16, seq_len=352, think_fraction=0.5,
+                frame_size=16, seq_len=384, think_fraction=0.5,
                 budgets=(0, 16, 96), answer_tokens=48)
   c.model.update(name="video", dim=32, num_layers=1, num_heads=2,
                  num_kv_heads=1, mlp_dim=96, max_position_embeddings=512)
