@@ -39,16 +39,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The model's task: short videos of a few demos; frames padded to
   # model.video.num_frames (>= num_ops_max + 2).
   c.task = dict(demos="cup", sizes="cup:3", num_ops_min=2, num_ops_max=3,
-                train_videos_per_cell=100, eval_videos_per_cell=6,
+                train_videos_per_cell=100, eval_videos_per_cell=4,
                 frame_size=16, seq_len=384, think_fraction=0.5,
-                budgets=(0, 16, 96), answer_tokens=48)
+                budgets=(0, 96), answer_tokens=48)
   c.model.update(name="video", dim=32, num_layers=1, num_heads=2,
                  num_kv_heads=1, mlp_dim=96, max_position_embeddings=512)
   c.model.vit = dict(image_size=16, patch_size=4, channels=3, dim=32,
                      num_layers=1, num_heads=2, mlp_dim=64)
   c.model.video = dict(num_frames=5, frame_pooling="mean", temporal_layers=1,
                        temporal_heads=2, temporal_mlp_dim=64)
-  c.train.update(steps=250, batch_size=16)
+  c.train.update(steps=150, batch_size=16)
   c.optim.update(lr=3e-3, warmup_steps=20, weight_decay=0.0)
   if args.tiny:
     c.seeds = (0, 1)
