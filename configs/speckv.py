@@ -95,11 +95,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                    mlp_dim=64)
     c.draft.update(dim=16, num_layers=1, num_heads=2, num_kv_heads=1,
                    mlp_dim=32)
-    c.task.update(length=96, train_examples=64, samples=1,
-                  tasks=("niah_multikey",), num_keys=2)
-    c.methods.update(budgets=(24,), cascade_pc_budget=48,
-                     spearman_examples=1,
-                     names=("full", "snapkv", "speckv", "specpc"))
+    c.task.update(length=64, min_train_length=48, train_examples=32,
+                  samples=1, tasks=("niah_multikey",), num_keys=2)
+    c.methods.update(budgets=(16,), cascade_pc_budget=32,
+                     spearman_examples=1, names=("full", "speckv"))
     c.train.update(steps=2, batch_size=8, log_every=1)
   if args.seeds:
     c.seeds = tuple(range(args.seeds))

@@ -13,9 +13,9 @@ class SpecKVColabTest(absltest.TestCase):
     # window (keys 6, 7).
     self.assertIn("kept keys: [1, 3, 6, 7]", out)
     self.assertIn("answer:", out)
-    self.assertIn("C_max 24 speckv", out)
+    self.assertIn("C_max 16 speckv", out)
     self.assertIn("Spearman(draft, target importance) =", out)
-    self.assertIn("'budget_24', 'importance'", out)
+    self.assertIn("'budget_16', 'importance'", out)
 
 
 if __name__ == "__main__":
