@@ -112,6 +112,8 @@ def train(config, arrays, domains_of_rows, train_domains, tok, seed):
     if step % 50 == 0 or step == int(fit.steps) - 1:
       log.append({"step": step, "loss": m["loss"],
                   "answer_acc": m["answer_acc"]})
+  print(f"trained on {len(train_domains)} domains, {int(fit.steps)} steps:"
+        f" loss {log[0]['loss']:.3f} -> {log[-1]['loss']:.3f}", flush=True)
   return runner.write_back(), log
 
 
