@@ -217,5 +217,17 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
     self.assertEqual(sweep["num_selected"], 32)
 
 
+class SpecPresetTest(absltest.TestCase):
+
+  def test_spec_preset_is_spec_c_model(self):
+    from configs import frequency_entropy as fe_config  # pylint: disable=g-import-not-at-top
+    c = fe_config.get_config("spec")
+    self.assertEqual((c.model.num_layers, c.model.dim, c.train.seq_len,
+                      c.fe.frame, c.fe.hop), (4, 128, 512, 128, 64))
+    self.assertEqual(c.model.dim // c.model.num_heads, 32)  # 16 pairs
+    self.assertEqual(tuple(c.model.nope_layers), (3,))
+    self.assertEqual(c.train.steps, 300)
+
+
 if __name__ == "__main__":
   absltest.main()
