@@ -235,7 +235,6 @@ def run(config, workdir: str) -> dict[str, Any]:
           [r.num_malformed / r.num_questions for r in held])))
       protocols.add(full_h_lbl, "acc", seed,
                     float(np.mean([full.by_domain[d] for d in lodo])))
-      protocols.add(full_h_lbl, "malformed", seed, 0.0)
 
     # Single-source: train on one domain, test on the other ten.
     if single:
@@ -254,7 +253,6 @@ def run(config, workdir: str) -> dict[str, Any]:
           [r.num_malformed / r.num_questions for _, r in runs])))
       protocols.add(full_s_lbl, "acc", seed, float(np.mean(
           [np.mean([full.by_domain[d] for d in s.test]) for s, _ in runs])))
-      protocols.add(full_s_lbl, "malformed", seed, 0.0)
 
   comparisons = []
   if lodo:
