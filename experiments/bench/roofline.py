@@ -21,7 +21,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def _best(fn, *args, repeats: int = 5) -> float:
