@@ -42,4 +42,7 @@ def get_config(arg: str | None = None):
                    checkpoint_every=4, tensorboard=False, peak_flops=-1.0,
                    async_checkpoint=False)
     c.optim.update(lr=1e-2, warmup_steps=1)
+  # Cross-entropy over token chunks of this many rows (0: plain loss over
+  # the full [B, T, V] logits); jaxlab.train.losses.chunked_token_nll.
+  c.loss.chunk_size = 0
   return c

@@ -31,4 +31,7 @@ def get_config(arg: str | None = None):
                    eval_every=20, eval_batch_size=8, eval_batches=2,
                    checkpoint_every=20)
     c.optim.update(lr=1e-2, warmup_steps=5)
+  # Cross-entropy over token chunks of this many rows (0: plain loss over
+  # the full [B, T, V] logits); jaxlab.train.losses.chunked_token_nll.
+  c.loss.chunk_size = 0
   return c
