@@ -79,16 +79,11 @@ def train_model(config, method: str, seed: int):
   runner = runner_lib.StepRunner(model, loss=config.loss.name,
                                  loss_config=config.loss, optim=config.optim,
                                  steps=steps, seed=int(seed))
-  rng = np.random.default_rng(int(seed))
-  n, bs = len(data["inputs"]), int(config.train.batch_size)
-  curve = []
-  for step in range(steps):
-    idx = rng.integers(0, n, bs)
-    metrics = runner.step({k: v[idx] for k, v in data.items()}, step)
-    if step % int(config.train.log_every) == 0 or step == steps - 1:
-      curve.append({"step": step, "loss": metrics["loss"]})
-      logging.info("%s seed %d step %d loss %.4f", method, seed, step,
-                   metrics["loss"])
+  curve = runner_lib.train_on_arrays(
+      runner, data, steps=steps, batch_size=int(config.train.batch_size),
+      seed=int(seed), log_every=int(config.train.log_every),
+      log=lambda step, loss: logging.info("%s seed %d step %d loss %.4f",
+                                          method, seed, step, loss))
   return runner.write_back(), curve
 
 

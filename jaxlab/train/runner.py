@@ -163,6 +163,32 @@ class StepRunner:
     return self._target
 
 
+def train_on_arrays(runner: StepRunner, data: dict[str, np.ndarray], *,
+                    steps: int, batch_size: int, seed: int,
+                    log_every: int = 0, log: Callable[[int, float], None]
+                    | None = None) -> list[dict[str, float]]:
+  """`steps` updates of `runner` on minibatches drawn from `[N, ...]` arrays.
+
+  Each step draws `batch_size` rows uniformly with replacement
+  (`np.random.default_rng(seed).integers`) from every array of `data`.
+  Returns the loss curve: step 0, every `log_every`-th step and the last
+  (`log(step, loss)` is called for each logged point when given).
+  """
+  n = len(next(iter(data.values())))
+  if n == 0:
+    raise ValueError("train_on_arrays got an empty data set")
+  rng = np.random.default_rng(int(seed))
+  curve = []
+  for step in range(int(steps)):
+    idx = rng.integers(0, n, int(batch_size))
+    metrics = runner.step({k: v[idx] for k, v in data.items()}, step)
+    if (log_every and step % int(log_every) == 0) or step == steps - 1:
+      curve.append({"step": step, "loss": metrics["loss"]})
+      if log is not None:
+        log(step, metrics["loss"])
+  return curve
+
+
 def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
              batch_size: int, lr: float, warmup_steps: int = 0,
              weight_decay: float = 0.0, clip_norm: float = 1.0, seed: int = 0,

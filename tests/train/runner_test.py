@@ -120,6 +120,27 @@ class TrainerFeatureTest(parameterized.TestCase):
     np.testing.assert_allclose(model.stat[...],
                                3 * grad_accum * np.array([1.0, 3.0]))
 
+  def test_train_on_arrays_draws_seeded_rows_and_logs_the_curve(self):
+    # The loss adds each batch's mean x to `stat`: after 5 steps it is the
+    # sum of the means of the rows default_rng(seed).integers drew.
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    data = {"x": x, "c": np.ones((6, 2), np.float32)}
+    model = _Toy()
+    r = runner.StepRunner(model, loss=_linear_loss, loss_config=None,
+                          optim=_sgd(lr=0.0), steps=5)
+    logged = []
+    curve = runner.train_on_arrays(r, data, steps=5, batch_size=3, seed=7,
+                                   log_every=2,
+                                   log=lambda s, l: logged.append(s))
+    rng = np.random.default_rng(7)
+    want = sum(x[rng.integers(0, 6, 3)].mean(0) for _ in range(5))
+    r.write_back()
+    np.testing.assert_allclose(model.stat[...], want, rtol=1e-6)
+    self.assertEqual([c["step"] for c in curve], [0, 2, 4])
+    self.assertEqual(logged, [0, 2, 4])
+    with self.assertRaisesRegex(ValueError, "empty data set"):
+      runner.train_on_arrays(r, {"x": x[:0]}, steps=1, batch_size=1, seed=0)
+
   def test_parameter_groups_through_the_trainer_step(self):
     # Base AdamW lr 0.2 (bias: -0.2 sign(g)), the matrix at lr_mult 0.1
     # with wd 0.5, the multipliers by SGD ascent at lr -0.5 (+0.5 g).
