@@ -43,7 +43,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PR_SET_CHILD_SUBREAPER = 36
 OUT_NAME = "__sandbox_out__.npy"
@@ -147,12 +147,44 @@ def _limit(kind: int, soft: int, hard: int | None = None) -> None:
     pass
 
 
+_PRIVATE_DIRS = ("/tmp", "/dev/shm", "/var/tmp", "/run/lock")
+
+
+def _python_dirs() -> list[str]:
+  """The interpreter's own directories (prefixes and sys.path entries),
+  outermost only: what the job must still read after the temp dirs are
+  replaced (a virtualenv or checkout under /tmp, e.g. a CI clone)."""
+  cands = {os.path.realpath(p) for p in (
+      sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+      *sys.path) if p and os.path.isdir(p)}
+  out = []
+  for p in sorted(cands):
+    if not any(p == q or _under(p, q) for q in out):
+      out.append(p)
+  return out
+
+
+def _under(path: str, d: str) -> bool:
+  return path.startswith(d.rstrip("/") + "/")
+
+
+def _kept_dirs(python_dirs: list[str], work: str) -> list[str]:
+  """Which interpreter dirs to bind back read-only: those strictly inside a
+  replaced temp dir that do not hold the work dir (bind-mounted writable on
+  its own; a dir holding it stays hidden)."""
+  return [p for p in python_dirs
+          if any(_under(p, d) for d in _PRIVATE_DIRS)
+          and not (work == p or _under(work, p))]
+
+
 def _private_mounts(work: str, pid_ns: bool) -> str:
   """Root only, in a new mount namespace: private /proc and temp dirs.
 
   /tmp, /var/tmp, /dev/shm and /run/lock become empty root-owned 0755
   tmpfs mounts (the sandbox user cannot write there), with the work dir
-  bind-mounted back at its own path. Returns the work dir's path.
+  bind-mounted back at its own path, and the interpreter's directories
+  that lived under them (`_python_dirs`) bind-mounted back read-only.
+  Returns the work dir's path.
   """
   _mount("none", "/", None, MS_REC | MS_PRIVATE)
   if pid_ns:
@@ -161,17 +193,27 @@ def _private_mounts(work: str, pid_ns: bool) -> str:
     except OSError:
       pass
   work = os.path.realpath(work)
+  under = _under
+  keep = _kept_dirs(_python_dirs(), work)
+  fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in keep}
   fd = os.open(work, os.O_PATH | os.O_DIRECTORY)
   try:
-    for d in ("/tmp", "/dev/shm", "/var/tmp", "/run/lock"):
+    for d in _PRIVATE_DIRS:
       if os.path.isdir(d) and not os.path.islink(d):
         _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                "size=64k,mode=755")
-        if work.startswith(d + "/"):
+        if under(work, d):
           os.makedirs(work, mode=0o755, exist_ok=True)
           _mount(f"/proc/self/fd/{fd}", work, None, MS_BIND)
+        for p in (p for p in keep if under(p, d)):
+          os.makedirs(p, mode=0o755, exist_ok=True)
+          _mount(f"/proc/self/fd/{fds[p]}", p, None, MS_BIND | MS_REC)
+          _mount("none", p, None,
+                 MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
   finally:
     os.close(fd)
+    for f in fds.values():
+      os.close(f)
   return work
 
 

@@ -11,12 +11,14 @@ sandbox_escape_test.py.
 
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
 
 from jaxlab.rewards import sandbox
+from jaxlab.rewards import sandbox_worker
 
 _FAST = 30.0   # generous: these cases are refused within a second
 
@@ -253,6 +255,27 @@ class SandboxTest(parameterized.TestCase):
     os.mkfifo(os.path.join(d, "fifo.npy"))
     self.assertEqual(load(os.path.join(d, "fifo.npy"), (8, 10))[1],
                      "the image is not a regular file")
+
+  def test_interpreter_dirs_under_tmp_are_kept(self):
+    # A CI clone or virtualenv under /tmp must stay readable after /tmp is
+    # replaced: outermost interpreter dirs inside a replaced dir are bound
+    # back, except one holding the work dir (it would unhide /tmp).
+    sw = sandbox_worker
+    with mock.patch.object(sw.sys, "path", ["/tmp/ci/.venv/lib/site",
+                                            "/tmp/ci/.venv", "/tmp/ci-b",
+                                            "/usr/lib/python3"]), \
+         mock.patch.object(sw.os.path, "isdir", lambda p: True), \
+         mock.patch.object(sw.os.path, "realpath", lambda p: p), \
+         mock.patch.object(sw.sys, "prefix", "/tmp/ci/.venv"), \
+         mock.patch.object(sw.sys, "exec_prefix", "/tmp/ci/.venv"), \
+         mock.patch.object(sw.sys, "base_prefix", "/opt/py"), \
+         mock.patch.object(sw.sys, "base_exec_prefix", "/opt/py"):
+      dirs = sw._python_dirs()  # pylint: disable=protected-access
+    self.assertEqual(dirs, ["/opt/py", "/tmp/ci-b", "/tmp/ci/.venv",
+                            "/usr/lib/python3"])
+    kept = sw._kept_dirs(dirs, "/tmp/sandbox_x")  # pylint: disable=protected-access
+    self.assertEqual(kept, ["/tmp/ci-b", "/tmp/ci/.venv"])
+    self.assertEqual(sw._kept_dirs(["/tmp/ci"], "/tmp/ci/w"), [])  # pylint: disable=protected-access
 
   def test_bad_size(self):
     with self.assertRaisesRegex(ValueError, "size="):
