@@ -10,7 +10,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -19,8 +18,7 @@ import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def build() -> nbformat.NotebookNode:
   cells = [
-      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
-      v4.new_markdown_cell(
+      ("md", 
           "# VUDG: video understanding domain generalisation (paper S), "
           "miniature\n\n"
           "Mini-VUDG clips (an actor doing two actions beside an object, "
@@ -32,7 +30,7 @@ def build() -> nbformat.NotebookNode:
           "malformed replies and averages per domain (D-Avg) under the "
           "full-domain, leave-one-domain-out and single-source protocols. "
           "Spec: `papers/O-S.md` section S."),
-      v4.new_code_cell("""\
+      ("code", """\
 from jaxlab.data.synthetic import video_domains as vd
 from jaxlab.evals import vudg
 data = vd.generate("test", domains=["night", "cartoon"], clips_per_domain=1, seed=0, num_frames=4, size=16)
@@ -41,7 +39,7 @@ print(q.question)
 print("answer:", q.answer, "=", q.answer_text)
 r = vudg.score(data.questions[:3], [q.answer, "(Z) nonsense", data.questions[2].answer_text])
 print(f"hand check: correct={r.correct} malformed={r.num_malformed}")"""),
-      v4.new_code_cell("""\
+      ("code", """\
 from configs import vudg as cfg_mod
 from experiments import vudg as exp
 from experiments import report
@@ -50,9 +48,7 @@ result = exp.run(config, WORKDIR)
 for table in result["tables"]:
   print(report.render_table(result, table["id"], name="vudg"))"""),
   ]
-  return v4.new_notebook(cells=cells, metadata={
-      "kernelspec": {"name": "python3", "display_name": "Python 3",
-                     "language": "python"}})
+  return _setup_cell.notebook(cells)
 
 
 if __name__ == "__main__":
