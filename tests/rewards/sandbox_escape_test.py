@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 from absl.testing import absltest
@@ -43,21 +44,56 @@ def _sandbox_uid() -> int:
   return pwd.getpwnam("nobody").pw_uid
 
 
-def _procs_of(uid: int) -> set[int]:
-  """Pids whose real uid is `uid`."""
-  out = set()
+def _stat(pid: int) -> tuple[int, int]:
+  """(real uid, parent pid) of `pid`; OSError when it is gone."""
+  uid = ppid = -1
+  with open(f"/proc/{pid}/status") as f:
+    for line in f:
+      if line.startswith("Uid:"):
+        uid = int(line.split()[1])
+      elif line.startswith("PPid:"):
+        ppid = int(line.split()[1])
+  return uid, ppid
+
+
+def _procs_of(uid: int, me: int | None = None) -> set[int]:
+  """Pids with real uid `uid` that this test could have left behind.
+
+  Those are the descendants of this process (or of `me`) and orphans (parent pid 1, where
+  a process escaping its supervisor would be reparented). Sandbox jobs of
+  another test process (pytest-xdist runs two) descend from that process and
+  are not counted: they are not a leak of this test.
+  """
+  me, out = me or os.getpid(), set()
   for d in os.listdir("/proc"):
-    if d.isdigit():
-      try:
-        with open(f"/proc/{d}/status") as f:
-          for line in f:
-            if line.startswith("Uid:"):
-              if int(line.split()[1]) == uid:
-                out.add(int(d))
-              break
-      except OSError:
-        pass
+    if not d.isdigit():
+      continue
+    try:
+      puid, ppid = _stat(int(d))
+      if puid != uid:
+        continue
+      if ppid == 1:
+        out.add(int(d))
+        continue
+      seen = set()
+      while ppid > 1 and ppid not in seen and ppid != me:
+        seen.add(ppid)
+        ppid = _stat(ppid)[1]
+      if ppid == me:
+        out.add(int(d))
+    except (OSError, ValueError):
+      pass
   return out
+
+
+def _left_behind(uid: int, before: set[int], wait_s: float = 5.0) -> set[int]:
+  """New processes of `uid` still there after up to `wait_s` seconds."""
+  deadline = time.monotonic() + wait_s
+  while True:
+    left = _procs_of(uid) - before
+    if not left or time.monotonic() > deadline:
+      return left
+    time.sleep(0.05)
 
 
 @absltest.skipUnless(_IS_ROOT, "the privilege drop is tested as root (CI)")
@@ -122,7 +158,7 @@ class SandboxEscapeTest(parameterized.TestCase):
     for text in (r.stdout, r.stderr, r.error):
       self.assertNotIn(self.token, text)
     self.assertEqual(self._owned_entries() - self.owned_before, set())
-    self.assertEqual(_procs_of(self.uid) - self.procs_before, set())
+    self.assertEqual(_left_behind(self.uid, self.procs_before), set())
     self.assertEqual(os.getpgid(0), self.pgid)
     self.assertEqual(sorted(os.listdir(self.outside)), ["secret.txt"])
 
@@ -310,6 +346,31 @@ class SandboxEscapeTest(parameterized.TestCase):
       self.assertIn("Permission denied", r.error)
     self._assert_contained(r)
 
+  def test_leak_check_sees_a_descendant_and_not_a_stranger(self):
+    """The process check counts what this process started, not other tests'."""
+    uid = self.uid
+    mine = subprocess.Popen(["sleep", "30"], user=uid, group=uid)
+    self.addCleanup(mine.wait)
+    self.addCleanup(mine.kill)
+    # A nobody process whose parent is a root process that is not ours.
+    stranger_parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys; p = subprocess.Popen(['sleep', '30'], "
+         f"user={uid}, group={uid}); print(p.pid, flush=True); "
+         "sys.stdin.read(); p.kill(); p.wait()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        start_new_session=True)
+    self.addCleanup(stranger_parent.wait)
+    self.addCleanup(stranger_parent.stdin.close)
+    stranger = int(stranger_parent.stdout.readline())
+    # Seen from another process (`me`), the other process's child is foreign.
+    found = _procs_of(uid)
+    self.assertIn(mine.pid, found)
+    self.assertIn(stranger, found)  # still our grandchild here
+    self.assertNotIn(stranger, _procs_of(uid, me=mine.pid))
+    self.assertNotIn(mine.pid, _procs_of(uid, me=stranger_parent.pid))
+    self.assertIn(stranger, _procs_of(uid, me=stranger_parent.pid))
+
   def test_same_code_runs_unprivileged(self):
     """From a process already dropped to nobody: no drop, limits hold."""
     mpl = tempfile.mkdtemp(prefix="sandbox_mpl_nobody_")
@@ -342,7 +403,7 @@ class SandboxEscapeTest(parameterized.TestCase):
     self.assertNotIn(self.token, json.dumps(res))
     self.assertFalse(loop["ok"])
     self.assertRegex(loop["error"], "timeout|SIGXCPU|SIGKILL")
-    self.assertEqual(_procs_of(self.uid) - self.procs_before, set())
+    self.assertEqual(_left_behind(self.uid, self.procs_before), set())
 
 
 # Runs as root, makes this interpreter reachable for an unprivileged user in
