@@ -10,7 +10,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -19,8 +18,7 @@ import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def build() -> nbformat.NotebookNode:
   cells = [
-      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
-      v4.new_markdown_cell(
+      ("md", 
           "# Language models are injective and hence invertible (paper Q)\n\n"
           "A causal decoder's state at position t depends only on tokens "
           "0..t, so the prompt can be read back from one layer's states "
@@ -33,14 +31,14 @@ def build() -> nbformat.NotebookNode:
           "distance of last-token states per layer, chunked; tied "
           "embedding rows and quantised states are the negative controls. "
           "Spec: `papers/O-S.md` section Q."),
-      v4.new_code_cell("""\
+      ("code", """\
 import numpy as np
 from jaxlab.analysis import injectivity as inj
 x = np.array([[0., 0.], [3., 4.], [0., 0.], [6., 8.]], np.float32)
 s = inj.pair_stats(x, chunk=3)
 print("min", s.min, "pair", s.pair, "collisions", s.collisions, "max", s.max)
 print("4-bit codes", inj.quantize_states(np.array([0.05, 0.5, -1.0]), 4))"""),
-      v4.new_code_cell("""\
+      ("code", """\
 from configs import sipit as cfg_mod
 from experiments import sipit as exp
 from IPython.display import Image, display
@@ -50,7 +48,7 @@ for key, v in result["summary"].items():
   print(f"{key:22s} accuracy {v['accuracy']:.3f}  median proposals/token "
         f"{v['median_proposals']:.1f}  (|V|/2 = {result['vocab_size'] // 2})")
 display(Image(result["plots"][0]))"""),
-      v4.new_code_cell("""\
+      ("code", """\
 rec = result["per_seed"][0]
 for kind in ("random-init", "trained"):
   c = rec[kind]["collisions"]
@@ -59,9 +57,7 @@ for kind in ("random-init", "trained"):
 print("tied rows:", rec["trained"]["tied"])
 print("quantised:", rec["trained"]["quant_inversion"])"""),
   ]
-  return v4.new_notebook(cells=cells, metadata={
-      "kernelspec": {"name": "python3", "display_name": "Python 3",
-                     "language": "python"}})
+  return _setup_cell.notebook(cells, default_preset="tiny")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -19,8 +18,7 @@ import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def build() -> nbformat.NotebookNode:
   cells = [
-      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
-      v4.new_markdown_cell(
+      ("md", 
           "# StableToken: noise-robust speech tokens (paper E), miniature\n\n"
           "Voting-LFQ projects each 25 Hz frame with $n$ parallel linear "
           "branches $p_i = W_i h + b_i$, takes each branch's sign code "
@@ -29,7 +27,7 @@ def build() -> nbformat.NotebookNode:
           "During training a random minority of branches reads the encoding "
           "of a perturbed copy of the waveform, and a consensus loss pulls "
           "the branches together. Spec: `papers/A-G.md` section E."),
-      v4.new_code_cell("""\
+      ("code", """\
 import jax.numpy as jnp
 from jaxlab.nn import quantizers as q
 # 5 voters x 3 bits (little-endian: token = sum_j [bit_j > 0] 2^j).
@@ -38,14 +36,14 @@ branch_tokens = [int(k) for k in q.bits_to_index(codes)]
 voted = int(q.bits_to_index(q.majority_bits(codes, axis=0)))
 print("branch tokens:", branch_tokens, "| voted token:", voted)
 print("branches agreeing with the vote:", sum(k == voted for k in branch_tokens), "of 5")"""),
-      v4.new_markdown_cell(
+      ("md", 
           "Four of five branches chose another token, yet every bit's "
           "majority gives the same token: this is the bit-level error "
           "correction the experiment counts.\n\n"
           "## From audio\n\nSynthetic speech (phones as formant patterns, "
           "speaker variation), a perturbation at a target SNR, and log-mel "
           "features computed in JAX."),
-      v4.new_code_cell("""\
+      ("code", """\
 import numpy as np
 from jaxlab.data import audio
 from jaxlab.data.synthetic import speech
@@ -58,12 +56,12 @@ for kind, value in audio.EVAL_PERTURBATIONS.items():
     noisy = audio.perturb(wave, kind, value, rng)
     print(f"{kind:8s} target SNR {value:.0f} dB, measured {audio.snr_db(wave, noisy):.2f} dB")
 print("log-mel features:", audio.log_mel(wave[None], n_mels=40).shape)"""),
-      v4.new_markdown_cell(
+      ("md", 
           "## Full model vs ablations\n\nUED% between the tokens of "
           "held-out clean utterances and their noisy copies (lower = more "
           "stable), with the CTC phone error rate (PER) that shows whether "
           "the variants are at matched accuracy."),
-      v4.new_code_cell("""\
+      ("code", """\
 from configs import stabletoken as cfg_mod
 from experiments import stabletoken as exp
 from IPython.display import Image, display
@@ -72,9 +70,7 @@ result = exp.run(config, WORKDIR)
 print(result["table_markdown"])
 display(Image(result["plot"]))"""),
   ]
-  return v4.new_notebook(cells=cells, metadata={
-      "kernelspec": {"name": "python3", "display_name": "Python 3",
-                     "language": "python"}})
+  return _setup_cell.notebook(cells, default_preset="tiny")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import os
 import sys
 
 import nbformat
-from nbformat import v4
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -20,8 +19,7 @@ import _setup_cell  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def build() -> nbformat.NotebookNode:
   cells = [
-      v4.new_code_cell(_setup_cell.setup_cell("tiny")),
-      v4.new_markdown_cell(
+      ("md", 
           "# Vulcan: class-specific ViT pruning (paper O), miniature\n\n"
           "A ViT classifier trained on all classes is compressed for a "
           "target subset S: FFN neurons are scored on S and collapsed into "
@@ -31,7 +29,7 @@ def build() -> nbformat.NotebookNode:
           "real, smaller module. Baselines prune to the same widths "
           "(magnitude, Taylor on S, Taylor on all classes) and fine-tune. "
           "Spec: `papers/O-S.md` section O."),
-      v4.new_code_cell("""\
+      ("code", """\
 import numpy as np
 from flax import nnx
 from jaxlab.compression import vulcan
@@ -44,7 +42,7 @@ ident = (np.arange(16),)
 full = vulcan.prune(m, vulcan.Plan(vulcan.Widths((16,), (8,), (8,)), ident, ident, 0.0))
 print(f"full-rank SVD prune exact: {np.abs(vulcan.logits(full, x) - vulcan.logits(m, x)).max() < 1e-4}")
 print("dense params", cfg.num_params(), "| MACs/image", int(cfg.flops()))"""),
-      v4.new_code_cell("""\
+      ("code", """\
 from configs import vulcan as cfg_mod
 from experiments import vulcan as exp
 from experiments import report
@@ -54,16 +52,14 @@ result = exp.run(config, WORKDIR)
 for table in result["results"]["tables"]:
   print(report.render_table(result["results"], table["id"], name="vulcan"))
 display(Image(result["plot"]))"""),
-      v4.new_code_cell("""\
+      ("code", """\
 acc = {r["label"]: np.mean(r["cells"]["acc"]["values"]) for r in result["accuracy"]["rows"]}
 print("methods:", ", ".join(acc))
 eff = {r["label"]: r["cells"] for r in result["efficiency"]["rows"]}
 dense, pruned = eff["dense"], [v for k, v in eff.items() if k != "dense"][0]
 print(f"pruned/dense params: {np.mean(pruned['params']['values']) / np.mean(dense['params']['values']):.3f}")"""),
   ]
-  return v4.new_notebook(cells=cells, metadata={
-      "kernelspec": {"name": "python3", "display_name": "Python 3",
-                     "language": "python"}})
+  return _setup_cell.notebook(cells, default_preset="tiny")
 
 
 if __name__ == "__main__":
