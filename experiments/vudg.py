@@ -217,40 +217,39 @@ def run(config, workdir: str) -> dict[str, Any]:
       add("Zero-shot (untrained model)", seed,
           evaluate(untrained, vd.ALL_DOMAINS))
 
-    # Multi-source: leave one domain out.
-    if lodo:
-      held = []
-      for split in vudg.protocol_splits("multi_source", vd.ALL_DOMAINS,
-                                        only=lodo):
-        model, log = train(config, arrays, row_domains, split.train, tok,
-                           seed)
-        res = evaluate(model, split.test)
-        extra["curves"][f"seed{seed}/{split.name}"] = log
-        extra["splits"][f"seed{seed}/{split.name}"] = res.to_json()
-        domains_t.add(split.test[0], "held_out", seed, res.overall)
-        held.append(res)
-      avg_m = vudg.protocol_average("multi_source", (), held)
-      protocols.add(lodo_lbl, "acc", seed, avg_m)
-      protocols.add(lodo_lbl, "malformed", seed, float(np.mean(
-          [r.num_malformed / r.num_questions for r in held])))
-      protocols.add(full_h_lbl, "acc", seed,
-                    float(np.mean([full.by_domain[d] for d in lodo])))
-
-    # Single-source: train on one domain, test on the other ten.
-    if single:
+    def run_splits(protocol, only):
+      """Trains and evaluates one model per split; records curve and result."""
       runs = []
-      for split in vudg.protocol_splits("single_source", vd.ALL_DOMAINS,
-                                        only=single):
+      for split in vudg.protocol_splits(protocol, vd.ALL_DOMAINS, only=only):
         model, log = train(config, arrays, row_domains, split.train, tok,
                            seed)
         res = evaluate(model, split.test)
         extra["curves"][f"seed{seed}/{split.name}"] = log
         extra["splits"][f"seed{seed}/{split.name}"] = res.to_json()
         runs.append((split, res))
+      return runs
+
+    def malformed_rate(runs):
+      return float(np.mean([r.num_malformed / r.num_questions
+                            for _, r in runs]))
+
+    # Multi-source: leave one domain out.
+    if lodo:
+      runs = run_splits("multi_source", lodo)
+      for split, res in runs:
+        domains_t.add(split.test[0], "held_out", seed, res.overall)
+      protocols.add(lodo_lbl, "acc", seed, vudg.protocol_average(
+          "multi_source", (), [r for _, r in runs]))
+      protocols.add(lodo_lbl, "malformed", seed, malformed_rate(runs))
+      protocols.add(full_h_lbl, "acc", seed,
+                    float(np.mean([full.by_domain[d] for d in lodo])))
+
+    # Single-source: train on one domain, test on the other ten.
+    if single:
+      runs = run_splits("single_source", single)
       protocols.add(single_lbl, "acc", seed, vudg.protocol_average(
           "single_source", (), [r for _, r in runs]))
-      protocols.add(single_lbl, "malformed", seed, float(np.mean(
-          [r.num_malformed / r.num_questions for _, r in runs])))
+      protocols.add(single_lbl, "malformed", seed, malformed_rate(runs))
       protocols.add(full_s_lbl, "acc", seed, float(np.mean(
           [np.mean([full.by_domain[d] for d in s.test]) for s, _ in runs])))
 
