@@ -71,18 +71,23 @@ def evaluate_solver(model, tok, cfg, test) -> dict[str, float]:
 def correct_step_frac(items) -> float:
   """Fraction of computation steps (all but the answer line) that are right.
 
-  Steps that do not parse as `a op b = c` count as wrong.
+  Steps that do not parse as a computation step of the data's format count
+  as wrong (`arithmetic.step_is_correct`, against the item's question).
   """
-  flags = [bool(arithmetic.step_is_correct(s)) for _, steps in items
+  flags = [bool(arithmetic.step_is_correct(s, q)) for q, steps in items
            for s in steps[:-1]]
   return float(np.mean(flags)) if flags else float("nan")
 
 
-def inserted_steps(before, after) -> list[str]:
-  """Steps of `after` not in `before` (insertions only add steps)."""
+def inserted_steps(before, after, *, with_question: bool = False) -> list:
+  """Steps of `after` not in `before` (insertions only add steps).
+
+  `with_question`: (question, step) pairs instead of steps.
+  """
   out = []
-  for (_, b), (_, a) in zip(before, after):
-    out.extend((collections.Counter(a) - collections.Counter(b)).elements())
+  for (_, b), (q, a) in zip(before, after):
+    new = (collections.Counter(a) - collections.Counter(b)).elements()
+    out.extend((q, x) if with_question else x for x in new)
   return out
 
 
@@ -121,7 +126,8 @@ def run(config, workdir: str) -> dict:
   problems = arithmetic.make_problems(
       n_fim + d["num_train"] + d["num_test"], min_ops=d["min_ops"],
       max_ops=d["max_ops"], seed=d["seed"],
-      max_value=int(d.get("max_value", 99)))
+      max_value=int(d.get("max_value", 99)),
+      step_format=d.get("step_format", "chain"))
   fim_pool = problems[:n_fim]
   train = problems[n_fim:n_fim + d["num_train"]]
   test = problems[n_fim + d["num_train"]:]
@@ -179,13 +185,14 @@ def run(config, workdir: str) -> dict:
       current, hist = coarse_items, []
       for r in range(cfg.fim.rounds):
         steps, st = fim.expand(current, fill, rounds=1, fmt=fmt,
-                               eta=cfg.fim.eta)
+                               eta=cfg.fim.eta,
+                               first_gap=cfg.fim.get("first_gap", False))
         prev, current = current, [(q, s) for (q, _), s in zip(current,
                                                              steps)]
-        new = inserted_steps(prev, current)
+        new = inserted_steps(prev, current, with_question=True)
         st[0]["inserted_correct_frac"] = (
-            float(np.mean([bool(arithmetic.step_is_correct(x))
-                           for x in new])) if new else float("nan"))
+            float(np.mean([bool(arithmetic.step_is_correct(x, q))
+                           for q, x in new])) if new else float("nan"))
         datasets[f"expanded_r{r + 1}"] = current
         hist.append(st[0])
         log(f"seed {seed}: expansion round {r + 1}: {st[0]}")

@@ -243,7 +243,7 @@ def clean_middle(text: str, step_sep: str = "\n") -> str:
 def expand_round(items: Sequence[tuple[str, Sequence[str]]],
                  fill_fn: Callable[[list[str]], list[str]], *,
                  fmt: FimFormat = FimFormat(), eta: float = 0.8,
-                 protect_last: bool = False
+                 protect_last: bool = False, first_gap: bool = False
                  ) -> tuple[list[list[str]], ExpansionStats]:
   """One expansion round over every gap of every solution (spec H.6).
 
@@ -252,6 +252,10 @@ def expand_round(items: Sequence[tuple[str, Sequence[str]]],
     fill_fn: batch of FIM prompt strings -> generated middles (raw text).
     eta: candidates with similarity(candidate, y_i) > eta are redundant.
     protect_last: also skip the gap before the final (answer) step.
+    first_gap: also try the gap between the question and y_1, i.e.
+      y_hat_1 = FIM(Q, (), y_1..y_n) (the spec's i = 1 with an empty prefix,
+      as in the masks of H.2; [inferred], off by default: "between adjacent
+      steps" read literally has no gap before y_1).
 
   Returns:
     (expanded step lists, stats).
@@ -265,7 +269,7 @@ def expand_round(items: Sequence[tuple[str, Sequence[str]]],
       stats.skipped_short += 1
       continue
     last = len(steps) - 1 if protect_last else len(steps)
-    for i in range(1, last):
+    for i in range(0 if first_gap else 1, last):
       prompts.append(fmt.prompt(q, steps[:i], steps[i:]))
       where.append((j, i))
   cands = fill_fn(prompts) if prompts else []
@@ -300,7 +304,7 @@ def expand_round(items: Sequence[tuple[str, Sequence[str]]],
 def expand(items: Sequence[tuple[str, Sequence[str]]],
            fill_fn: Callable[[list[str]], list[str]], *, rounds: int = 1,
            fmt: FimFormat = FimFormat(), eta: float = 0.8,
-           protect_last: bool = False
+           protect_last: bool = False, first_gap: bool = False
            ) -> tuple[list[list[str]], list[dict[str, float]]]:
   """`rounds` expansion rounds (spec H.7); stats per round."""
   if rounds < 0:
@@ -310,7 +314,8 @@ def expand(items: Sequence[tuple[str, Sequence[str]]],
   history = []
   for _ in range(rounds):
     current, st = expand_round(list(zip(questions, current)), fill_fn,
-                               fmt=fmt, eta=eta, protect_last=protect_last)
+                               fmt=fmt, eta=eta, protect_last=protect_last,
+                               first_gap=first_gap)
     history.append(st.as_dict())
   return current, history
 

@@ -34,6 +34,26 @@ class SingleDigitProblemsTest(absltest.TestCase):
     self.assertGreater(max(int(t) for p in arithmetic.make_problems(
         100, seed=0) for t in re.findall(r"\d+", p.solution)), 9)
 
+  def test_variables_format(self):
+    # Hand-checked first problem of seed 0 with single digits (the same
+    # draws as the chain format: 7 -5 *2 *2 -3 -2 *2).
+    p = arithmetic.make_problems(1, seed=0, max_value=9,
+                                 step_format="variables")[0]
+    c = arithmetic.make_problems(1, seed=0, max_value=9)[0]
+    self.assertEqual(c.question, "Compute 7 -5 *2 *2 -3 -2 *2.")
+    self.assertEqual(p.question, "a=7, b=a-5, c=b*2, d=c*2, e=d-3, f=e-2, "
+                     "g=f*2. Find g.")
+    self.assertEqual(p.steps, ("b=a-5=2", "c=b*2=4", "d=c*2=8", "e=d-3=5",
+                               "f=e-2=3", "g=f*2=6", "answer: 6"))
+    self.assertEqual(p.answer, c.answer)
+    for p in arithmetic.make_problems(200, seed=1, max_value=9,
+                                      step_format="variables"):
+      self.assertTrue(all(arithmetic.step_is_correct(s, p.question)
+                          for s in p.steps[:-1]), p.solution)
+      self.assertEqual(arithmetic.extract_answer(p.solution), p.answer)
+    with self.assertRaisesRegex(ValueError, "step_format"):
+      arithmetic.make_problems(1, step_format="words")
+
   def test_bad_max_value(self):
     with self.assertRaisesRegex(ValueError, "max_value"):
       arithmetic.make_problems(1, max_value=1)

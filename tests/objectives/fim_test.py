@@ -126,6 +126,29 @@ class ExpandTest(absltest.TestCase):
     self.assertEqual(st.insertion_rate, 0.5)
     self.assertEqual((st.steps_before, st.steps_after), (2.0, 2.5))
 
+  def test_first_gap_has_an_empty_prefix(self):
+    fmt = fim.FimFormat()
+    items = [("a=1, b=a+1, c=b+1. Find c.", ["c=b+1=3", "answer: 3"])]
+    seen = []
+
+    def fill(prompts):
+      seen.extend(prompts)
+      return ["b=a+1=2", "answer: 3"]  # gap before y_1: new; before y_2: copy
+
+    out, st = fim.expand(items, fill, fmt=fmt, first_gap=True)
+    self.assertEqual(seen, [fmt.prompt(items[0][0], [],
+                                       ["c=b+1=3", "answer: 3"]),
+                            fmt.prompt(items[0][0], ["c=b+1=3"],
+                                       ["answer: 3"])])
+    self.assertTrue(seen[0].startswith(
+        "<|fim_prefix|>a=1, b=a+1, c=b+1. Find c.\n<|fim_suffix|>"))
+    self.assertEqual(out[0], ["b=a+1=2", "c=b+1=3", "answer: 3"])
+    self.assertEqual((st[0]["gaps"], st[0]["inserted"],
+                      st[0]["rejected_similar"]), (2, 1, 1))
+    # Off (the default): only the gap between y_1 and y_2.
+    _, st = fim.expand(items, lambda ps: ["x"] * len(ps), fmt=fmt)
+    self.assertEqual(st[0]["gaps"], 1)
+
   def test_similarity_threshold_is_strict(self):
     # ratio("abcd", "abce") = 2*3/8 = 0.75: kept at eta=0.75? No: > is
     # required to reject, so 0.75 is inserted at eta=0.75 and rejected at 0.7.
@@ -160,6 +183,23 @@ class ArithmeticCheckTest(parameterized.TestCase):
                             ("2 / 2 = 1", None), ("", None))
   def test_step_is_correct(self, step, want):
     self.assertEqual(arithmetic.step_is_correct(step), want)
+
+  def test_variables_format_step_check(self):
+    q = "a=7, b=a*3, c=b-4. Find c."
+    self.assertEqual(arithmetic.question_values(q),
+                     {"a": ("7", 7), "b": ("a*3", 21), "c": ("b-4", 17)})
+    self.assertTrue(arithmetic.step_is_correct("c=b-4=17", q))
+    self.assertFalse(arithmetic.step_is_correct("c=b-4=18", q))  # value
+    self.assertFalse(arithmetic.step_is_correct("c=a-4=17", q))  # definition
+    self.assertFalse(arithmetic.step_is_correct("d=c+1=18", q))  # unknown
+    self.assertIsNone(arithmetic.step_is_correct("answer: 17", q))
+    with self.assertRaisesRegex(ValueError, "needs its question"):
+      arithmetic.step_is_correct("c=b-4=17")
+    items = [(q, ["b=a*3=21", "c=b-4=16", "answer: 17"])]
+    self.assertAlmostEqual(mathfimer_exp.correct_step_frac(items), 0.5)
+    self.assertEqual(mathfimer_exp.inserted_steps(
+        [(q, ["answer: 17"])], items, with_question=True),
+                     [(q, "b=a*3=21"), (q, "c=b-4=16")])
 
   def test_experiment_helpers(self):
     before = [("Q", ["1 + 2 = 3", "answer: 6"])]
