@@ -7,8 +7,10 @@ r"""MSRL chart-to-code miniature (paper F): SFT -> GRPO stage 1 -> stage 2.
 
 See experiments/chart_to_code.py. Reward weights are [inferred] (equal; the
 paper's were not found); the visual judge is SSIM, the CPU proxy for
-Qwen2.5-VL-72B. Rendering one chart in the sandbox costs ~0.5 s, so groups
-and steps are small.
+Qwen2.5-VL-72B. Renders go through the warm sandbox pool (~0.05 s a chart
+on an idle 2-core machine, several times that under load) and are cached
+by code, so one seed of the default preset takes ~10 min on the shared
+2-core CPU (SFT and the GRPO steps cost about the same).
 
 Sections reach their classes whole: `config.model` -> `DecoderConfig` (the
 vocabulary is the code grammar's), `ViTConfig(**config.vit)` (its output
@@ -36,10 +38,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, tiny=False)
   c = common.base_config()
   c.experiment = "chart_to_code"
-  c.seeds = (0, 1, 2)
+  c.seeds = (0, 1, 2, 3, 4)
   c.max_len = 28                    # code tokens (incl. EOS) per sample
-  c.charts = ml_collections.ConfigDict(  # chart pools (base c.data unused)
-      {"sft_size": 48, "stage_size": 64, "eval_size": 24})
+  # Chart pools (base c.data unused). SFT on 512 pairs reaches a plateau
+  # (held-out NLL flattens) instead of overfitting (48 pairs overfit after
+  # 50 steps). 200 held-out charts, the same for every seed.
+  c.charts = ml_collections.ConfigDict(
+      {"sft_size": 512, "stage_size": 128, "eval_size": 200})
   # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
   c.model.update(dim=64, num_layers=2, num_heads=2, num_kv_heads=2,
                  mlp_dim=128, max_position_embeddings=64)
@@ -47,15 +52,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "image_size": 32, "patch_size": 8, "dim": 64, "num_layers": 1,
       "num_heads": 2, "mlp_dim": 128})
   c.sft = ml_collections.ConfigDict(
-      {"steps": 300, "batch_size": 32, "eval_every": 50,
+      {"steps": 500, "batch_size": 32, "eval_every": 50,
        "optim": _adam(3e-3)})
   c.rl = ml_collections.ConfigDict(
-      {"stage1_steps": 15, "stage2_steps": 15, "prompts_per_step": 4,
+      # Stage 2 half of stage 1 (spec F: 22k then 11k samples).
+      {"stage1_steps": 30, "stage2_steps": 15, "prompts_per_step": 4,
        "optim": _adam(5e-4)})
-  # GRPOConfig fields: one rollout -> one clipped update, k3 KL to the
-  # post-SFT policy, sampling at temperature 1 up to max_len tokens.
+  # GRPOConfig fields: G = 8 (spec F item 3 [inferred]), one rollout -> one
+  # clipped update, k3 KL to the post-SFT policy, sampling at temperature 1
+  # up to max_len tokens.
   c.grpo = ml_collections.ConfigDict({
-      "group_size": 4, "num_iterations": 1, "num_minibatches": 1,
+      "group_size": 8, "num_iterations": 1, "num_minibatches": 1,
       "advantage": "grpo", "clip_eps": 0.2,
       "clip_eps_high": ml_collections.FieldReference(None, field_type=float),
       "kl_beta": 0.01, "entropy_coef": 0.0, "aggregation": "token_mean",

@@ -34,9 +34,12 @@ learns with the decoder.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import json
 import os
+import threading
 import time
 
 import jax
@@ -51,6 +54,7 @@ from jaxlab.models import registry as model_registry
 from jaxlab.models import vit as vit_lib
 from jaxlab.objectives import grpo
 from jaxlab.rewards import chart
+from jaxlab.rewards import sandbox
 from jaxlab.rl import learner as learner_lib
 from jaxlab.rl import rollout as rollout_lib
 from jaxlab.train import losses as losses_lib
@@ -106,7 +110,55 @@ def render_trusted(code: str, size=(64, 64)) -> np.ndarray:
   return img
 
 
+class CachedRender:
+  """Memoises a sandbox `render(code, **kw)` by its arguments.
+
+  A matplotlib program in the sandbox renders deterministically, and the
+  policy repeats itself (G samples of one chart share most codes, greedy
+  evaluation repeats across phases), so each distinct code is rendered once.
+  Timeouts are not cached (under load they can be spurious). At most
+  `max_entries` results are kept (least recently used dropped).
+  """
+
+  def __init__(self, render, max_entries: int = 8192):
+    self._render = render
+    self._cache: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()
+    self.max_entries = int(max_entries)
+    self.hits = self.misses = 0
+
+  def __call__(self, code: str, **kw) -> sandbox.RenderResult:
+    key = (code, tuple(sorted(kw.items())))
+    with self._lock:
+      hit = self._cache.get(key)
+      if hit is not None:
+        self._cache.move_to_end(key)
+        self.hits += 1
+        return hit
+      self.misses += 1
+    result = self._render(code, **kw)
+    if not (result.error or "").startswith("timeout"):
+      with self._lock:
+        self._cache[key] = result
+        while len(self._cache) > self.max_entries:
+          self._cache.popitem(last=False)
+    return result
+
+
+def make_renderer(reward_cfg: chart.ChartRewardConfig) -> CachedRender:
+  """The cached sandbox renderer: the warm `sandbox.shared_pool` when
+  `reward.pool`, else a fresh sandbox process per render."""
+  if reward_cfg.pool:
+    return CachedRender(
+        sandbox.shared_pool(max(1, reward_cfg.max_workers)).render)
+  return CachedRender(sandbox.render_chart)
+
+
+@functools.lru_cache(maxsize=4)
 def make_charts(n: int, seed: int) -> list[dict]:
+  """`n` random charts from `seed`: kind, values, title, code, grammar ids
+  and the 64x64 rendering (memoised: the held-out set is shared by seeds;
+  treat the result as read-only)."""
   rng = np.random.default_rng(seed)
   out = []
   for _ in range(n):
@@ -271,13 +323,15 @@ def sample_codes(model: ChartPolicy, images: np.ndarray, *, max_len: int,
   return out.tokens
 
 
-def evaluate(model, charts, max_len, reward_cfg) -> dict[str, float]:
+def evaluate(model, charts, max_len, reward_cfg, render=None
+             ) -> dict[str, float]:
+  """Greedy decoding of `charts`, scored (renders through `render`)."""
   imgs = np.stack([small_image(c["image"]) for c in charts])
   codes = [detokenize(t) for t in
            sample_codes(model, imgs, max_len=max_len, temperature=0.0)]
   _, comp = chart.chart_group_reward(
       codes, [c["code"] for c in charts], [c["image"] for c in charts],
-      reward_cfg.replace(w_vis=1.0, w_exec=1.0, w_text=1.0))
+      reward_cfg.replace(w_vis=1.0, w_exec=1.0, w_text=1.0), render=render)
   data, ctype = [], []
   for code, c in zip(codes, charts):
     f = chart.text_reward_fields(code, c["code"])
@@ -342,8 +396,10 @@ def make_learner(config, model: ChartPolicy) -> learner_lib.GRPOLearner:
 
 
 def grpo_stage(learner, charts, reward_cfg, rl, steps: int, max_len: int,
-               seed: int, log: list) -> None:
-  """GRPO on `charts` with `reward_cfg` (one rollout -> one update)."""
+               seed: int, log: list, render=None) -> None:
+  """GRPO on `charts` with `reward_cfg` (one rollout -> one update);
+  `rl.prompts_per_step` charts drawn with replacement per step, each
+  sampled G times."""
   del max_len  # the learner's GRPOConfig.max_new_tokens
   g = learner.cfg.group_size
   rng = np.random.default_rng(seed)
@@ -358,7 +414,7 @@ def grpo_stage(learner, charts, reward_cfg, rl, steps: int, max_len: int,
     codes = [detokenize(t) for t in rb.completions]
     rewards, comp = chart.chart_group_reward(
         codes, [c["code"] for c in rep], [c["image"] for c in rep],
-        reward_cfg)
+        reward_cfg, render=render)
     m = learner.update(rb, np.asarray(rewards, np.float32), k_upd)
     log.append({"step": step, "reward": float(np.mean(rewards)),
                 "exec": float(comp["exec"].mean()),
@@ -368,28 +424,44 @@ def grpo_stage(learner, charts, reward_cfg, rl, steps: int, max_len: int,
 
 
 def run_one(config, seed: int) -> dict:
+  """SFT, then the two GRPO stages, for one seed; held-out metrics after
+  each phase. The held-out charts (seed 99) are the same for every seed, so
+  phase differences pair by seed on the same charts."""
   t0 = time.time()
   max_len = int(config.max_len)
-  sft_charts = make_charts(config.charts.sft_size, 10 * seed + 1)
-  stage1 = make_charts(config.charts.stage_size, 10 * seed + 2)
-  stage2 = make_charts(config.charts.stage_size, 10 * seed + 3)
-  val = make_charts(config.charts.eval_size, 99)          # fixed across seeds
+  sizes = config.charts
+  sft_charts = make_charts(int(sizes.sft_size), 10 * seed + 1)
+  stage1 = make_charts(int(sizes.stage_size), 10 * seed + 2)
+  stage2 = make_charts(int(sizes.stage_size), 10 * seed + 3)
+  val = make_charts(int(sizes.eval_size), 99)             # fixed across seeds
+  timing = {"charts_s": time.time() - t0}
   model = make_policy(config, seed)
   base = chart.ChartRewardConfig(**config.reward)
-  sft_hist = sft(model, sft_charts, config.sft, max_len, val[:64], seed)
-  phases = {"sft": evaluate(model, val, max_len, base)}
+  render = make_renderer(base)
+  t = time.time()
+  sft_hist = sft(model, sft_charts, config.sft, max_len, val, seed)
+  timing["sft_s"] = time.time() - t
+  t = time.time()
+  phases = {"sft": evaluate(model, val, max_len, base, render)}
+  timing["eval_s"] = time.time() - t
   cur = chart.CurriculumConfig.two_stage(config.rl.stage1_steps,
                                          config.rl.stage2_steps, base=base)
   learner = make_learner(config, model)
   logs = {}
   for st, data in zip(cur.stages, (stage1, stage2)):
     logs[st.name] = []
+    t = time.time()
     grpo_stage(learner, data, st.reward, config.rl, st.steps, max_len,
                seed + (7 if st.name == "text_vis_exec" else 0),
-               logs[st.name])
-    phases[st.name] = evaluate(learner.policy, val, max_len, base)
+               logs[st.name], render)
+    timing[f"{st.name}_s"] = time.time() - t
+    t = time.time()
+    phases[st.name] = evaluate(learner.policy, val, max_len, base, render)
+    timing["eval_s"] += time.time() - t
+  timing["renders"] = render.misses
+  timing["render_cache_hits"] = render.hits
   return {"phases": phases, "sft_history": sft_hist, "rl_logs": logs,
-          "elapsed_s": time.time() - t0}
+          "timing": timing, "elapsed_s": time.time() - t0}
 
 
 PHASE_LABELS = {"sft": "SFT", "text_exec": "+ GRPO stage 1 (text + exec)",
@@ -413,25 +485,71 @@ def results_table(runs: list[dict], seeds) -> results_lib.Table:
   return table
 
 
-def run(config, workdir: str) -> dict:
-  """All seeds; writes WORKDIR/results.json (`experiments.results` schema:
-  the phase table per seed, the stage comparisons paired by seed; curves and
-  example completions under `extra`) and chart_to_code.png."""
-  t0 = time.time()
-  os.makedirs(workdir, exist_ok=True)
-  seeds = [int(s) for s in config.seeds]
-  runs = [run_one(config, s) for s in seeds]
+def sft_table(runs: list[dict], seeds) -> results_lib.Table:
+  """The SFT curve: held-out and training NLL at each evaluation step (the
+  plateau the RL stages start from)."""
+  table = results_lib.Table(
+      "sft_curve", "Chart-to-code SFT: token NLL during SFT",
+      row_label="SFT step",
+      columns=[results_lib.Column("val_loss", "held-out NLL"),
+               results_lib.Column("train_loss", "train-batch NLL")])
+  for seed, r in zip(seeds, runs):
+    for h in r["sft_history"]:
+      table.add_seed(str(h["step"]), seed,
+                     {"val_loss": h["val_loss"],
+                      "train_loss": h["train_loss"]})
+  return table
+
+
+COMPARISONS = (
+    ("data_f1", "text_exec", "sft", "stage 1 − SFT"),
+    ("exec_rate", "text_exec", "sft", "stage 1 − SFT"),
+    ("text_reward", "text_exec", "sft", "stage 1 − SFT"),
+    ("data_f1", "text_vis_exec", "text_exec", "stage 2 − stage 1"),
+    ("visual_ssim", "text_vis_exec", "text_exec", "stage 2 − stage 1"),
+    ("data_f1", "text_vis_exec", "sft", "stages 1+2 − SFT"),
+)
+
+
+def _write(workdir, config, seeds, runs, t0) -> None:
   table = results_table(runs, seeds)
   comparisons = [
-      results_lib.Comparison("phases", "data_f1", PHASE_LABELS["text_exec"],
-                             PHASE_LABELS["sft"], "stage 1 − SFT"),
-      results_lib.Comparison("phases", "visual_ssim",
-                             PHASE_LABELS["text_vis_exec"],
-                             PHASE_LABELS["text_exec"], "stage 2 − stage 1")]
+      results_lib.Comparison("phases", col, PHASE_LABELS[a], PHASE_LABELS[b],
+                             label) for col, a, b, label in COMPARISONS]
   results_lib.write(
-      workdir, "chart_to_code", tables=[table], comparisons=comparisons,
+      workdir, "chart_to_code", tables=[table, sft_table(runs, seeds)],
+      comparisons=comparisons,
       extra={"runs": [dict(r, seed=s) for s, r in zip(seeds, runs)]},
       config=config, start_time=t0)
+
+
+def run(config, workdir: str) -> dict:
+  """All seeds; writes WORKDIR/results.json (`experiments.results` schema:
+  the phase table and the SFT curve per seed, the stage comparisons paired
+  by seed; curves, timings and example completions under `extra`) and
+  chart_to_code.png.
+
+  Resumable by seed: each finished seed is kept in
+  WORKDIR/seeds/seed_<s>.json and skipped on a rerun, and results.json is
+  rewritten after every seed (so a run stopped early reports the seeds it
+  finished).
+  """
+  t0 = time.time()
+  os.makedirs(os.path.join(workdir, "seeds"), exist_ok=True)
+  done_seeds, runs = [], []
+  for s in (int(x) for x in config.seeds):
+    path = os.path.join(workdir, "seeds", f"seed_{s}.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        r = json.load(f)
+    else:
+      r = run_one(config, s)
+      with open(path + ".tmp", "w") as f:
+        json.dump(r, f, default=float)
+      os.replace(path + ".tmp", path)
+    done_seeds.append(s)
+    runs.append(r)
+    _write(workdir, config, done_seeds, runs, t0)
   _plot(runs, workdir)
   return {f"{p}/{m}": float(np.mean([r["phases"][p][m] for r in runs]))
           for p in runs[0]["phases"]
