@@ -270,7 +270,11 @@ def results_tables(out: dict, table_id: str = "unlearning",
               ("drift", "pmc", "ga"), ("drift", "pmc", "npo"),
               ("mc_least_likely_acc", "pmc", "ga"),
               ("mc_least_likely_acc", "pmc", "npo"),
-              ("leak_prefill_fixed", "pmc", "npo")]
+              ("leak_prefill_fixed", "pmc", "npo"),
+              ("utility", "pmc", "simnpo"), ("utility", "pmc", "idk"),
+              ("recall_forget", "pmc", "gd"),
+              ("recall_forget", "pmc", "simnpo"),
+              ("recall_forget", "pmc", "idk")]
     comparisons = [cmp(c, a, b) for c, a, b in wanted
                    if a in methods and b in methods]
   return tables, comparisons

@@ -294,6 +294,11 @@ def weighted_rope_model(model, alpha_lnp):
       shared by the heads).
   """
   cfg = model.cfg
+  if getattr(cfg, "qk_norm", False):
+    raise ValueError("weighted_rope_model scales q-projection columns, which "
+                     "the decoder's qk_norm (RMSNorm of each q head before "
+                     "RoPE) would undo; use a model with qk_norm=False or "
+                     "mode='angle'")
   hd = cfg.resolved_head_dim
   alpha = np.asarray(alpha_lnp, np.float32)
   if alpha.ndim == 2:

@@ -197,6 +197,15 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
     np.testing.assert_allclose(qwj @ kj.T, 0.09 * (qj @ kj.T), rtol=1e-4,
                                atol=1e-8)
 
+  def test_magnitude_mode_refuses_qk_norm(self):
+    # qk_norm renormalises q before RoPE, so scaling q columns is not alpha.
+    cfg = decoder_lib.DecoderConfig(
+        vocab_size=64, dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
+        mlp_dim=64, qk_norm=True)
+    model = decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0))
+    with self.assertRaisesRegex(ValueError, "qk_norm"):
+      fe.weighted_rope_model(model, np.ones((2, 4, 4), np.float32))
+
   def test_angle_mode_needs_shared_heads(self):
     alpha = np.ones((2, 4, 4), np.float32)
     alpha[0, 1, 0] = 0.5
