@@ -44,10 +44,14 @@ from jaxlab.rl import learner as learner_lib
 from jaxlab.train import runner as runner_lib
 
 PAD, BOS, EOS, HACK = 0, 1, 2, 3
+HACK_TEXT = "hmm hmm"  # the degenerate thinking, as the learned TRM reads it
+CODE_ANNEAL_T = 12000.0  # spec G 8(a): `worker.reward.alpha` in the yaml
 _A0 = 4  # question tokens a: _A0 .. _A0+K-1, b: next K, values v: next K,
          # answers: next K.
 
-VARIANTS = ("outcome", "thinking", "anneal", "trust", "trust_code")
+VARIANTS = ("outcome", "thinking", "anneal", "trust", "trust_T12000",
+            "trust_code")
+TRMS = ("synthetic", "learned")
 
 
 class Task:
@@ -97,6 +101,24 @@ class Task:
     return float(p is not None and p[0] is not None and
                  p[1] == self.answer(qi))
 
+  def question_text(self, qi: int) -> str:
+    """The question as the learned TRM reads it, e.g. "3 + 4 mod 5"."""
+    a, b = self.questions[qi]
+    return f"{a} + {b} mod {self.k}"
+
+  def thinking_text(self, completion) -> str | None:
+    """The thinking as text ("i get 2" / "hmm hmm"); None if malformed."""
+    p = self.parse(completion)
+    if p is None:
+      return None
+    return HACK_TEXT if p[0] is None else f"i get {p[0]}"
+
+  def completion(self, value: int | None) -> list[int]:
+    """A well-formed completion with thinking `value` (None = HACK)."""
+    if value is None:
+      return [HACK, self.ans0, EOS]
+    return [self.v0 + value, self.ans0 + value, EOS]
+
   def thinking(self, qi, completion) -> float:
     """The synthetic TRM score of the thinking token."""
     p = self.parse(completion)
@@ -107,6 +129,94 @@ class Task:
     if p[0] is None:
       return self.trm["hack"]
     return self.trm["right"] if p[0] == self.answer(qi) else self.trm["wrong"]
+
+
+class LearnedTRM:
+  """R^t from a `TinyThinkingScorer` trained on judge-labelled rollouts.
+
+  Spec G item 1 in miniature: (question, response) pairs drawn like the
+  format-warm-started policy's rollouts (random question, HACK with
+  probability `hack_prob`, else a uniform value), labelled by the judge
+  (the synthetic TRM of `Task.thinking`, hackable subset included) plus
+  Gaussian noise and rounded to the paper's 0.1 steps, balanced over the
+  ten score bins (`balance_by_bins`: at most `per_bin` rows per bin) and
+  fitted by BCE with the library loop (`TinyThinkingScorer.fit`, the
+  trainer's step on the registered `thinking_scorer_bce` loss). In the RL loop it scores
+  the question and the thinking as text; a malformed completion gets NaN,
+  which `TrustConfig.clip_thinking` (f) maps to 0, as the synthetic TRM's 0.
+  """
+
+  def __init__(self, task: Task, scorer: thinking_rewards.TinyThinkingScorer):
+    self.task, self.scorer = task, scorer
+
+  def __call__(self, qis, completions) -> np.ndarray:
+    texts = [self.task.thinking_text(c) for c in completions]
+    ok = [i for i, t in enumerate(texts) if t is not None]
+    out = np.full(len(texts), np.nan, np.float32)
+    if ok:
+      out[ok] = self.scorer([self.task.question_text(qis[i]) for i in ok],
+                            [texts[i] for i in ok])
+    return out
+
+  def table(self) -> np.ndarray:
+    """`[questions, 1 + K]` scores of HACK, v = 0..K-1 per question."""
+    k, n = self.task.k, len(self.task.questions)
+    qis = [q for q in range(n) for _ in range(k + 1)]
+    comps = [self.task.completion(v) for _ in range(n)
+             for v in [None] + list(range(k))]
+    return self(qis, comps).reshape(n, k + 1)
+
+
+def judge_table(task: Task) -> np.ndarray:
+  """The synthetic judge's `[questions, 1 + K]` scores (layout of `table`)."""
+  return np.array([[task.thinking(q, task.completion(v))
+                    for v in [None] + list(range(task.k))]
+                   for q in range(len(task.questions))], np.float32)
+
+
+def trm_training_data(task: Task, cfg, seed: int
+                      ) -> tuple[list[str], list[str], np.ndarray]:
+  """Judge-labelled (question, thinking, label) rows for the learned TRM.
+
+  Labels are the judge's score plus N(0, `label_noise`^2), rounded to 0.1
+  and clipped to [0, 1] (the 72B judge's 0.1-step scores, spec G item 1).
+  """
+  rng = np.random.default_rng(seed)
+  qs, ts, ys = [], [], []
+  for _ in range(cfg.samples):
+    qi = int(rng.integers(len(task.questions)))
+    v = None if rng.random() < cfg.hack_prob else int(rng.integers(task.k))
+    comp = task.completion(v)
+    y = task.thinking(qi, comp) + cfg.label_noise * rng.normal()
+    qs.append(task.question_text(qi))
+    ts.append(task.thinking_text(comp))
+    ys.append(float(np.clip(np.round(y * 10.0) / 10.0, 0.0, 1.0)))
+  return qs, ts, np.asarray(ys, np.float32)
+
+
+def fit_learned_trm(task: Task, cfg, seed: int
+                    ) -> tuple[LearnedTRM, dict[str, float]]:
+  """Trains the TRM (`config.trm`) and measures it against the judge.
+
+  Returns the scorer and {"trm_mae": mean |learned - judge| over every
+  (question, thinking) pair, "trm_argmax_agree": fraction of questions whose
+  top-scored thinking is the judge's, "trm_num_train", "trm_final_loss"}.
+  """
+  qs, ts, ys = trm_training_data(task, cfg, seed)
+  scorer = thinking_rewards.TinyThinkingScorer(
+      thinking_rewards.TinyScorerConfig(
+          num_buckets=cfg.num_buckets, dim=cfg.dim, hidden=cfg.hidden,
+          seed=seed))
+  info = scorer.fit(qs, ts, ys, steps=cfg.steps, batch_size=cfg.batch_size,
+                    lr=cfg.lr, balance=cfg.balance,
+                    per_bin=cfg.per_bin or None, seed=seed)
+  trm = LearnedTRM(task, scorer)
+  learned, judge = trm.table(), judge_table(task)
+  return trm, {"trm_mae": float(np.abs(learned - judge).mean()),
+               "trm_argmax_agree": float(np.mean(
+                   learned.argmax(1) == judge.argmax(1))),
+               "trm_num_train": float(info["num_train"]),
+               "trm_final_loss": float(info["final_loss"])}
 
 
 def make_task(tk) -> Task:
@@ -128,6 +238,10 @@ def trust_config(variant: str, tc) -> thinking_rewards.TrustConfig | None:
     return paper.replace(use_trust=False, anneal=True)
   if variant == "trust":
     return paper.replace(use_trust=True, anneal=True)
+  if variant == "trust_T12000":
+    # The shipped code's T (spec G 8(a)) with the paper's other readings.
+    return paper.replace(use_trust=True, anneal=True, anneal_T=CODE_ANNEAL_T,
+                         anneal_T_is_total_steps=False)
   if variant == "trust_code":
     # The shipped code's switches (b), (c) on top of the paper's schedule.
     return paper.replace(use_trust=True, anneal=True,
@@ -189,9 +303,36 @@ def evaluate(model, task: Task, *, samples: int, key) -> dict[str, float]:
           "sampled_hack_rate_informative": float(s_hack[~h].mean())}
 
 
-def run_one(config, variant: str, seed: int) -> dict:
+def thinking_reward_fn(config, task: Task, seed: int,
+                       cache: dict | None = None):
+  """(R^t fn of (question ids, completions), TRM metrics) of `trust.trm`.
+
+  "synthetic": the rule judge `Task.thinking` itself; "learned": a
+  `LearnedTRM` fitted on judge labels (`fit_learned_trm`, seeded by the run's
+  seed; `cache` keeps one per seed across variants).
+  """
+  kind = config.trust.get("trm", "synthetic")
+  if kind == "synthetic":
+    return (lambda qis, comps: np.array(
+        [task.thinking(q, c) for q, c in zip(qis, comps)], np.float32)), {}
+  if kind == "learned":
+    if cache is not None and seed in cache:
+      return cache[seed]
+    out = fit_learned_trm(task, config.trm, seed)
+    if cache is not None:
+      cache[seed] = out
+    return out
+  raise ValueError(f"config.trust.trm={kind!r}; valid: {', '.join(TRMS)}")
+
+
+def run_one(config, variant: str, seed: int,
+            trm_cache: dict | None = None) -> dict:
   task = make_task(config.task)
   rl = config.rl
+  trust = trust_config(variant, config.trust)
+  # Outcome-only never reads R^t (no TRM to fit).
+  thinking_fn, trm_info = (thinking_reward_fn(config, task, seed, trm_cache)
+                           if trust is not None else (None, {}))
   mcfg = model_registry.decoder_config(config.model,
                                        vocab_size=task.vocab_size)
   model = decoder_lib.Decoder(mcfg, rngs=nnx.Rngs(seed))
@@ -200,7 +341,6 @@ def run_one(config, variant: str, seed: int) -> dict:
                                 pad_id=PAD)
   learner = learner_lib.GRPOLearner(model, gcfg, config.optim,
                                     total_steps=rl.steps, seed=seed)
-  trust = trust_config(variant, config.trust)
   rng = np.random.default_rng(seed + 1000)
   # [groups with gamma < 1, groups where gamma is defined] per subset; for
   # variants without trust this is the gamma that *would* have fired.
@@ -212,8 +352,6 @@ def run_one(config, variant: str, seed: int) -> dict:
     g = batch.group_size
     ro = np.array([task.outcome(qis[i // g], c)
                    for i, c in enumerate(batch.completions)], np.float32)
-    rt = np.array([task.thinking(qis[i // g], c)
-                   for i, c in enumerate(batch.completions)], np.float32)
     hack = np.array([task.is_hack(c) for c in batch.completions], np.float32)
     hmask = np.repeat([q in task.hackable for q in qis], g)
     metrics = {"outcome": float(ro.mean()),
@@ -221,6 +359,8 @@ def run_one(config, variant: str, seed: int) -> dict:
                "train_hack_rate_informative": float(hack[~hmask].mean())}
     if trust is None:
       return ro, metrics
+    rt = thinking_fn([qis[i // g] for i in range(len(batch.completions))],
+                     batch.completions)
     r, m = thinking_rewards.combine_trust_rewards(ro, rt, g, step, trust,
                                                   total_steps=rl.steps)
     correct = ro.reshape(-1, g) >= 0.5
@@ -258,6 +398,7 @@ def run_one(config, variant: str, seed: int) -> dict:
   for k, (n_fire, n_def) in fired.items():
     final[f"gamma_lt1_rate_{k}"] = n_fire / n_def if n_def else float("nan")
     final[f"gamma_defined_groups_{k}"] = n_def
+  final.update(trm_info)
   return {"final": final, "curve": curve}
 
 
@@ -278,6 +419,7 @@ VARIANT_LABELS = {
     "thinking": "+ thinking reward",
     "anneal": "+ anneal",
     "trust": "Trust-GRPO (paper)",
+    "trust_T12000": "Trust-GRPO (paper, code's T = 12000)",
     "trust_code": "Trust-GRPO (code switches)",
 }
 TABLE_COLUMNS = (
@@ -298,14 +440,31 @@ CLAIMED = (
     ("acc_hackable", "trust", "thinking"),
     ("acc_informative", "trust", "outcome"),
     ("sampled_hack_rate_hackable", "trust", "thinking"),
+    ("acc", "trust_T12000", "trust"),
+    ("acc", "trust_T12000", "outcome"),
+    ("sampled_hack_rate_hackable", "trust_T12000", "thinking"),
 )
 
 
-def results_tables(runs: dict[str, list], seeds: list[int]
-                   ) -> tuple[list, list]:
-  """The docs' table (per-seed finals) and its claimed comparisons."""
+TRM_COLUMNS = (
+    ("trm_mae", "mean abs. error vs judge", 3),
+    ("trm_argmax_agree", "top thinking = judge's", 2),
+    ("trm_num_train", "rows after bin balancing", 0),
+)
+
+
+def results_tables(runs: dict[str, list], seeds: list[int],
+                   trm: str = "synthetic") -> tuple[list, list]:
+  """The docs' table (per-seed finals) and its claimed comparisons.
+
+  With the learned TRM a second table, "trm", holds its fit to the judge
+  (one row: the TRM is fitted once per seed, shared by the variants).
+  """
+  title = "Trust-GRPO miniature: final greedy accuracy and hacking"
+  if trm != "synthetic":
+    title += f" ({trm} TRM)"
   t = results_lib.Table(
-      "variants", "Trust-GRPO miniature: final greedy accuracy and hacking",
+      "variants", title,
       [results_lib.Column(k, label, decimals=d) for k, label, d in
        TABLE_COLUMNS], row_label="variant")
   for v, rs in runs.items():
@@ -313,11 +472,24 @@ def results_tables(runs: dict[str, list], seeds: list[int]
       # NaN (γ undefined: no group with both outcomes) is stored as None.
       t.add_seed(VARIANT_LABELS.get(v, v), seed,
                  {k: r["final"].get(k) for k, _, _ in TABLE_COLUMNS})
+  tables = [t]
+  if trm == "learned":
+    tt = results_lib.Table(
+        "trm", "Learned TRM against the judge over all 25 × 6 (question, "
+        "thinking) pairs", [results_lib.Column(k, label, decimals=d)
+                            for k, label, d in TRM_COLUMNS],
+        row_label="TRM")
+    first = next((rs for v, rs in runs.items() if v != "outcome"), None)
+    for seed, r in zip(seeds, first or []):
+      tt.add_seed("learned TRM", seed,
+                  {k: r["final"].get(k) for k, _, _ in TRM_COLUMNS})
+    if first:
+      tables.append(tt)
   comparisons = [
       results_lib.Comparison("variants", col, VARIANT_LABELS[a],
                              VARIANT_LABELS[b], label=f"{a} − {b}")
       for col, a, b in CLAIMED if a in runs and b in runs]
-  return [t], comparisons
+  return tables, comparisons
 
 
 def run(config, workdir: str) -> dict:
@@ -326,12 +498,14 @@ def run(config, workdir: str) -> dict:
   for v in variants:
     trust_config(v, config.trust)   # fail fast on a bad variant name
   runs: dict[str, list] = {}
+  trm_cache: dict = {}   # one learned TRM per seed, shared by the variants
   t0 = time.time()
   for v in variants:
     for seed in config.seeds:
-      runs.setdefault(v, []).append(run_one(config, v, seed))
+      runs.setdefault(v, []).append(run_one(config, v, seed, trm_cache))
   table = summarize(runs)
-  tables, comparisons = results_tables(runs, list(config.seeds))
+  tables, comparisons = results_tables(
+      runs, list(config.seeds), config.trust.get("trm", "synthetic"))
   results_lib.write(workdir, "trust_grpo", tables=tables,
                     comparisons=comparisons,
                     # Per-seed finals only (small enough to commit); the

@@ -41,6 +41,7 @@ import optax
 from flax import nnx
 
 from jaxlab.objectives import grpo
+from jaxlab.train import losses
 
 Array = jax.Array
 
@@ -353,8 +354,13 @@ class TinyThinkingScorer:
   def fit(self, questions: Sequence[str], thinkings: Sequence[str],
           labels: Sequence[float], *, steps: int = 300, batch_size: int = 64,
           lr: float = 3e-3, balance: bool = True, num_bins: int = 10,
-          seed: int = 0) -> dict[str, float]:
+          per_bin: int | None = None, seed: int = 0) -> dict[str, float]:
     """Fits soft labels in [0, 1] by BCE, on a bin-balanced subset (G.1).
+
+    `per_bin` caps every score bin at that many rows (the paper keeps
+    5k-15k per bin); None keeps the smallest non-empty bin's size in each.
+    The update is the trainer's (`runner.StepRunner` on the registered
+    `thinking_scorer_bce` loss).
 
     Returns {"num_train": rows kept after balancing, "final_loss": ...}.
     """
@@ -364,7 +370,8 @@ class TinyThinkingScorer:
                        f"{labels.shape}")
     if np.any((labels < 0) | (labels > 1)) or np.any(np.isnan(labels)):
       raise ValueError("labels must lie in [0, 1]")
-    keep = (balance_by_bins(labels, num_bins=num_bins, seed=seed)
+    keep = (balance_by_bins(labels, num_bins=num_bins, per_bin=per_bin,
+                            seed=seed)
             if balance else np.arange(len(labels)))
     ids, mask = self._encode([questions[i] for i in keep],
                              [thinkings[i] for i in keep])
@@ -373,7 +380,7 @@ class TinyThinkingScorer:
     # defaults (b2 0.999), constant lr, no clipping or weight decay.
     from jaxlab.train import runner as runner_lib  # pylint: disable=g-import-not-at-top
     runner = runner_lib.StepRunner(
-        self.net, loss=scorer_bce_loss, loss_config=None,
+        self.net, loss="thinking_scorer_bce", loss_config=None,
         optim=runner_lib.optim_config(lr=lr, clip_norm=0.0, b1=0.9,
                                       b2=0.999, eps=1e-8),
         steps=steps, seed=seed)
@@ -392,6 +399,7 @@ def _predict(net, ids, mask):
   return jax.nn.sigmoid(net(ids, mask))
 
 
+@losses.register("thinking_scorer_bce")
 def scorer_bce_loss(net, batch, *, rng, config):
   """Mean binary cross-entropy of the scorer's logits to soft labels."""
   del rng, config

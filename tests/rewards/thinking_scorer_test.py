@@ -95,6 +95,20 @@ class TinyScorerTest(absltest.TestCase):
     chex.assert_trees_all_close(nnx.state(scorer.net, nnx.Param), params,
                                 atol=1e-6)
 
+  def test_registered_loss_and_per_bin_cap(self):
+    from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
+    self.assertIs(losses.LOSSES.get("thinking_scorer_bce"),
+                  thinking.scorer_bce_loss)
+    # Bins 1 / 5 / 9 hold 10 / 3 / 6 rows: a cap of 4 keeps 4 + 3 + 4; no
+    # cap keeps the smallest bin's 3 in each.
+    ys = np.array([0.1] * 10 + [0.5] * 3 + [0.9] * 6, np.float32)
+    qs, ts = ["q"] * len(ys), [f"t{i}" for i in range(len(ys))]
+    scorer = thinking.TinyThinkingScorer()
+    info = scorer.fit(qs, ts, ys, steps=1, batch_size=4, per_bin=4)
+    self.assertEqual(info["num_train"], 11)
+    info = scorer.fit(qs, ts, ys, steps=1, batch_size=4)
+    self.assertEqual(info["num_train"], 9)
+
   def test_bad_labels(self):
     scorer = thinking.TinyThinkingScorer()
     with self.assertRaisesRegex(ValueError, r"\[0, 1\]"):
