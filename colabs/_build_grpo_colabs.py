@@ -68,6 +68,30 @@ def trust_notebook():
       v4.new_code_cell(
           "from IPython.display import Image, display\n"
           "display(Image(os.path.join(WORKDIR, 'accuracy.png')))"),
+      v4.new_markdown_cell(
+          "## 3. A learned thinking reward model\nThe paper's TRM is a "
+          "model trained on a judge's 0.1-step scores, balanced over the "
+          "score bins. `trust.trm='learned'` (preset `learned`) does that "
+          "here: a `TinyThinkingScorer` fitted with the library loop on "
+          "noisy judge labels of rollout-like samples, then used as R^t. "
+          "Below: its scores of HACK and v = 0..4 beside the judge's, on "
+          "one hackable and one informative question."),
+      v4.new_code_cell(
+          "lcfg = tg_config.get_config('learned' if PRESET == '' else "
+          "'learned,' + PRESET)\n"
+          "task = tg.make_task(lcfg.task)\n"
+          "trm, info = tg.fit_learned_trm(task, lcfg.trm, seed=0)\n"
+          "judge, learned = tg.judge_table(task), trm.table()\n"
+          "qh = min(task.hackable)\n"
+          "qi = min(set(range(25)) - task.hackable)\n"
+          "print('judge (hackable question):', judge[qh])\n"
+          "print('learned (hackable question):', np.round(learned[qh], 2))\n"
+          "print('judge (informative question):', judge[qi])\n"
+          "print('learned (informative question):', "
+          "np.round(learned[qi], 2))\n"
+          "print('learned TRM: mean abs. error vs judge %.3f, top thinking "
+          "= judge\\'s on %.0f %% of questions' % (info['trm_mae'], "
+          "100 * info['trm_argmax_agree']))"),
   ]
   return v4.new_notebook(cells=cells, metadata={"kernelspec": {
       "name": "python3", "display_name": "Python 3", "language": "python"}})

@@ -17,6 +17,10 @@ class GrpoColabsTest(absltest.TestCase):
     self.assertIn("[1.0329 1.0329 0.1317 0.1317]", out)
     self.assertIn("| outcome |", out)
     self.assertIn("| trust |", out)
+    # The judge's hand values: hackable question HACK 0.9, every v 0.1.
+    self.assertIn("judge (hackable question): [0.9 0.1 0.1 0.1 0.1 0.1]",
+                  out)
+    self.assertIn("learned TRM: mean abs. error vs judge", out)
 
   def test_chart_to_code_colab(self):
     out = _run("chart_to_code.ipynb")
