@@ -12,9 +12,16 @@ Presets (comma-separated, combinable with `tiny`):
   directions  W in {CL, SFT} x D in {random (learnable), multi_token}.
   native      native L_CL and L_SFT (should match the (CL,CL), (SFT,SFT) cells).
   all         every cell above.
-  negatives   N in {2, 4, 8, 16} for (SFT, SFT) and (CL, CL).
-  tiny        fewer steps / eval queries (and, alone, 2 cells x 1 seed for
-              tests and the colab).
+  negatives   N in {2, 4, 8, 16, 32} for (SFT, SFT) and (CL, CL).
+  mm          the probing cells on the multimodal reranker (ViT + decoder):
+              the decoder is a tiny HF Qwen2 checkpoint written into the
+              workdir (`jaxlab.testing.hf_fixtures`, needs the [test] extra:
+              torch + transformers), imported with `jaxlab.io.hf.load` and
+              fine-tuned with LoRA (rank 16) on every linear layer; the
+              LM head (M_y, M_n) and the embeddings stay frozen.
+  smoke       with `tiny`: 2 cells x 1 seed, a few steps (tests, colab).
+  tiny        fewer steps / eval queries (and, alone, the multimodal smoke
+              run: 2 cells x 1 seed).
 A cell is "W/D" (surrogate L_URL) or "native/cl", "native/sft".
 
 Training is full fine-tuning of a tiny decoder + ViT from scratch by
@@ -35,7 +42,8 @@ NATIVE_CELLS = ("native/cl", "native/sft")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, tiny=False, probe=False, directions=False,
-                       native=False, all=False, negatives=False)
+                       native=False, all=False, negatives=False, mm=False,
+                       smoke=False)
   c = common.base_config()
   c.experiment = "rerank"
   c.seeds = (0, 1, 2, 3, 4)  # a seed of the probing miniature costs < 1 min
@@ -52,7 +60,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     cells = list(PROBE_CELLS)
   c.cells = ",".join(cells)
   # Negatives per query; a non-empty sweep trains every cell at each N.
-  c.negatives_sweep = (2, 4, 8, 16) if a.negatives else ()
+  c.negatives_sweep = (2, 4, 8, 16, 32) if a.negatives else ()
+  # Id of the results table (docs/results/rerank.json holds one per preset).
+  c.table = "negatives" if a.negatives else "probe"
+  # A tiny random HF checkpoint written into WORKDIR/backbone and imported as
+  # the reranker's decoder when `fixture` names an architecture (llama,
+  # qwen2); "" = none (the decoder is `reranker.decoder`, or `init_from`).
+  c.backbone = ml_collections.ConfigDict({
+      "fixture": "", "hidden_size": 32, "intermediate_size": 64,
+      "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
+      "init_std": 0.05, "seed": 0,
+  })
 
   # "embedding": the spec's CPU miniature (MLP over [q; d] embeddings with a
   # frozen, pretrained yes/no head) -- learnable in seconds, used for the
@@ -133,11 +151,34 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.reranker.decoder.update(dim=48, mlp_dim=96, num_heads=4,
                               num_kv_heads=2)
     c.reranker.vit.update(dim=48, mlp_dim=96)
-    if not (a.probe or a.directions or a.native or a.all or a.negatives):
-      # Smoke preset (tests, colab): the multimodal reranker, 2 cells.
-      c.model_kind = "multimodal"
-      c.cells = "sft/sft,cl/cl"
-      c.seeds = (0,)
-      c.train.update(steps=30, batch_size=8)
-      c.task.eval_queries = 16
+    if not (a.probe or a.directions or a.native or a.all or a.negatives
+            or a.mm):
+      a.smoke = True
+  if a.mm:
+    # The multimodal probing table: ViT + an imported (tiny, random) HF
+    # Qwen2 decoder, LoRA on every linear layer (spec 9: rank 16). LoRA
+    # targets are parameter names, which the ViT's blocks share with the
+    # decoder's, so the ViT's linear layers and its projection to the
+    # decoder width get adapters too; embeddings, norms, the patch embedding
+    # and the LM head (M_y, M_n: the directions) stay frozen.
+    c.model_kind = "multimodal"
+    c.table = "mm_probe"
+    c.seeds = (0, 1, 2)
+    c.backbone.fixture = "qwen2"
+    c.backbone.init_std = 0.2
+    c.lora.update(rank=16, alpha=16.0, targets=(
+        "q_dnh", "k_dkh", "v_dkh", "o_nhd", "gate_df", "up_df", "down_fd",
+        "proj_in_df", "proj_out_fo"))
+    c.task.update(tasks="it2it", doc_style=0, eval_queries=200)
+    c.prompt.update(template="{query}|{document}:", max_len=32)
+    c.train.update(seq_len=32, batch_size=16, steps=300)
+    c.reranker.vit.update(dim=32, mlp_dim=64, patch_size=8)
+    c.optim.update(lr=5e-3)
+  if a.smoke:
+    # Smoke run (tests, colab): the multimodal reranker, 2 cells, 1 seed.
+    c.model_kind = "multimodal"
+    c.cells = "sft/sft,cl/cl"
+    c.seeds = (0,)
+    c.train.update(steps=30 if not a.mm else 4, batch_size=8)
+    c.task.eval_queries = 16
   return c

@@ -102,6 +102,38 @@ def reranker_config(config, tok) -> rr.RerankerConfig:
   return cfg
 
 
+def ensure_backbone(config, workdir: str):
+  """With `backbone.fixture` set, writes a tiny random HF checkpoint of that
+  architecture to WORKDIR/backbone (once; `jaxlab.testing.hf_fixtures`,
+  transformers' own `save_pretrained`) sized to the tokenizer's vocabulary,
+  and returns a copy of `config` whose `init_from` points at it."""
+  b = config.backbone
+  if not b.fixture:
+    return config
+  if config.init_from:
+    raise ValueError("set either init_from or backbone.fixture, not both")
+  if b.fixture not in ("llama", "qwen2"):
+    raise ValueError(f"backbone.fixture={b.fixture!r}; valid: llama, qwen2 "
+                     "or '' (none)")
+  path = os.path.join(workdir, "backbone")
+  if not os.path.exists(os.path.join(path, "config.json")):
+    from jaxlab.testing import hf_fixtures  # pylint: disable=g-import-not-at-top
+    vocab = -(-make_tokenizer(config).vocab_size // 64) * 64
+    hf_fixtures.make_hf_checkpoint(
+        path + ".tmp", b.fixture, vocab_size=vocab,
+        hidden_size=int(b.hidden_size),
+        intermediate_size=int(b.intermediate_size),
+        num_layers=int(b.num_layers), num_heads=int(b.num_heads),
+        num_kv_heads=int(b.num_kv_heads), init_std=float(b.init_std),
+        seed=int(b.seed),
+        max_position_embeddings=max(int(config.prompt.max_len), 64))
+    os.replace(path + ".tmp", path)
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    config.init_from = path
+  return config
+
+
 def make_model(config, rcfg: rr.RerankerConfig, seed: int):
   """Zero-arg factory (full fine-tuning) or, with `init_from`, an instance
   whose decoder is an imported HF checkpoint (use with `lora.rank`)."""
@@ -200,7 +232,24 @@ def embedding_source(config, size, seed, n_neg):
       pos_noise=float(e.pos_noise), hard_noise=float(e.hard_noise))
 
 
+_PRETRAINED: dict = {}
+
+
 def pretrained_embedding_model(config, seed: int) -> rr.EmbeddingReranker:
+  """`pretrain_embedding_model`, memoised per (embedding section, labels,
+  seed) as host numpy (each cell of a sweep starts from the same weights; a
+  fresh instance each call, so the trainer may donate its buffers)."""
+  key = (config.embedding.to_json(), int(config.reranker.labels.
+                                         num_label_tokens), int(seed))
+  if key not in _PRETRAINED:
+    model = pretrain_embedding_model(config, seed)
+    _PRETRAINED[key] = (nnx.graphdef(model),
+                        jax.tree.map(np.asarray, nnx.state(model)))
+  graphdef, state = _PRETRAINED[key]
+  return nnx.merge(graphdef, jax.tree.map(jnp.asarray, state))
+
+
+def pretrain_embedding_model(config, seed: int) -> rr.EmbeddingReranker:
   """Builds the MLP reranker and pretrains it (head included) on a different
   binary task, sign(<q, d> over the first half of the dims), then freezes the
   head: the spec's "frozen, pretrained unembedding".
@@ -339,8 +388,8 @@ def row_label(cell: str, n_neg: int, with_n: bool) -> str:
   return f"{cell} N={n_neg}" if with_n else cell
 
 
-def results_table(runs: list[dict], k: int, with_n: bool
-                  ) -> results_lib.Table:
+def results_table(runs: list[dict], k: int, with_n: bool,
+                  table_id: str = "probe") -> results_lib.Table:
   """Per-seed nDCG@k, MRR@k and mean weights of every (cell, N)."""
   cols = [results_lib.Column(f"ndcg@{k}", f"nDCG@{k} × 100", decimals=1,
                              scale=100),
@@ -352,9 +401,15 @@ def results_table(runs: list[dict], k: int, with_n: bool
           results_lib.Column("w_cl_neg", "W_CL−"),
           results_lib.Column("w_sft_pos", "W_SFT+"),
           results_lib.Column("w_sft_neg", "W_SFT−")]
-  table = results_lib.Table(
-      "probe", "W × D probing: held-out reranking after training each cell",
-      columns=cols, row_label="W / D")
+  title = {"probe": "W × D probing: held-out reranking after training "
+                    "each cell",
+           "negatives": "Negatives sweep: held-out reranking after training "
+                        "with N negatives per query",
+           "mm_probe": "W × D probing on the multimodal reranker (ViT + "
+                       "imported decoder, LoRA): held-out reranking"
+           }.get(table_id, f"rerank {table_id}")
+  table = results_lib.Table(table_id, title, columns=cols,
+                            row_label="W / D, N" if with_n else "W / D")
   for r in runs:
     table.add_seed(row_label(r["cell"], r["negatives"], with_n), r["seed"],
                    {c.key: r[c.key] for c in cols})
@@ -367,14 +422,19 @@ CLAIMED = (("cl/sft", "sft/sft"), ("cl/cl", "sft/cl"), ("sft/cl", "sft/sft"),
            ("constant_tau_mask/sft", "constant/sft"))
 
 
-def comparisons(cells, sweep, with_n: bool, k: int
+def comparisons(cells, sweep, with_n: bool, k: int, table_id: str = "probe"
                 ) -> list[results_lib.Comparison]:
+  """CLAIMED pairs at each N; in a sweep, also CL - SFT (spec outcome 4:
+  the gap narrows as N grows)."""
+  pairs = list(CLAIMED)
+  if with_n:
+    pairs.append(("cl/cl", "sft/sft"))
   out = []
   for n_neg in sweep:
-    for a, b in CLAIMED:
+    for a, b in pairs:
       if a in cells and b in cells:
         out.append(results_lib.Comparison(
-            "probe", f"ndcg@{k}", row_label(a, n_neg, with_n),
+            table_id, f"ndcg@{k}", row_label(a, n_neg, with_n),
             row_label(b, n_neg, with_n)))
   return out
 
@@ -385,6 +445,7 @@ def run(config, workdir: str) -> dict:
   comparisons, the summary table and per-run metrics under `extra`) and
   table.md."""
   t0 = time.time()
+  config = ensure_backbone(config, workdir)
   tok = make_tokenizer(config)
   rcfg = reranker_config(config, tok)
   template = rr.PromptTemplate(system=config.prompt.system,
@@ -416,8 +477,9 @@ def run(config, workdir: str) -> dict:
         runs.append(r)
   table = summarize(runs, k)
   results_lib.write(
-      workdir, "rerank", tables=[results_table(runs, k, len(sweep) > 1)],
-      comparisons=comparisons(cells, sweep, len(sweep) > 1, k),
+      workdir, "rerank",
+      tables=[results_table(runs, k, len(sweep) > 1, config.table)],
+      comparisons=comparisons(cells, sweep, len(sweep) > 1, k, config.table),
       extra={"table": table, "runs": runs, "cells": cells,
              "negatives": list(sweep), "seeds": list(config.seeds)},
       config=config, start_time=t0)

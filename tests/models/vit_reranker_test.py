@@ -1,5 +1,7 @@
 """ViT patch encoder and multimodal reranker."""
 
+import tempfile
+
 from absl.testing import absltest
 import chex
 import jax
@@ -153,6 +155,93 @@ class RerankerTest(absltest.TestCase):
     # The LM head gets no gradient under D_Rand (weights use z_y, z_n only
     # through stop_gradient).
     self.assertEqual(float(jnp.abs(grads.decoder.lm_head_dv[...]).sum()), 0.)
+
+
+class ImportedDecoderRerankerTest(absltest.TestCase):
+  """The reranker on an imported HF checkpoint, with and without LoRA,
+  against transformers (the reference forward) on the same weights."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+    from jaxlab.testing import hf_fixtures  # pylint: disable=g-import-not-at-top
+    cls.hf_fixtures = hf_fixtures
+    cls.tmp = tempfile.TemporaryDirectory(prefix="rerank_hf_")
+    path = cls.tmp.name
+    _, cls.hf_model = hf_fixtures.make_hf_checkpoint(
+        path, "qwen2", vocab_size=320, hidden_size=32, intermediate_size=48,
+        num_layers=1, num_heads=4, num_kv_heads=2, return_model=True)
+    dec, dcfg = hf.load(path)
+    cls.tok = rr.make_tokenizer(words=("red", "circle"))
+    vit = vit_lib.ViTConfig(image_size=8, patch_size=4, dim=16, num_layers=1,
+                            num_heads=2, mlp_dim=16, out_dim=dcfg.dim)
+    cls.cfg = rr.RerankerConfig.from_tokenizer(cls.tok, decoder=dcfg, vit=vit)
+    cls.dcfg = dcfg
+    cls.model = rr.Reranker(cls.cfg, rngs=nnx.Rngs(0))
+    cls.model.decoder = dec
+    docs = ["red circle 3", "circle", "blue red 4"]
+    cls.batch = rr.collate_groups([("find", "red circle", docs)], cls.tok,
+                                  cls.cfg, TEMPLATE, max_len=40)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.tmp.cleanup()
+    super().tearDownClass()
+
+  def _reference_heads(self, hf_model):
+    """z_yes, z_no of each prompt from transformers' logits, unpadded."""
+    out = []
+    for g in range(self.batch["input_ids"].shape[1]):
+      n = int(self.batch["answer_index"][0, g]) + 1
+      logits = self.hf_fixtures.hf_logits(
+          hf_model, self.batch["input_ids"][:, g, :n])[0, -1]
+      out.append((logits[self.cfg.yes_id], logits[self.cfg.no_id]))
+    return np.array(out)
+
+  def _heads(self, model):
+    h = model.score_heads({k: jnp.asarray(v) for k, v in self.batch.items()})
+    return np.stack([np.asarray(h.z_yes[0]), np.asarray(h.z_no[0])], -1)
+
+  def test_heads_match_transformers(self):
+    np.testing.assert_allclose(self._heads(self.model),
+                               self._reference_heads(self.hf_model),
+                               atol=2e-4, rtol=1e-4)
+
+  def test_lora_merge_matches_transformers_with_merged_weights(self):
+    """W + (alpha/r) A @ B on v_dkh [D, K, H] and down_fd [F, D] equals
+    transformers with v_proj.weight [K*H, D] += delta.reshape(D, K*H).T and
+    down_proj.weight [D, F] += delta.T."""
+    import copy  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    from jaxlab.train import lora  # pylint: disable=g-import-not-at-top
+    model = nnx.clone(self.model)
+    lora.add_lora(model, rank=2, alpha=4.0, targets=("v_dkh", "down_fd"),
+                  rngs=nnx.Rngs(1))
+    layer = model.decoder.layers[0]
+    rng = np.random.default_rng(0)
+    for name in ("v_dkh", "down_fd"):
+      b = getattr(layer.attn if name == "v_dkh" else layer.mlp,
+                  name + "_lora_b")
+      b[...] = jnp.asarray(rng.normal(size=b[...].shape) * 0.5, jnp.float32)
+    a_v = np.asarray(layer.attn.v_dkh_lora_a[...], np.float64)
+    b_v = np.asarray(layer.attn.v_dkh_lora_b[...], np.float64)
+    a_d = np.asarray(layer.mlp.down_fd_lora_a[...], np.float64)
+    b_d = np.asarray(layer.mlp.down_fd_lora_b[...], np.float64)
+    d, kh = self.dcfg.dim, self.dcfg.num_kv_heads * self.dcfg.resolved_head_dim
+    delta_v = 2.0 * np.einsum("dr,rkh->dkh", a_v, b_v).reshape(d, kh).T
+    delta_d = 2.0 * (a_d @ b_d).T
+    ref = copy.deepcopy(self.hf_model)
+    with torch.no_grad():
+      blk = ref.model.layers[0]
+      blk.self_attn.v_proj.weight += torch.tensor(delta_v, dtype=torch.float32)
+      blk.mlp.down_proj.weight += torch.tensor(delta_d, dtype=torch.float32)
+    want = self._reference_heads(ref)
+    got = self._heads(lora.merge_lora(model))
+    np.testing.assert_allclose(got, want, atol=3e-4, rtol=1e-4)
+    # The adapters moved the scores (the check is not vacuous).
+    self.assertGreater(np.abs(want - self._reference_heads(
+        self.hf_model)).max(), 1e-2)
 
 
 class EmbeddingRerankerTest(absltest.TestCase):
