@@ -38,11 +38,16 @@ Accelerations, each a switch:
     fixed for every step of the block (the caches reuse it).
 
 Static shapes: every forward is over a gathered "view" of the canvas (an
-index array; -1 = padding slot) whose length is a static bucket (multiples
-of `bucket`), so a whole block (its view, all its steps in one
-`jax.lax.while_loop`) is one compiled call; executables are shared by every
-block, prompt set and variant with the same bucket. The host syncs once per
-block only when `early_stop` needs to know whether every row has stopped.
+index array; -1 = empty slot), so a whole block (its view, all its steps in
+one `jax.lax.while_loop`) is one compiled call. Shapes are exact, so the
+model computes only the tokens it is charged for (plus DPad's empty suffix
+slots, `suffix_slots`): without a cache or DPad the view is the canvas and
+one executable serves every block; with them each block's shapes differ and
+its start is static (one executable per block position, shared by every
+prompt batch of that shape; compiled ahead of time on first use and timed
+apart). The cached steps attend over exactly the kept prefix (and suffix for
+the dual cache) plus their own queries. The host syncs once per block only
+when `early_stop` needs to know whether every row has stopped.
 
 Statistics: `nfe` (model forward calls), `tokens_processed` (real query
 tokens fed, summed over calls and rows), `flops` (matmul FLOPs of those
@@ -120,12 +125,15 @@ class DPadConfig:
   sampler: "gaussian" (the method) or "uniform" (ablation: `n` of the W
     window positions, uniformly at random).
   n: number of tokens the uniform sampler keeps (required for it).
+  slots: static view slots for the kept suffix (None: `suffix_slots`'
+    default, mean + 4 std of the kept count).
   """
   window: int = 256
   k: float = 3.0
   a: float = 1.6
   sampler: str = "gaussian"
   n: int | None = None
+  slots: int | None = None
 
   def __post_init__(self):
     if self.window < 1:
@@ -137,6 +145,8 @@ class DPadConfig:
                                       or not 0 <= self.n <= self.window):
       raise ValueError(f"dpad.n={self.n} must be set in [0, window="
                        f"{self.window}] for the uniform sampler")
+    if self.slots is not None and self.slots < 0:
+      raise ValueError(f"dpad.slots={self.slots} must be >= 0")
 
 
 # -- FLOPs ---------------------------------------------------------------------
@@ -170,17 +180,39 @@ class _BlockSpec(NamedTuple):
   dpad: DPadConfig | None
   canvas_len: int      # L
   shift_logits: bool = False  # Dream: token i is read from the logits at i-1
+  suffix_slots: int = 0       # DPad: static slots of the kept suffix
+  block_start: int | None = None  # static block start (None: traced)
+
+
+def suffix_slots(dpad: DPadConfig, available: int) -> int:
+  """Static number of view slots for DPad's kept suffix.
+
+  `available` = suffix tokens inside the window and the canvas. The uniform
+  sampler keeps exactly min(n, available); the Gaussian one keeps a
+  Bernoulli sum whose slots are ceil(mean + 4 std) (every token when all
+  keep probabilities are >= 1), or `dpad.slots` when set. A kept token
+  beyond the slots (the farthest first; probability < 1e-4 per row and
+  block at 4 std) is dropped.
+  """
+  available = max(int(available), 0)
+  if dpad.slots is not None:
+    return min(int(dpad.slots), available)
+  if dpad.sampler == "uniform":
+    return min(int(dpad.n), available)
+  p = np.clip(suffix_keep_prob(dpad.window, k=dpad.k, a=dpad.a)[:available],
+              0.0, 1.0).astype(np.float64)
+  mean, std = p.sum(), math.sqrt(float((p * (1 - p)).sum()))
+  return min(available, int(math.ceil(mean + 4.0 * std - 1e-9)))
 
 
 def _build_view(key, block_end, spec: _BlockSpec, batch: int) -> jax.Array:
-  """`[B, S + Tq]` canvas indices: [0, block_end) then the kept suffix
-  (DPad) or the whole suffix, then -1 padding."""
-  total = spec.view_len + spec.query_len
-  arr = jnp.arange(total, dtype=jnp.int32)
+  """`[B, S]` canvas indices of the full forward: [0, block_end) then the
+  kept suffix (DPad; `spec.suffix_slots` slots, -1 = empty) or the whole
+  canvas."""
   big_l = spec.canvas_len
   if spec.dpad is None:
-    view = jnp.where(arr < big_l, arr, -1)
-    return jnp.broadcast_to(view, (batch, total))
+    return jnp.broadcast_to(jnp.arange(big_l, dtype=jnp.int32),
+                            (batch, big_l))
   w = spec.dpad.window
   d = jnp.arange(w, dtype=jnp.int32)
   in_canvas = (block_end + d) < big_l
@@ -193,14 +225,14 @@ def _build_view(key, block_end, spec: _BlockSpec, batch: int) -> jax.Array:
                        jnp.inf)
     rank = jnp.argsort(jnp.argsort(scores, axis=1), axis=1)
     keep = (rank < spec.dpad.n) & in_canvas[None]
+  # Kept distances first, nearest first; the first `suffix_slots` are used.
   order = jnp.argsort(jnp.where(keep, d[None], w + d[None]), axis=1)
+  order = order[:, :spec.suffix_slots]
   kept = jnp.where(jnp.take_along_axis(keep, order, 1),
-                   block_end + order.astype(jnp.int32), -1)   # [B, W]
-  rel = arr - block_end
-  suffix = jnp.take(kept, jnp.clip(rel, 0, w - 1), axis=1)
-  view = jnp.where(arr[None] < block_end, arr[None],
-                   jnp.where(((rel >= 0) & (rel < w))[None], suffix, -1))
-  return view.astype(jnp.int32)
+                   block_end + order.astype(jnp.int32), -1)
+  prefix = jnp.broadcast_to(jnp.arange(block_end, dtype=jnp.int32),
+                            (batch, block_end))
+  return jnp.concatenate([prefix, kept], axis=1).astype(jnp.int32)
 
 
 def _gather(x, pos, valid, view):
@@ -212,36 +244,59 @@ def _gather(x, pos, valid, view):
 @functools.partial(jax.jit, static_argnames=("graphdef", "spec"))
 def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
                   spec: _BlockSpec):
-  """Decodes one block; returns (x, nfe, tokens, qk_pairs)."""
+  """Decodes one block; returns (x, nfe, tokens, qk_pairs).
+
+  Shapes are exact (no padding slots beyond DPad's empty suffix slots):
+  without a cache and DPad the view is the whole canvas and `block_start`
+  is traced (one executable for every block); otherwise the view and the
+  cached steps' shapes depend on the block, whose start is then static.
+  """
   global TRACE_COUNT
   TRACE_COUNT += 1
   model = nnx.merge(graphdef, state)
   b = x.shape[0]
   bl, s, tq = spec.block_len, spec.view_len, spec.query_len
+  if spec.block_start is not None:
+    block_start = spec.block_start
   block_end = block_start + bl
   # With shifted logits (Dream) the block is predicted from the outputs at
   # [block_start - 1, block_end - 1): the cached steps feed one more token.
   q_start = block_start - 1 if spec.shift_logits else block_start
   k_view, k_steps = jax.random.split(key)
   view = _build_view(k_view, block_end, spec, b)
-  full_view = view[:, :s]
 
   # -- with a cache, the first step is a full forward over the view --------
   if spec.cache is not None:
-    tok, p, v = _gather(x, pos, valid, full_view)
+    tok, p, v = _gather(x, pos, valid, view)
     vcount = jnp.sum(v, axis=1).astype(jnp.float32)
-    cache0 = model.init_cache(b, s + tq)
     out = model.forward(tok, positions=p, attention_mask=v, causal=False,
-                        cache=cache0)
-    keep = (full_view >= 0) & (full_view < q_start)
+                        cache=model.init_cache(b, s))
+    full = out.cache
+    # The step cache holds exactly the kept slots: the prefix [0, q_start)
+    # (view[j] == j there), the suffix [block_end, S) for the dual cache,
+    # then Tq empty slots the steps write their queries into.
+    parts = [(0, q_start)]
     if spec.cache == "dual":
-      keep = keep | (full_view >= block_end)
-    keep = jnp.concatenate([keep, jnp.zeros((b, tq), bool)], axis=1)
-    cache = out.cache.replace(positions=jnp.where(
-        keep[:, None, :], out.cache.positions, -1))
-    cache_keys = jnp.sum(keep, axis=1).astype(jnp.float32)
-    # view[j] == j below block_end: the block's logits sit at block_start.
-    logits0 = jax.lax.dynamic_slice_in_dim(out.logits, q_start, bl, axis=1)
+      parts.append((block_end, s))
+
+    def pack(arr, axis, fill):
+      pieces = [jax.lax.slice_in_dim(arr, lo, hi, axis=axis)
+                for lo, hi in parts]
+      shape = list(arr.shape)
+      shape[axis] = tq
+      pieces.append(jnp.full(shape, fill, arr.dtype))
+      return jnp.concatenate(pieces, axis=axis)
+
+    n_cached = sum(hi - lo for lo, hi in parts)
+    cache = dataclasses.replace(
+        full, k=tuple(pack(k, 1, 0) for k in full.k),
+        v=tuple(pack(vv, 1, 0) for vv in full.v),
+        positions=pack(full.positions, 2, -1),
+        index=jnp.asarray(n_cached, jnp.int32))
+    cache_keys = jnp.sum(cache.positions[:, 0] >= 0, axis=1).astype(
+        jnp.float32)
+    logits0 = jax.lax.slice_in_dim(out.logits, q_start, q_start + bl, axis=1)
+    qview = jax.lax.slice_in_dim(view, q_start, q_start + tq, axis=1)
   else:
     cache = None
 
@@ -291,14 +346,13 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
   def body(carry):
     x, step, nfe, tokens, pairs = carry
     if cache is None:
-      tok, p, v = _gather(x, pos, valid, full_view)
+      tok, p, v = _gather(x, pos, valid, view)
       logits = model.forward(tok, positions=p, attention_mask=v,
                              causal=False).logits
       logits = jax.lax.dynamic_slice_in_dim(logits, q_start, bl, 1)
       cnt = jnp.sum(v, axis=1).astype(jnp.float32)
       new_pairs = jnp.sum(cnt * cnt)
     else:
-      qview = jax.lax.dynamic_slice_in_dim(view, q_start, tq, 1)
       tok, p, v = _gather(x, pos, valid, qview)
       logits = model.forward(tok, positions=p, attention_mask=v,
                              causal=False, cache=cache).logits[:, :bl]
@@ -315,15 +369,21 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
 _EXECUTABLES: dict[Any, Any] = {}
 
 
-def _executable(graphdef, spec: _BlockSpec, args) -> tuple[Any, float]:
+def _signature(tree) -> tuple:
+  leaves, treedef = jax.tree.flatten(tree)
+  return (treedef, tuple((getattr(a, "shape", ()),
+                          str(getattr(a, "dtype", "")),
+                          str(getattr(a, "sharding", ""))) for a in leaves))
+
+
+def _executable(graphdef, spec: _BlockSpec, args, state_sig
+                ) -> tuple[Any, float]:
   """The compiled `_decode_block` for these static settings and argument
-  shapes, compiled ahead of time on first use; (executable, compile seconds).
+  shapes (`state_sig`: `_signature` of the model state, computed once per
+  `generate` call), compiled ahead of time on first use; (executable,
+  compile seconds).
   """
-  leaves, treedef = jax.tree.flatten(args)
-  sig = (treedef, tuple((getattr(a, "shape", ()), str(getattr(a, "dtype", "")),
-                         str(getattr(a, "sharding", "")))
-                        for a in leaves))
-  cache_key = (graphdef, spec, sig)
+  cache_key = (graphdef, spec, state_sig, _signature(args[1:]))
   exe = _EXECUTABLES.get(cache_key)
   if exe is not None:
     return exe, 0.0
@@ -381,7 +441,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
              cache: str | None = None, dpad: DPadConfig | None = None,
              mask_id: int, eos_id: int | None = None,
              temperature: float = 0.0, key: jax.Array | None = None,
-             bucket: int = 64, prompt_bucket: int = 16,
+             prompt_bucket: int = 16,
              shift_logits: bool = False) -> DiffusionResult:
   """Semi-autoregressive masked-diffusion decoding (module docstring).
 
@@ -400,7 +460,6 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     mask_id, eos_id: the MASK and EOS token ids.
     temperature: Gumbel-max sampling temperature (0: argmax).
     key: PRNG key for DPad's suffix sets and sampling (default key(0)).
-    bucket: view lengths are rounded up to multiples of this (static shapes).
     prompt_bucket: prompt padding is rounded up to multiples of this.
     shift_logits: read token i from the logits at position i - 1 (Dream
       checkpoints; `jaxlab.io.hf.diffusion_tokens(path)["shift_logits"]`).
@@ -466,6 +525,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
   x, pos, valid = jnp.asarray(x), jnp.asarray(pos), jnp.asarray(valid)
   key = jax.random.key(0) if key is None else key
   graphdef, state = nnx.split(model)
+  state_sig = _signature(state)
 
   done = np.zeros((b,), bool)
   compile_s = 0.0
@@ -476,29 +536,30 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
       break
     bs = p_len + blk * block_len
     be = bs + block_len
+    extra = 1 if shift_logits else 0
+    static = cache is not None or dpad is not None
+    slots = 0
     if dpad is None:
       view_len = big_l
     else:
-      view_len = min(_round_up(be + dpad.window, bucket),
-                     _round_up(big_l, bucket))
-    extra = 1 if shift_logits else 0
+      slots = suffix_slots(dpad, min(dpad.window, big_l - be))
+      view_len = be + slots
     if cache is None:
       query_len = 0
     elif cache == "dual":
       query_len = block_len + extra
-    elif dpad is not None:
-      query_len = block_len + dpad.window + extra
     else:
-      query_len = _round_up(big_l - bs + extra, bucket)
+      query_len = view_len - (bs - extra)
     spec = _BlockSpec(block_len=block_len, view_len=view_len,
                       query_len=query_len, cache=cache, max_steps=max_steps,
                       threshold=None if threshold is None else float(
                           threshold),
                       temperature=float(temperature), mask_id=int(mask_id),
                       dpad=dpad, canvas_len=big_l,
-                      shift_logits=bool(shift_logits))
+                      shift_logits=bool(shift_logits), suffix_slots=slots,
+                      block_start=bs if static else None)
     args = (state, x, pos, valid, jnp.int32(bs), jax.random.fold_in(key, blk))
-    exe, seconds = _executable(graphdef, spec, args)
+    exe, seconds = _executable(graphdef, spec, args, state_sig)
     compile_s += seconds
     x, n, tk, pr = exe(*args)
     nfe.append(n)

@@ -140,10 +140,13 @@ class GenerateTest(absltest.TestCase):
     x[:, :be] = rng.integers(0, 60, (b, be))
     pos = np.broadcast_to(np.arange(big_l, dtype=np.int32), (b, big_l))
     valid = np.ones((b, big_l), bool)
+    dpad = diffusion.DPadConfig(window=w, k=3.0, a=1.6)
+    slots = diffusion.suffix_slots(dpad, w)
+    self.assertLess(slots, w)
     spec = diffusion._BlockSpec(
-        block_len=8, view_len=be + w, query_len=0, cache=None, max_steps=1,
-        threshold=None, temperature=0.0, mask_id=MASK,
-        dpad=diffusion.DPadConfig(window=w, k=3.0, a=1.6), canvas_len=big_l)
+        block_len=8, view_len=be + slots, query_len=0, cache=None,
+        max_steps=1, threshold=None, temperature=0.0, mask_id=MASK,
+        dpad=dpad, canvas_len=big_l, suffix_slots=slots, block_start=be - 8)
     view = np.asarray(diffusion._build_view(jax.random.key(3), be, spec, b))
     kept = view[:, be:][view[:, be:] >= 0]
     self.assertGreater(len(kept), 0)
