@@ -79,6 +79,11 @@ class HeadPretrainTest(absltest.TestCase):
                                  getattr(ref, name)[...], atol=2e-5)
     np.testing.assert_allclose(trained.head_dk[...], ref.head_dk[...],
                                atol=2e-5)
+    # Memoised per seed: a fresh instance with the same weights.
+    again = rerank_exp.pretrained_embedding_model(self.config, seed=3)
+    self.assertIsNot(again, trained)
+    np.testing.assert_array_equal(again.w1[...], trained.w1[...])
+    self.assertIsInstance(again.head_dk, rr.FrozenHead)
     # And training moved the weights (5 Adam steps of lr 3e-3).
     untrained = self._model(seed=3)
     self.assertGreater(
@@ -107,6 +112,45 @@ class ConfigSectionsTest(absltest.TestCase):
   def test_unknown_preset_is_an_error(self):
     with self.assertRaisesRegex(ValueError, "unknown preset 'probes'"):
       rerank_configs.get_config("probes,tiny")
+
+  def test_sweep_tables_and_comparisons(self):
+    """The negatives preset: rows per (cell, N), CL - SFT at every N."""
+    config = rerank_configs.get_config("negatives,tiny")
+    self.assertEqual(tuple(config.negatives_sweep), (2, 4, 8, 16, 32))
+    self.assertEqual(config.table, "negatives")
+    comps = rerank_exp.comparisons(["sft/sft", "cl/cl"], (2, 32), True, 10,
+                                   "negatives")
+    self.assertEqual([(c.table, c.a, c.b) for c in comps],
+                     [("negatives", "cl/cl N=2", "sft/sft N=2"),
+                      ("negatives", "cl/cl N=32", "sft/sft N=32")])
+    runs = [{"cell": "cl/cl", "negatives": 32, "seed": s, "ndcg@10": v,
+             "mrr@10": v, **{k: 0.5 for k in rerank_exp.W_KEYS}}
+            for s, v in ((0, 0.25), (1, 0.75))]
+    table = rerank_exp.results_table(runs, 10, True, "negatives")
+    js = table.to_json()
+    self.assertEqual((js["id"], js["row_label"]), ("negatives", "W / D, N"))
+    self.assertEqual(js["rows"][0]["label"], "cl/cl N=32")
+    self.assertEqual(js["rows"][0]["cells"]["ndcg@10"],
+                     {"seeds": [0, 1], "values": [0.25, 0.75]})
+
+  def test_mm_preset_imports_a_fixture_with_lora(self):
+    config = rerank_configs.get_config("mm,tiny")
+    self.assertEqual((config.model_kind, config.table, config.lora.rank,
+                      config.backbone.fixture),
+                     ("multimodal", "mm_probe", 16, "qwen2"))
+    self.assertLen(config.cells.split(","), 6)
+    self.assertEqual(rerank_exp.ensure_backbone(
+        rerank_configs.get_config("probe,tiny"), "/nonexistent").init_from,
+                     "")
+    with config.unlocked():
+      config.init_from = "/some/dir"
+    with self.assertRaisesRegex(ValueError, "init_from or backbone.fixture"):
+      rerank_exp.ensure_backbone(config, "/nonexistent")
+    with config.unlocked():
+      config.init_from = ""
+      config.backbone.fixture = "gpt2"
+    with self.assertRaisesRegex(ValueError, "backbone.fixture='gpt2'"):
+      rerank_exp.ensure_backbone(config, "/nonexistent")
 
   def test_parse_cell(self):
     self.assertEqual(rerank_exp.parse_cell("cl/sft"),
