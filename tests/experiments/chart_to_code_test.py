@@ -1,4 +1,10 @@
-"""The chart-to-code experiment's policy, SFT loss, sampling and GRPO pieces."""
+"""The chart-to-code experiment's policy, SFT loss, sampling and GRPO pieces,
+the render cache, the result tables and the per-seed resume."""
+
+import json
+import os
+import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -8,6 +14,7 @@ from flax import nnx
 
 from configs import chart_to_code as c2c_configs
 from experiments import chart_to_code as c2c
+from jaxlab.rewards import sandbox
 from jaxlab.rl import learner as learner_lib
 
 
@@ -151,6 +158,82 @@ class GRPOTest(absltest.TestCase):
     # A second rollout from the updated policy no longer matches the ref.
     rb2 = c2c.rollout(learner, imgs, key=jax.random.key(2))
     self.assertGreater(np.abs(rb2.old_logp_bt - rb2.ref_logp_bt).max(), 1e-6)
+
+
+class RenderCacheTest(absltest.TestCase):
+
+  def test_each_code_rendered_once_timeouts_retried_lru_bound(self):
+    calls = []
+
+    def fake_render(code, **kw):
+      calls.append((code, kw["timeout_s"]))
+      if code == "slow":
+        return sandbox.RenderResult(False, None, "timeout after 1s")
+      return sandbox.RenderResult(True, np.zeros((2, 2, 3), np.uint8), "")
+
+    render = c2c.CachedRender(fake_render, max_entries=2)
+    first = render("a", timeout_s=1.0, size=(2, 2))
+    self.assertIs(render("a", timeout_s=1.0, size=(2, 2)), first)
+    render("a", timeout_s=2.0, size=(2, 2))     # other args: a new render
+    render("slow", timeout_s=1.0, size=(2, 2))
+    render("slow", timeout_s=1.0, size=(2, 2))  # a timeout is not cached
+    render("b", timeout_s=1.0, size=(2, 2))     # evicts ("a", 1.0)
+    render("a", timeout_s=1.0, size=(2, 2))
+    self.assertEqual(calls, [("a", 1.0), ("a", 2.0), ("slow", 1.0),
+                             ("slow", 1.0), ("b", 1.0), ("a", 1.0)])
+    self.assertEqual((render.hits, render.misses), (1, 6))
+
+
+def _fake_run(config, seed):
+  del config
+  phase = {"exec_rate": 1.0, "data_f1": 0.1 * seed, "type_acc": 0.5,
+           "text_reward": 0.6, "visual_ssim": 0.7, "example": "plt.bar("}
+  return {"phases": {"sft": phase,
+                     "text_exec": dict(phase, data_f1=0.1 * seed + 0.05),
+                     "text_vis_exec": dict(phase, visual_ssim=0.75)},
+          "sft_history": [{"step": 10, "train_loss": 1.0 + seed,
+                           "val_loss": 2.0 + seed},
+                          {"step": 20, "train_loss": 0.5, "val_loss": 1.5}],
+          "rl_logs": {"text_exec": [{"exec": 1.0}],
+                      "text_vis_exec": [{"exec": 0.5}]},
+          "timing": {}, "elapsed_s": 1.0}
+
+
+class RunTest(absltest.TestCase):
+
+  def test_default_preset_is_the_spec_group_size(self):
+    config = c2c_configs.get_config()
+    self.assertEqual(config.grpo.group_size, 8)
+    self.assertGreaterEqual(len(config.seeds), 3)
+
+  def test_tables_and_per_seed_resume(self):
+    config = c2c_configs.get_config("tiny")
+    with config.unlocked():
+      config.seeds = (0, 2)
+    workdir = tempfile.mkdtemp()
+    with mock.patch.object(c2c, "run_one", side_effect=_fake_run) as m:
+      c2c.run(config, workdir)
+      self.assertEqual([a[0][1] for a in m.call_args_list], [0, 2])
+      with open(os.path.join(workdir, "results.json")) as f:
+        res = json.load(f)
+      # A rerun reads the finished seeds back instead of training again.
+      flat = c2c.run(config, workdir)
+      self.assertEqual(m.call_count, 2)
+    self.assertAlmostEqual(flat["text_exec/data_f1"], 0.15)
+    tables = {t["id"]: t for t in res["tables"]}
+    rows = {r["label"]: r["cells"] for r in tables["phases"]["rows"]}
+    self.assertEqual(rows["+ GRPO stage 1 (text + exec)"]["data_f1"],
+                     {"seeds": [0, 2], "values": [0.05, 0.25]})
+    curve = {r["label"]: r["cells"] for r in tables["sft_curve"]["rows"]}
+    self.assertEqual(curve["10"]["val_loss"]["values"], [2.0, 4.0])
+    # Every comparison names two rows and a column of the phase table.
+    for comp in res["comparisons"]:
+      self.assertIn(comp["a"], rows)
+      self.assertIn(comp["b"], rows)
+      self.assertIn(comp["column"], rows[comp["a"]])
+    self.assertIn({"table": "phases", "column": "data_f1",
+                   "a": "+ GRPO stage 1 (text + exec)", "b": "SFT",
+                   "label": "stage 1 − SFT"}, res["comparisons"])
 
 
 if __name__ == "__main__":
