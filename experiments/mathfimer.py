@@ -48,12 +48,14 @@ def solver_prompt(question: str) -> str:
 
 
 def train_solver(tok, cfg, seed, items):
+  """A fresh solver trained on (question, steps) items; (model, loss log)."""
   model = _model(tok, cfg, seed)
   data = sg.encode_for_lm(tok, [solver_prompt(q) for q, _ in items],
                           ["\n".join(s) for _, s in items],
                           max_len=cfg.solver_train.max_len)
-  runner.train_lm(model, data, seed=seed, **_train_kw(cfg.solver_train))
-  return model
+  logs = runner.train_lm(model, data, seed=seed, log_every=50,
+                         **_train_kw(cfg.solver_train))
+  return model, logs
 
 
 def evaluate_solver(model, tok, cfg, test) -> dict[str, float]:
@@ -156,8 +158,9 @@ def run(config, workdir: str) -> dict:
     def solve(name, items):
       res = progress.get(f"solver/{name}")
       if res is None:
-        solver = train_solver(tok, cfg, seed, items)
+        solver, logs = train_solver(tok, cfg, seed, items)
         res = evaluate_solver(solver, tok, cfg, test)
+        res["final_train_loss"] = logs[-1]["loss"]
         res["train_steps_per_solution"] = float(np.mean([len(s)
                                                          for _, s in items]))
         res["train_correct_step_frac"] = correct_step_frac(items)
@@ -165,10 +168,10 @@ def run(config, workdir: str) -> dict:
       log(f"seed {seed}: solver on {name}: {res}")
       return res
 
-    # The base (coarse) solver and the ceiling first: they need no FIM model
-    # and say early whether the solver learns the arithmetic at all.
+    # The base (coarse) solver first: it needs no FIM model and says early
+    # whether the solver learns the arithmetic at all. The fine ceiling
+    # (`fim.fine_ceiling`) comes last, after the expanded solvers.
     solve("coarse", coarse_items)
-    solve("fine", fine_items)
     if progress.get("datasets") is None:
       # 1. FIM model on the fine solutions.
       examples, fim_counts = fim.build_fim_dataset(
@@ -176,8 +179,10 @@ def run(config, workdir: str) -> dict:
       fim_model = _model(tok, cfg, seed)
       enc = fim.encode_batch(fmt, tok, examples,
                              max_len=cfg.fim_train.max_len)
-      runner.train_lm(fim_model, enc, seed=seed, **_train_kw(cfg.fim_train))
-      log(f"seed {seed}: FIM model trained on {len(examples)} examples")
+      fim_logs = runner.train_lm(fim_model, enc, seed=seed, log_every=50,
+                                 **_train_kw(cfg.fim_train))
+      log(f"seed {seed}: FIM model trained on {len(examples)} examples; "
+          f"loss curve {[(x['step'], round(x['loss'], 3)) for x in fim_logs]}")
       # 2. Expand the coarse data k rounds (stats per round).
       fill = fim.make_fill_fn(fim_model, tok,
                               max_new_tokens=cfg.fim.max_new_tokens)
@@ -206,6 +211,8 @@ def run(config, workdir: str) -> dict:
     keep = {f"expanded_r{r}" for r in cfg.fim.get("solve_rounds", ())}
     for name, items in datasets.items():
       if keep and name.startswith("expanded_r") and name not in keep:
+        continue
+      if name == "fine" and not cfg.fim.get("fine_ceiling", True):
         continue
       rows.setdefault(name, []).append(solve(name, items))
   summary = {"fim_examples": fim_counts["examples"],

@@ -41,8 +41,7 @@ class SingleDigitProblemsTest(absltest.TestCase):
                                  step_format="variables")[0]
     c = arithmetic.make_problems(1, seed=0, max_value=9)[0]
     self.assertEqual(c.question, "Compute 7 -5 *2 *2 -3 -2 *2.")
-    self.assertEqual(p.question, "a=7, b=a-5, c=b*2, d=c*2, e=d-3, f=e-2, "
-                     "g=f*2. Find g.")
+    self.assertEqual(p.question, "a=7,b=a-5,c=b*2,d=c*2,e=d-3,f=e-2,g=f*2; g?")
     self.assertEqual(p.steps, ("b=a-5=2", "c=b*2=4", "d=c*2=8", "e=d-3=5",
                                "f=e-2=3", "g=f*2=6", "answer: 6"))
     self.assertEqual(p.answer, c.answer)
@@ -62,7 +61,8 @@ class SingleDigitProblemsTest(absltest.TestCase):
     c = mathfimer_config.get_config("spec")
     self.assertEqual((c.problems.min_ops, c.problems.max_ops,
                       c.problems.max_value), (3, 6, 9))
-    self.assertEqual((c.fim.rounds, tuple(c.fim.solve_rounds)), (3, (1, 3)))
+    self.assertEqual((c.fim.rounds, tuple(c.fim.solve_rounds)), (3, (1,)))
+    self.assertEqual((c.model.dim, c.problems.step_format), (128, "variables"))
 
 
 class ChanceTest(absltest.TestCase):

@@ -128,7 +128,7 @@ class ExpandTest(absltest.TestCase):
 
   def test_first_gap_has_an_empty_prefix(self):
     fmt = fim.FimFormat()
-    items = [("a=1, b=a+1, c=b+1. Find c.", ["c=b+1=3", "answer: 3"])]
+    items = [("a=1,b=a+1,c=b+1; c?", ["c=b+1=3", "answer: 3"])]
     seen = []
 
     def fill(prompts):
@@ -141,7 +141,7 @@ class ExpandTest(absltest.TestCase):
                             fmt.prompt(items[0][0], ["c=b+1=3"],
                                        ["answer: 3"])])
     self.assertTrue(seen[0].startswith(
-        "<|fim_prefix|>a=1, b=a+1, c=b+1. Find c.\n<|fim_suffix|>"))
+        "<|fim_prefix|>a=1,b=a+1,c=b+1; c?\n<|fim_suffix|>"))
     self.assertEqual(out[0], ["b=a+1=2", "c=b+1=3", "answer: 3"])
     self.assertEqual((st[0]["gaps"], st[0]["inserted"],
                       st[0]["rejected_similar"]), (2, 1, 1))
@@ -185,7 +185,7 @@ class ArithmeticCheckTest(parameterized.TestCase):
     self.assertEqual(arithmetic.step_is_correct(step), want)
 
   def test_variables_format_step_check(self):
-    q = "a=7, b=a*3, c=b-4. Find c."
+    q = "a=7,b=a*3,c=b-4; c?"
     self.assertEqual(arithmetic.question_values(q),
                      {"a": ("7", 7), "b": ("a*3", 21), "c": ("b-4", 17)})
     self.assertTrue(arithmetic.step_is_correct("c=b-4=17", q))

@@ -6,7 +6,7 @@ Two step formats (`step_format`):
       question: "Compute 7 *3 -4 +5."
       steps:    ["7 * 3 = 21", "21 - 4 = 17", "17 + 5 = 22", "answer: 22"]
     "variables" (spec H's example "a=7; b=a*3=21; c=b-4=17; answer 17"):
-      question: "a=7, b=a*3, c=b-4, d=c+5. Find d."
+      question: "a=7,b=a*3,c=b-4,d=c+5; d?"
       steps:    ["b=a*3=21", "c=b-4=17", "d=c+5=22", "answer: 22"]
 
 In the chain format a solver has to find the k-th operation of the question
@@ -98,7 +98,7 @@ def make_problem(rng: random.Random, num_ops: int, *,
   if step_format == "chain":
     question = f"Compute {' '.join(q)}."
   else:
-    question = f"{', '.join(defs)}. Find {VARIABLES[num_ops]}."
+    question = f"{','.join(defs)}; {VARIABLES[num_ops]}?"
   return Problem(question, tuple(steps), str(value))
 
 
@@ -130,13 +130,13 @@ _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
 
 
 _VAR_STEP = re.compile(r"^([a-z])=([a-z])([-+*])(\d+)=(-?\d+)$")
-_VAR_DEF = re.compile(r"([a-z])=(?:(\d+)|([a-z])([-+*])(\d+))(?=[,.])")
+_VAR_DEF = re.compile(r"([a-z])=(?:(\d+)|([a-z])([-+*])(\d+))(?=[,;])")
 
 
 def question_values(question: str) -> dict[str, tuple[str, int]]:
   """Variables-format question -> {name: (definition, true value)}.
 
-  "a=7, b=a*3. Find b." -> {"a": ("7", 7), "b": ("a*3", 21)}; definitions
+  "a=7,b=a*3; b?" -> {"a": ("7", 7), "b": ("a*3", 21)}; definitions
   refer to earlier variables only.
   """
   out: dict[str, tuple[str, int]] = {}
