@@ -16,9 +16,12 @@ into a **weight** W (how hard to push a document) times a **direction** D
 (which logit combination to push). `jaxlab.objectives.rerank` implements the
 scores, native CL / SFT losses and the unified surrogate whose gradient is
 exactly W·D, with W ∈ {CL, SFT, constant, constant+τ-mask} and
-D ∈ {CL, SFT, random, multi-token}. This notebook trains the tiny multimodal
-reranker (ViT patch tokens inside a decoder) on synthetic universal retrieval
-and reranks held-out queries."""),
+D ∈ {CL, SFT, random, multi-token}. This notebook trains the W×D cells and
+reranks held-out queries: by default (`probe,tiny`) on the spec's embedding
+miniature (an MLP with a frozen, pretrained yes/no head); with the `mm`
+preset on the multimodal reranker, ViT patch tokens inside a decoder that is
+a tiny Hugging Face Qwen2 checkpoint, imported with `jaxlab.io.hf.load` and
+fine-tuned with LoRA (the LM head, i.e. the directions M_y and M_n, frozen)."""),
     ("code", """import os, json, tempfile
 import numpy as np
 import jax, jax.numpy as jnp
@@ -50,6 +53,13 @@ workdir = tempfile.mkdtemp(prefix="rerank_colab_")
 summary = rerank_exp.run(config, workdir)
 results = json.load(open(os.path.join(workdir, "results.json")))
 print(open(os.path.join(workdir, "table.md")).read())"""),
+    ("code", """backbone = os.path.join(workdir, "backbone")  # mm preset only
+if os.path.isdir(backbone):
+  from jaxlab.io import hf
+  _, dcfg = hf.load(backbone)
+  print(f"imported decoder: {dcfg.num_layers} layer(s), dim {dcfg.dim}, "
+        f"vocab {dcfg.vocab_size}; LoRA rank {config.lora.rank} on "
+        + ", ".join(config.lora.targets))"""),
     ("code", """table = results["extra"]["table"]  # experiments.results schema
 assert all(np.isfinite(r["ndcg@10_mean"]) for r in table)
 for r in table:

@@ -19,9 +19,9 @@ Presets (comma-separated, combinable with `tiny`):
               torch + transformers), imported with `jaxlab.io.hf.load` and
               fine-tuned with LoRA (rank 16) on every linear layer; the
               LM head (M_y, M_n) and the embeddings stay frozen.
-  smoke       with `tiny`: 2 cells x 1 seed, a few steps (tests, colab).
-  tiny        fewer steps / eval queries (and, alone, the multimodal smoke
-              run: 2 cells x 1 seed).
+  smoke       2 cells x 1 seed, a few steps (tests, colab): the embedding
+              miniature, or with `mm` the LoRA run on a 1-layer decoder.
+  tiny        fewer steps / eval queries (alone: `tiny,smoke`).
 A cell is "W/D" (surrogate L_URL) or "native/cl", "native/sft".
 
 Training is full fine-tuning of a tiny decoder + ViT from scratch by
@@ -175,10 +175,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.reranker.vit.update(dim=32, mlp_dim=64, patch_size=8)
     c.optim.update(lr=5e-3)
   if a.smoke:
-    # Smoke run (tests, colab): the multimodal reranker, 2 cells, 1 seed.
-    c.model_kind = "multimodal"
+    # Smoke run (tests, colab): 2 cells, 1 seed, a few steps; the embedding
+    # miniature, or with `mm` LoRA on a 1-layer imported decoder.
     c.cells = "sft/sft,cl/cl"
     c.seeds = (0,)
-    c.train.update(steps=30 if not a.mm else 4, batch_size=8)
-    c.task.eval_queries = 16
+    c.embedding.pretrain_steps = 30
+    c.train.update(steps=30)
+    c.task.eval_queries = 100
+    if a.mm:
+      c.backbone.num_layers = 1
+      c.train.update(steps=4, batch_size=8)
+      c.task.eval_queries = 8
   return c
