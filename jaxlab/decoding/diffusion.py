@@ -57,6 +57,7 @@ and `wall_s`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -442,7 +443,9 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
              mask_id: int, eos_id: int | None = None,
              temperature: float = 0.0, key: jax.Array | None = None,
              prompt_bucket: int = 16,
-             shift_logits: bool = False) -> DiffusionResult:
+             shift_logits: bool = False,
+             mesh: jax.sharding.Mesh | None = None,
+             rules: Any = None) -> DiffusionResult:
   """Semi-autoregressive masked-diffusion decoding (module docstring).
 
   Args:
@@ -463,11 +466,18 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     prompt_bucket: prompt padding is rounded up to multiples of this.
     shift_logits: read token i from the logits at position i - 1 (Dream
       checkpoints; `jaxlab.io.hf.diffusion_tokens(path)["shift_logits"]`).
+    mesh: a `jaxlab.parallel.make_mesh` mesh: the canvas is sharded over the
+      batch axes of `rules` ('data', 'fsdp' by default; the number of
+      prompts must be a multiple of their size) and the weights placed by
+      their logical names (replicated on a data-only mesh), as the trainer
+      and `jaxlab.decoding.sampler` do. The tokens equal the unsharded ones.
+    rules: logical-axis rules (default `jaxlab.parallel.DEFAULT_RULES`).
 
   Raises:
     ValueError: gen_len not a multiple of block_len, a prompt that with
       gen_len exceeds the model's `max_position_embeddings`, `mask_id` /
-      `eos_id` outside the vocabulary, an unknown cache mode, bad steps.
+      `eos_id` outside the vocabulary, an unknown cache mode, bad steps, a
+      batch that does not split over the mesh.
   """
   cfg = model.cfg
   vocab = cfg.vocab_size
@@ -522,10 +532,47 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     x[i, pad:p_len] = r
     valid[i, :pad] = False
     pos[i, pad:] = np.arange(big_l - pad)
-  x, pos, valid = jnp.asarray(x), jnp.asarray(pos), jnp.asarray(valid)
   key = jax.random.key(0) if key is None else key
   graphdef, state = nnx.split(model)
+  ctx = contextlib.ExitStack()
+  if mesh is None:
+    x, pos, valid = jnp.asarray(x), jnp.asarray(pos), jnp.asarray(valid)
+  else:
+    from jaxlab import parallel  # pylint: disable=g-import-not-at-top
+    from jaxlab.parallel import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+    rules = parallel.rules_from_config(rules)
+    batch_axes = dict(rules).get("batch") or ()
+    batch_axes = (batch_axes,) if isinstance(batch_axes, str) else batch_axes
+    shards = math.prod(mesh.shape[a] for a in batch_axes)
+    if b % shards:
+      raise ValueError(
+          f"{b} prompts do not split over the mesh's {shards} batch shards "
+          f"(axes {', '.join(batch_axes)} of mesh {mesh_lib.describe(mesh)});"
+          f" pass a multiple of {shards} prompts")
+    ctx.enter_context(jax.set_mesh(mesh))
+    ctx.enter_context(nnx.logical_axis_rules(rules))
+    state = parallel.shard_params(state, mesh)
+    sharding = parallel.batch_sharding(mesh, rules)
+    x, pos, valid = jax.device_put((x, pos, valid), sharding)
   state_sig = _signature(state)
+  with ctx:
+    out = _run_blocks(graphdef, state, state_sig, x, pos, valid, key,
+                      cfg=cfg, b=b, p_len=p_len, big_l=big_l,
+                      num_blocks=num_blocks, block_len=block_len,
+                      max_steps=max_steps, threshold=threshold,
+                      early_stop=early_stop, cache=cache, dpad=dpad,
+                      mask_id=mask_id, eos_id=eos_id,
+                      temperature=temperature, shift_logits=shift_logits,
+                      sharding=None if mesh is None else sharding)
+  out.wall_s = time.perf_counter() - t_start - out.compile_s
+  return out
+
+
+def _run_blocks(graphdef, state, state_sig, x, pos, valid, key, *, cfg, b,
+                p_len, big_l, num_blocks, block_len, max_steps, threshold,
+                early_stop, cache, dpad, mask_id, eos_id, temperature,
+                shift_logits, sharding=None) -> DiffusionResult:
+  """The block loop of `generate` (wall_s is set by the caller)."""
 
   done = np.zeros((b,), bool)
   compile_s = 0.0
@@ -562,6 +609,8 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     exe, seconds = _executable(graphdef, spec, args, state_sig)
     compile_s += seconds
     x, n, tk, pr = exe(*args)
+    if sharding is not None:  # keep the executables' input sharding
+      x = jax.device_put(x, sharding)
     nfe.append(n)
     tokens.append(tk)
     pairs.append(pr)
@@ -573,6 +622,8 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
       if newly.any():
         fill = jnp.asarray(done)[:, None] & (jnp.arange(big_l) >= be)[None]
         x = jnp.where(fill, jnp.int32(eos_id), x)
+        if sharding is not None:
+          x = jax.device_put(x, sharding)
   if early_stop and blocks_run < num_blocks:
     x = jnp.where(jnp.arange(big_l)[None] >= p_len + blocks_run * block_len,
                   jnp.int32(eos_id), x)
@@ -583,7 +634,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
   return DiffusionResult(tokens=gen, nfe=nfe_v, tokens_processed=tokens_v,
                          qk_pairs=pairs_v,
                          flops=forward_flops(cfg, tokens_v, pairs_v),
-                         wall_s=time.perf_counter() - t_start - compile_s,
+                         wall_s=0.0,
                          compile_s=compile_s, blocks_run=blocks_run)
 
 

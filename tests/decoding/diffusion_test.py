@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab import parallel
 from jaxlab.decoding import diffusion
 from jaxlab.testing import tiny_models
 
@@ -172,6 +173,46 @@ class GenerateTest(absltest.TestCase):
       idx = view[row][view[row] >= 0]
       np.testing.assert_allclose(pruned[row, :len(idx)], full[idx],
                                  rtol=1e-4, atol=1e-4)
+
+
+class MeshTest(absltest.TestCase):
+  """Decoding with the batch sharded over a data mesh axis (8 fake CPU
+  devices, tests/conftest.py) gives exactly the unsharded tokens."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    if jax.device_count() < 8:
+      raise absltest.SkipTest("needs 8 (fake CPU) devices")
+    cls.model = tiny_models.tiny_decoder(0, causal=False, num_layers=1,
+                                         max_position_embeddings=64)
+    rng = np.random.default_rng(1)
+    cls.prompts = [list(rng.integers(3, 60, n)) for n in (3, 5, 7, 4, 6, 2,
+                                                         8, 5)]
+    cls.mesh = parallel.make_mesh({"data": 8, "fsdp": 1, "tensor": 1},
+                                  devices=jax.devices()[:8])
+
+  def test_sharded_equals_unsharded(self):
+    kw = dict(gen_len=GEN, block_len=BLOCK, mask_id=MASK, eos_id=EOS,
+              threshold=0.5, cache="prefix", early_stop=True,
+              dpad=diffusion.DPadConfig(window=16, k=3.0, a=1.6))
+    plain = diffusion.generate(self.model, self.prompts, **kw)
+    sharded = diffusion.generate(self.model, self.prompts, mesh=self.mesh,
+                                 **kw)
+    np.testing.assert_array_equal(sharded.tokens, plain.tokens)
+    self.assertEqual(sharded.nfe, plain.nfe)
+    self.assertEqual(sharded.tokens_processed, plain.tokens_processed)
+    # The compiled block really ran with its batch split over 8 devices.
+    exes = [e for k, e in diffusion._EXECUTABLES.items()
+            if "data" in str(k[3])]
+    self.assertNotEmpty(exes)
+    self.assertLen(exes[0].input_shardings[0][1].device_set, 8)
+
+  def test_batch_must_split_over_the_mesh(self):
+    with self.assertRaisesRegex(ValueError, "7 prompts do not split over "
+                                "the mesh's 8 batch shards"):
+      diffusion.generate(self.model, self.prompts[:7], gen_len=GEN,
+                         block_len=BLOCK, mask_id=MASK, mesh=self.mesh)
 
 
 class BadInputTest(absltest.TestCase):
