@@ -19,8 +19,8 @@ distance (a Gaussian inside a sliding window W, nothing beyond) and runs the
 model on the prompt, the decoded part, the block and the kept suffix with
 their *original* RoPE positions. It composes with Fast-dLLM's confidence
 threshold, early termination and prefix cache. This notebook trains a tiny
-4-layer LLaDA model on arithmetic chains (mod 10, EOS-padded) and compares
-the decoding variants."""),
+4-layer LLaDA model to copy digit strings (the answer followed by EOS
+padding up to the generation length) and compares the decoding variants."""),
     ("code", """import json, os
 import numpy as np
 import jax
@@ -35,8 +35,9 @@ print("P(keep d=0) =", round(float(p[0]), 4), "| E[#kept] =", round(float(p.sum(
 print("num_transfer_tokens(10, 4) =", diffusion.num_transfer_tokens(10, 4))
 plt.plot(p); plt.xlabel("distance d from the block end"); plt.ylabel("P(keep)");"""),
     ("md", "## A training example"),
-    ("code", """c = ac.make_chains(0, 1, min_ops=3, max_ops=3)[0]
-print("prompt:", ac.decode(c.prompt), "| answer:", ac.decode(c.answer) + "$$$...")"""),
+    ("code", """c = ac.make_chains(0, 1, min_ops=6, max_ops=6, kind="copy")[0]
+print("prompt:", ac.decode(ac.pad_prompt(c.prompt, 16, "right")),
+      "| answer:", ac.decode(c.answer) + "$$$...")"""),
     ("md", "## Train (LLaDA SFT objective) and decode every variant"),
     ("code", """config = dpad_configs.get_config(PRESET)
 summary = dpad_exp.run(config, WORKDIR)

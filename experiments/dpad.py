@@ -16,6 +16,7 @@ model FLOPs, and agreement with vanilla's tokens.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from flax import nnx
 
 from configs import dpad as dpad_config
 from experiments import results as results_lib
+from jaxlab import parallel
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion
 from jaxlab.models import decoder as decoder_lib
@@ -47,11 +49,10 @@ def train_model(config, seed: int) -> tuple[decoder_lib.Decoder, list]:
   """Trains one seed with the loss registry's `config.loss.name`."""
   t = config.task
   model = build_model(config, seed)
-  chains = ac.make_chains(int(t.data_seed) + int(seed),
-                          int(t.train_examples), min_ops=int(t.min_ops),
-                          max_ops=int(t.max_ops))
+  chains = train_chains(config, seed)
   data = ac.training_arrays(chains, prompt_len=int(t.prompt_len),
-                            gen_len=int(t.train_gen_len))
+                            gen_len=int(t.train_gen_len),
+                            pad=str(t.get("pad", "left")))
   steps = int(config.train.steps)
   runner = runner_lib.StepRunner(model, loss=config.loss.name,
                                  loss_config=config.loss, optim=config.optim,
@@ -77,14 +78,29 @@ def load_params(config, path: str) -> decoder_lib.Decoder:
   return model
 
 
-def held_out(config, n: int) -> tuple[np.ndarray, list[ac.Chain]]:
-  """`[n, prompt_len]` PAD-left-padded prompts (PAD is a real token, as in
-  training) and their chains."""
+def train_chains(config, seed: int) -> list[ac.Chain]:
   t = config.task
-  chains = ac.make_chains(int(t.data_seed) + HELD_OUT_SEED, n,
-                          min_ops=int(t.min_ops), max_ops=int(t.max_ops))
-  p = int(t.prompt_len)
-  prompts = np.array([[ac.PAD] * (p - len(c.prompt)) + c.prompt
+  return ac.make_chains(int(t.data_seed) + int(seed), int(t.train_examples),
+                        min_ops=int(t.min_ops), max_ops=int(t.max_ops),
+                        kind=str(t.get("kind", "chain")))
+
+
+def held_out(config, n: int) -> tuple[np.ndarray, list[ac.Chain]]:
+  """`[n, prompt_len]` PAD-padded prompts (PAD is a real token, as in
+  training; `task.pad` side) and their chains; prompts seen in training (any seed of
+  `config.seeds`) are excluded."""
+  t = config.task
+  seen = {tuple(c.prompt) for s in config.seeds
+          for c in train_chains(config, s)}
+  pool = ac.make_chains(int(t.data_seed) + HELD_OUT_SEED, 4 * n + 64,
+                        min_ops=int(t.min_ops), max_ops=int(t.max_ops),
+                        kind=str(t.get("kind", "chain")))
+  chains = [c for c in pool if tuple(c.prompt) not in seen][:n]
+  if len(chains) < n:
+    raise ValueError(f"only {len(chains)} held-out prompts unseen in "
+                     f"training; lower decode.prompts or raise task.max_ops")
+  prompts = np.array([ac.pad_prompt(c.prompt, int(t.prompt_len),
+                                    str(t.get("pad", "left")))
                       for c in chains], np.int32)
   return prompts, chains
 
@@ -108,10 +124,24 @@ def variant_kwargs(config, name: str) -> dict[str, Any]:
   return kw
 
 
+def decode_mesh(config, batch: int):
+  """The data mesh decoding runs on: `config.mesh` (as the trainer) when
+  its batch shards divide `batch`, else a data axis over the largest number
+  of devices that does."""
+  import jax  # pylint: disable=g-import-not-at-top
+  shape = parallel.mesh_shape(config.mesh)
+  if shape[2] == 1 and batch % (shape[0] * shape[1]) == 0:
+    return parallel.make_mesh(config.mesh)
+  n = math.gcd(jax.device_count(), int(batch))
+  return parallel.make_mesh({"data": n, "fsdp": 1, "tensor": 1},
+                            devices=jax.devices()[:n])
+
+
 def decode_all(model, config, gen_lens, variants, *, prompts, chains,
-               batch: int, repeats: int = 1, seed: int = 0
+               batch: int, repeats: int = 1, seed: int = 0, mesh=None
                ) -> dict[str, dict[str, dict[str, float]]]:
-  """{gen_len: {variant: metrics}} over the prompts (batches of `batch`).
+  """{gen_len: {variant: metrics}} over the prompts (batches of `batch`,
+  sharded over `mesh`'s batch axes when given).
 
   Latency is decode seconds per prompt batch (compilation excluded, the
   median over `repeats` timed passes); the other metrics are sums / means
@@ -130,7 +160,8 @@ def decode_all(model, config, gen_lens, variants, *, prompts, chains,
         wall, parts = 0.0, []
         for i in range(0, len(prompts), batch):
           res = diffusion.generate(model, prompts[i:i + batch], gen_len=g,
-                                   key=jax.random.key(seed), **kw)
+                                   key=jax.random.key(seed), mesh=mesh,
+                                   **kw)
           wall += res.wall_s
           parts.append(res.tokens)
           if r == 0:
@@ -187,7 +218,9 @@ def run(config, workdir: str) -> dict[str, Any]:
     metrics = decode_all(model, config, d.gen_lens, d.variants,
                          prompts=prompts, chains=chains,
                          batch=int(d.batch), repeats=int(d.repeats),
-                         seed=int(seed))
+                         seed=int(seed),
+                         mesh=decode_mesh(config, math.gcd(int(d.batch),
+                                                           len(prompts))))
     rec = {"seed": int(seed), "learning_curve": curve, "decode": metrics}
     with open(done, "w") as f:
       json.dump(rec, f, indent=1)

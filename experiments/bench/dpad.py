@@ -21,6 +21,7 @@ Prints one JSON object (also written to --out when given).
 
 import argparse
 import json
+import math
 import os
 import platform
 import time
@@ -105,7 +106,9 @@ def main(argv: list[str]) -> None:
   metrics = dpad_exp.decode_all(model, config, gen_lens,
                                 tuple(config.decode.variants),
                                 prompts=prompts, chains=chains, batch=batch,
-                                repeats=args.repeats)
+                                repeats=args.repeats,
+                                mesh=dpad_exp.decode_mesh(config,
+                                                          math.gcd(batch, n)))
   claim = claim_summary(metrics, gen_lens, n)
   out = {"benchmark": "dpad", "model": source,
          "model_config": config.model.to_dict(),

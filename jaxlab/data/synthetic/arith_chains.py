@@ -24,6 +24,7 @@ PAD, EOS, MASK = len(CHARS), len(CHARS) + 1, len(CHARS) + 2
 VOCAB_SIZE = len(CHARS) + 3
 _ID = {c: i for i, c in enumerate(CHARS)}
 _OPS = "+-*"
+KINDS = ("chain", "copy", "reverse")
 
 
 def encode(text: str) -> list[int]:
@@ -71,17 +72,54 @@ def answer_len(num_ops: int) -> int:
   return 5 * num_ops
 
 
-def make_chains(seed: int, n: int, *, min_ops: int, max_ops: int
-                ) -> list[Chain]:
+def make_copy(rng: np.random.Generator, num_digits: int, *,
+              reverse: bool = False) -> Chain:
+  """`num_digits` random digits then `?`; the answer copies them (reversed
+  when `reverse`)."""
+  digits = "".join(str(int(d)) for d in rng.integers(0, 10, num_digits))
+  return Chain(encode(digits + "?"),
+               encode(digits[::-1] if reverse else digits))
+
+
+def make_chains(seed: int, n: int, *, min_ops: int, max_ops: int,
+                kind: str = "chain") -> list[Chain]:
+  """`n` examples of `kind` ("chain": `min_ops..max_ops` operations;
+  "copy" / "reverse": that many digits)."""
+  if kind not in KINDS:
+    raise ValueError(f"task.kind={kind!r} is unknown; valid: "
+                     f"{', '.join(KINDS)}")
+  if not 1 <= min_ops <= max_ops:
+    raise ValueError(f"need 1 <= task.min_ops <= task.max_ops, got "
+                     f"{min_ops}, {max_ops}")
   rng = np.random.default_rng(seed)
-  return [make_chain(rng, int(rng.integers(min_ops, max_ops + 1)))
-          for _ in range(n)]
+  out = []
+  for _ in range(n):
+    k = int(rng.integers(min_ops, max_ops + 1))
+    out.append(make_chain(rng, k) if kind == "chain" else
+               make_copy(rng, k, reverse=kind == "reverse"))
+  return out
 
 
-def training_arrays(chains: list[Chain], *, prompt_len: int, gen_len: int
-                    ) -> dict[str, np.ndarray]:
-  """`inputs [N, prompt_len + gen_len]` (left-padded prompt with PAD, answer,
-  EOS padding) and `prompt_mask` (1 on the prompt region, never masked)."""
+PAD_SIDES = ("left", "right")
+
+
+def pad_prompt(prompt: list[int], prompt_len: int, pad: str = "left"
+               ) -> list[int]:
+  """`prompt` padded with PAD to `prompt_len` on the `pad` side. Right
+  padding puts the i-th prompt token at position i, so a copied answer
+  token sits a constant `prompt_len` after its source."""
+  if pad not in PAD_SIDES:
+    raise ValueError(f"task.pad={pad!r} is unknown; valid: "
+                     f"{', '.join(PAD_SIDES)}")
+  fill = [PAD] * (prompt_len - len(prompt))
+  return fill + list(prompt) if pad == "left" else list(prompt) + fill
+
+
+def training_arrays(chains: list[Chain], *, prompt_len: int, gen_len: int,
+                    pad: str = "left") -> dict[str, np.ndarray]:
+  """`inputs [N, prompt_len + gen_len]` (prompt padded with PAD on the `pad`
+  side, answer, EOS padding) and `prompt_mask` (1 on the prompt region,
+  never masked)."""
   n, total = len(chains), prompt_len + gen_len
   inputs = np.full((n, total), EOS, np.int32)
   prompt_mask = np.zeros((n, total), np.int32)
@@ -90,9 +128,7 @@ def training_arrays(chains: list[Chain], *, prompt_len: int, gen_len: int
       raise ValueError(f"chain of {len(c.prompt)} prompt / {len(c.answer)} "
                        f"answer tokens does not fit prompt_len={prompt_len} "
                        f"and gen_len={gen_len}")
-    pad = prompt_len - len(c.prompt)
-    inputs[i, :pad] = PAD
-    inputs[i, pad:prompt_len] = c.prompt
+    inputs[i, :prompt_len] = pad_prompt(c.prompt, prompt_len, pad)
     inputs[i, prompt_len:prompt_len + len(c.answer)] = c.answer
     prompt_mask[i, :prompt_len] = 1
   return {"inputs": inputs, "prompt_mask": prompt_mask}
