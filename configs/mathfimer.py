@@ -36,9 +36,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # solve_rounds: expansion rounds whose data trains a solver (() = all).
   # first_gap: also fill the gap between the question and y_1 ([inferred]).
   # fine_ceiling: also train a solver on the fine data (the ceiling).
+  # seed: -1 = each seed trains its own FIM model; N >= 0 = seed N's FIM
+  # model and expanded data serve every solver seed (the seeds then vary
+  # the solvers only; expansion rows come from seed N's run alone).
   c.fim = dict(masks_per_solution=3, eta=0.8, rounds=2, max_new_tokens=24,
                min_step_chars=8, solve_rounds=(), first_gap=False,
-               fine_ceiling=True)
+               fine_ceiling=True, seed=-1)
   c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
                  mlp_dim=192)
   c.fim_train = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,
@@ -62,13 +65,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # vs 48 % with the variables format after 400). Steps are 7 characters,
     # so no line is merged (min_step_chars=4). One seed per run
     # (`--config.seeds=(1,)`); stages are saved in the workdir, so runs
-    # resume. Solvers on round 1 only by default (`fim.solve_rounds`) and
-    # the fine ceiling off (`fim.fine_ceiling`): the CPU budget.
+    # resume. The CPU budget (a d=128 training is ~10 min on the shared
+    # cores): one FIM model (seed 0, `fim.seed`) expands the data for every
+    # solver seed, solvers on round 1 only (`fim.solve_rounds`), the fine
+    # ceiling off (`fim.fine_ceiling`).
     c.seeds = (0,)
     c.problems.update(num_fim=400, num_train=400, num_test=100, min_ops=3,
                       max_ops=6, max_value=9, step_format="variables")
     c.fim.update(rounds=3, max_new_tokens=12, solve_rounds=(1,),
-                 min_step_chars=4, first_gap=True, fine_ceiling=False)
+                 min_step_chars=4, first_gap=True, fine_ceiling=False,
+                 seed=0)
     c.model.update(dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
                    mlp_dim=256)
     c.fim_train.update(steps=400, batch_size=16, lr=3e-3, warmup_steps=30,

@@ -146,7 +146,7 @@ def run(config, workdir: str) -> dict:
   fim_items = [(p.question, split(p)) for p in fim_pool]
   fmt = fim.FimFormat()
   rows: dict[str, list[dict]] = {}
-  expansion: list[list[dict]] = []
+  expansion: dict[int, list[dict]] = {}  # FIM seed -> per-round stats
   for seed in cfg.seeds:
     # Each finished stage (expanded data sets, each solver's result) is
     # saved, so a stopped run resumes at the next stage (spec-size runs are
@@ -172,14 +172,22 @@ def run(config, workdir: str) -> dict:
     # whether the solver learns the arithmetic at all. The fine ceiling
     # (`fim.fine_ceiling`) comes last, after the expanded solvers.
     solve("coarse", coarse_items)
-    if progress.get("datasets") is None:
+    # `fim.seed` >= 0: one FIM model (and expanded data) of that seed for
+    # every solver seed, kept in WORKDIR/progress_seed<fim.seed>.json; its
+    # expansion rows are reported only by the run whose seed it is, so runs
+    # merged by `experiments.report --add` count it once.
+    fim_seed = int(cfg.fim.get("seed", -1))
+    fim_seed = seed if fim_seed < 0 else fim_seed
+    fim_progress = progress if fim_seed == seed else _Progress(workdir,
+                                                                fim_seed)
+    if fim_progress.get("datasets") is None:
       # 1. FIM model on the fine solutions.
       examples, fim_counts = fim.build_fim_dataset(
-          fim_items, rounds=cfg.fim.masks_per_solution, seed=seed)
-      fim_model = _model(tok, cfg, seed)
+          fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed)
+      fim_model = _model(tok, cfg, fim_seed)
       enc = fim.encode_batch(fmt, tok, examples,
                              max_len=cfg.fim_train.max_len)
-      fim_logs = runner.train_lm(fim_model, enc, seed=seed, log_every=50,
+      fim_logs = runner.train_lm(fim_model, enc, seed=fim_seed, log_every=50,
                                  **_train_kw(cfg.fim_train))
       log(f"seed {seed}: FIM model trained on {len(examples)} examples; "
           f"loss curve {[(x['step'], round(x['loss'], 3)) for x in fim_logs]}")
@@ -202,11 +210,12 @@ def run(config, workdir: str) -> dict:
         hist.append(st[0])
         log(f"seed {seed}: expansion round {r + 1}: {st[0]}")
       datasets["fine"] = fine_items  # the ceiling: the removed steps back
-      progress.put(datasets=datasets, hist=hist, fim_counts=fim_counts)
+      fim_progress.put(datasets=datasets, hist=hist, fim_counts=fim_counts)
     datasets = {k: [(q, list(s)) for q, s in v]
-                for k, v in progress.get("datasets").items()}
-    fim_counts = progress.get("fim_counts")
-    expansion.append(progress.get("hist"))
+                for k, v in fim_progress.get("datasets").items()}
+    fim_counts = fim_progress.get("fim_counts")
+    if fim_seed in cfg.seeds:
+      expansion[fim_seed] = fim_progress.get("hist")
     # 3. Solvers (on the rounds in `fim.solve_rounds`; empty = every round).
     keep = {f"expanded_r{r}" for r in cfg.fim.get("solve_rounds", ())}
     for name, items in datasets.items():
@@ -225,11 +234,11 @@ def run(config, workdir: str) -> dict:
       vals = [r[k] for r in rs]
       (summary[f"{name}/{k}_mean"], summary[f"{name}/{k}_std"],
        _) = results_lib.mean_std(vals)
-  for r in range(cfg.fim.rounds):
+  for r in range(cfg.fim.rounds if expansion else 0):
     for k in ("insertion_rate", "rejection_rate", "rejected_similar",
               "rejected_empty", "gaps", "skipped_short", "steps_after",
               "inserted_correct_frac"):
-      vals = [h[r][k] for h in expansion]
+      vals = [h[r][k] for h in expansion.values()]
       (summary[f"round{r + 1}/{k}_mean"], summary[f"round{r + 1}/{k}_std"],
        _) = results_lib.mean_std(vals)
   names = list(rows)
@@ -247,7 +256,7 @@ def run(config, workdir: str) -> dict:
                  f"{gs:.2f} ± {gss:.2f} |")
   lines += ["", "| round | insertion rate | rejection rate (similar+empty) "
             "| inserted steps correct |", "|---|---|---|---|"]
-  for r in range(cfg.fim.rounds):
+  for r in range(cfg.fim.rounds if expansion else 0):
     i_m, i_s = (summary[f"round{r + 1}/insertion_rate_mean"],
                 summary[f"round{r + 1}/insertion_rate_std"])
     j_m, j_s = (summary[f"round{r + 1}/rejection_rate_mean"],
@@ -273,6 +282,7 @@ def results_tables(seeds, rows, expansion,
                    chance: float | None = None) -> tuple[list, list]:
   """The docs' solver and expansion tables (per seed) and comparisons.
 
+  `expansion`: {FIM seed: per-round stats} (or a list zipped with `seeds`).
   `chance`: held-out EM of the majority answer, shown as a reference row.
   """
   col = results_lib.Column
@@ -299,7 +309,9 @@ def results_tables(seeds, rows, expansion,
        col("rejection_rate", "rejection rate (similar + empty)", 2),
        col("inserted_correct_frac", "inserted steps correct", 2)],
       row_label="round")
-  for seed, hist in zip(seeds, expansion):
+  pairs = (expansion.items() if isinstance(expansion, dict)
+           else zip(seeds, expansion))
+  for seed, hist in pairs:
     for r, st in enumerate(hist):
       rounds.add_seed(str(r + 1), seed, {c.key: st[c.key]
                                          for c in rounds.columns})

@@ -118,6 +118,45 @@ class ResumeTest(absltest.TestCase):
     self.assertEqual(rows["majority answer (chance)"]["exact_match"]
                      ["values"], [out["chance_exact_match"]])
 
+  def test_shared_fim_seed_reports_expansion_once(self):
+    # Seed 1's solvers on seed 0's expanded data (fim.seed = 0): the
+    # expansion stage is read from progress_seed0.json and not reported
+    # again (merging it with seed 0's run would count it twice).
+    cfg = mathfimer_config.get_config("tiny")
+    cfg.seeds, cfg.fim.seed, cfg.fim.rounds = (1,), 0, 1
+    cfg.fim.solve_rounds, cfg.fim.fine_ceiling = (1,), False
+    items = [["a=1,b=a+1; b?", ["b=a+1=2", "answer: 2"]]]
+    hist = [{"insertion_rate": 0.5, "rejection_rate": 0.5,
+             "rejected_similar": 1, "rejected_empty": 0, "gaps": 2,
+             "skipped_short": 0, "steps_after": 2.0,
+             "inserted_correct_frac": 1.0}]
+    solver = lambda em: {"exact_match": em, "gen_steps": 2.0,  # pylint: disable=g-long-lambda
+                         "train_steps_per_solution": 2.0,
+                         "train_correct_step_frac": 1.0}
+    with tempfile.TemporaryDirectory() as wd:
+      with open(os.path.join(wd, "progress_seed0.json"), "w") as f:
+        json.dump({"datasets": {"coarse": items, "expanded_r1": items,
+                                "fine": items}, "hist": hist,
+                   "fim_counts": {"examples": 5, "skipped_short": 0},
+                   "solver/coarse": solver(0.9)}, f)
+      with open(os.path.join(wd, "progress_seed1.json"), "w") as f:
+        json.dump({"solver/coarse": solver(0.25),
+                   "solver/expanded_r1": solver(0.5)}, f)
+      boom = mock.Mock(side_effect=AssertionError("retrained"))
+      with mock.patch.object(mf, "train_solver", boom), \
+          mock.patch.object(mf.runner, "train_lm", boom):
+        out = mf.run(cfg, wd)
+      with open(os.path.join(wd, "results.json")) as f:
+        res = json.load(f)
+    self.assertEqual(out["coarse/exact_match_mean"], 0.25)
+    self.assertEqual(out["expanded_r1/exact_match_mean"], 0.5)
+    self.assertNotIn("round1/insertion_rate_mean", out)
+    tables = {t["id"]: t for t in res["tables"]}
+    self.assertEqual(tables["expansion"]["rows"], [])
+    self.assertEqual(
+        [r["label"] for r in tables["solvers"]["rows"]],
+        ["coarse", "expanded, round 1", "majority answer (chance)"])
+
 
 if __name__ == "__main__":
   absltest.main()
