@@ -186,7 +186,8 @@ def run(config, workdir: str) -> dict:
           fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed)
       fim_model = _model(tok, cfg, fim_seed)
       enc = fim.encode_batch(fmt, tok, examples,
-                             max_len=cfg.fim_train.max_len)
+                             max_len=cfg.fim_train.max_len,
+                             context_weight=cfg.fim.get("context_weight", 0.0))
       fim_logs = runner.train_lm(fim_model, enc, seed=fim_seed, log_every=50,
                                  **_train_kw(cfg.fim_train))
       log(f"seed {seed}: FIM model trained on {len(examples)} examples; "

@@ -145,8 +145,18 @@ class FimFormat:
 
 
 def encode_batch(fmt: FimFormat, tokenizer, examples: Sequence[FimExample], *,
-                 max_len: int) -> dict[str, Any]:
-  """Shifted, right-padded training batch; `truncated` counts cut rows."""
+                 max_len: int, context_weight: float = 0.0) -> dict[str, Any]:
+  """Shifted, right-padded training batch; `truncated` counts cut rows.
+
+  `loss_mask` is 1 on the middle and eos (spec H.4) and `context_weight` on
+  the other real tokens (the question, prefix, suffix and sentinels; 0 =
+  the spec's middle-only loss). A positive weight ([inferred] switch) adds
+  a plain LM loss on the FIM string: the paper fine-tunes a pretrained math
+  model that already writes such steps, a from-scratch model has to learn
+  them from somewhere.
+  """
+  if not 0 <= context_weight <= 1:
+    raise ValueError(f"context_weight must be in [0, 1], got {context_weight}")
   b = len(examples)
   inputs = np.full((b, max_len), tokenizer.pad_id, np.int32)
   targets = np.full((b, max_len), tokenizer.pad_id, np.int32)
@@ -158,7 +168,8 @@ def encode_batch(fmt: FimFormat, tokenizer, examples: Sequence[FimExample], *,
       truncated += 1
       ids, m = ids[:max_len + 1], m[:max_len + 1]
     n = len(ids) - 1
-    inputs[i, :n], targets[i, :n], mask[i, :n] = ids[:-1], ids[1:], m[1:]
+    inputs[i, :n], targets[i, :n] = ids[:-1], ids[1:]
+    mask[i, :n] = np.where(np.asarray(m[1:]) == 1, 1.0, context_weight)
   return {"inputs": inputs, "targets": targets, "loss_mask": mask,
           "truncated": truncated}
 

@@ -64,6 +64,18 @@ class FormatTest(absltest.TestCase):
     # Shifted: mask[t] = 1 iff targets[t] is a middle token or eos.
     got = b["targets"][0][b["loss_mask"][0] == 1].tolist()
     self.assertEqual(got, masked)
+    # context_weight: every other real target (the prompt after bos:
+    # <P> "Q?\np" <S> "s" <M> = 8 tokens) gets the weight; padding stays 0.
+    w = fim.encode_batch(self.fmt, self.tok, [ex], max_len=32,
+                         context_weight=0.25)["loss_mask"][0]
+    n_real = len(ids) - 1
+    self.assertEqual(n_real, 8 + len("mid dle") + 1)
+    np.testing.assert_array_equal(w[:8], 0.25)
+    np.testing.assert_array_equal(w[8:n_real], 1.0)
+    np.testing.assert_array_equal(w[n_real:], 0.0)
+    with self.assertRaisesRegex(ValueError, "context_weight"):
+      fim.encode_batch(self.fmt, self.tok, [ex], max_len=32,
+                       context_weight=2.0)
 
   def test_custom_sentinels_and_bad_input(self):
     fmt = fim.FimFormat("<P>", "<S>", "<M>")
