@@ -1,7 +1,8 @@
 """Decode benchmark: jaxlab's KV-cache sampler vs transformers on one machine.
 
     python -m experiments.bench decode [--sizes=1m,56m,110m] [--batches=1,8]
-        [--prompt_len=64] [--new_tokens=32] [--repeats=3] [--out=FILE]
+        [--prompt_len=64] [--new_tokens=32] [--repeats=3] [--profile=56m]
+        [--out=FILE]
 
 For each decoder size a random Llama checkpoint is built with transformers
 and saved as safetensors; jaxlab loads the same files with
@@ -29,7 +30,12 @@ Each row also carries `roofline`: jaxlab's whole-call tokens/s
 (B * N / (prefill_s + decode_s)) as a fraction of this machine's roofline,
 from the memory bandwidth and fp32 matmul peak measured in the same run
 (`experiments/bench/roofline.py`), and each phase's fraction; the machine
-block records the load average (timings on a shared machine are noisy).
+block records the load average (timings on a shared machine are noisy)
+and the XLA_FLAGS in force. For `--profile` sizes, jaxlab's side of each
+row carries `profile`: where the call's op time goes (LM head, MLP,
+attention projections and core, cache writes, layout copies, sampling),
+per jitted module (`jit__prefill`, `jit__decode`), from XLA's per-op trace
+(`experiments/bench/profile.py`).
 
 Prints one JSON object (also written to --out when given).
 """
@@ -196,6 +202,11 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--torch_threads", default="auto",
                       help="comma-separated thread counts, or 'auto' "
                       "(fastest of 1 and all cores, per configuration)")
+  parser.add_argument("--profile", default="",
+                      help="comma-separated sizes whose rows also carry "
+                      "`profile`: the share of jaxlab's op time per model "
+                      "part (experiments/bench/profile.py, in a child "
+                      "process, on a random model of the same shape)")
   parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
   sizes = [s for s in args.sizes.split(",") if s]
@@ -204,6 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
       raise ValueError(f"--sizes: unknown size {s!r}; valid: "
                        f"{', '.join(SIZES)}")
   batches = [int(b) for b in args.batches.split(",") if b]
+  profile_sizes = {s for s in args.profile.split(",") if s}
   if args.new_tokens < 2:
     raise ValueError("--new_tokens must be >= 2 to time decoding")
 
@@ -239,6 +251,12 @@ def main(argv: list[str] | None = None) -> dict:
       ours = _rates(j_pre, j_dec, batch, args.prompt_len, args.new_tokens)
       theirs = _rates(t_pre, t_dec, batch, args.prompt_len, args.new_tokens)
       theirs["threads"] = threads
+      if size in profile_sizes:
+        from experiments.bench import profile  # pylint: disable=g-import-not-at-top
+        ours["profile"] = profile.summary(profile.in_child([
+            "--what=decode", f"--size={size}", f"--batch={batch}",
+            f"--prompt_len={args.prompt_len}",
+            f"--new_tokens={args.new_tokens}"]))
       results.append({
           "size": size, "params": cfg.num_params(), "batch": batch,
           "jaxlab": ours, "torch": theirs,
@@ -258,6 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
       "machine": {**mach, "platform": platform.platform(),
                   "cpu_count": os.cpu_count(),
                   "jax_backend": jax.default_backend(),
+                  "xla_flags": os.environ.get("XLA_FLAGS", ""),
                   "load_average_1m": os.getloadavg()[0],
                   "jax": jax.__version__, "torch": torch.__version__,
                   "transformers": transformers.__version__},

@@ -1,7 +1,8 @@
 """Train-step benchmark: the trainer's own step vs transformers (torch, CPU).
 
     python -m experiments.bench train [--sizes=small,56m,110m] [--steps=3]
-        [--breakdown=56m] [--chunk_sizes=56m] [--chunk=1024] [--out=FILE]
+        [--breakdown=56m] [--chunk_sizes=56m] [--chunk=1024] [--bare=56m]
+        [--profile=56m] [--out=FILE]
 
 Prints one JSON object: this machine's measured limits (`roofline.machine`:
 fp32 matmul peak of a 2048^2 matmul, memory bandwidth of a sum over 1 GiB,
@@ -14,8 +15,14 @@ matmul peak (model FLOPs 6N + 12 L T d per token,
 `registry.decoder_train_flops_per_token`). For `--breakdown` sizes the step
 is split into forward, backward and the rest (timed jitted forward loss and
 loss + grad); for `--chunk_sizes` the step with chunked cross-entropy
-(`config.loss.chunk_size`) is timed too. Timings on a shared machine are
-noisy: the load average before and after each size is recorded.
+(`config.loss.chunk_size`) is timed too; for `--bare` sizes the trainer's
+step is timed in alternation with a hand-written value_and_grad + optax
+step on the same model and batch (`ab_trainer_vs_bare`: the trainer's
+overhead); for `--profile` sizes the row carries `profile`, the share of
+the step's op time per model part, op kind and phase
+(`experiments/bench/profile.py`, run in a child process). Timings on a
+shared machine are noisy: the load average before and after each size is
+recorded, and `machine.xla_flags` the XLA_FLAGS in force.
 """
 
 import json
@@ -78,32 +85,89 @@ def trainer_config(cfg: decoder.DecoderConfig, b: int, t: int,
   return c
 
 
+def _trainer_step(cfg: decoder.DecoderConfig, b: int, t: int, chunk: int = 0):
+  """(step, holder {"state", "ts", "config"}, batch, mesh): the trainer's
+  own jitted step (`trainer.make_train_step`, state donated) for this shape;
+  call it inside `jax.set_mesh(mesh)` and `nnx.logical_axis_rules`."""
+  config = trainer_config(cfg, b, t, chunk)
+  mesh = parallel.make_mesh(config.mesh, devices=jax.devices()[:1])
+  ts = trainer.build(config, mesh=mesh)
+  inputs, targets = _batch(b, t, cfg.vocab_size)
+  batch = {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets)}
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(ts.rules):
+    step = trainer.make_train_step(
+        ts, losses.get("lm"), config.loss, grad_accum=1,
+        batch_sharding=parallel.batch_sharding(mesh, ts.rules))
+  return step, {"state": ts.state, "ts": ts, "config": config}, batch, mesh
+
+
+def trainer_step_for(name: str):
+  """(step, holder, batch) of the trainer's step for size `name` (one device,
+  no mesh context needed: the step's shardings are explicit)."""
+  s = dict(SIZES[name])
+  b, t = s.pop("batch"), s.pop("seq_len")
+  step, holder, batch, _ = _trainer_step(decoder.DecoderConfig(**s), b, t)
+  return step, holder, batch
+
+
+def _bare_step(ts, state, batch):
+  """A hand-written step on the same model and batch: `jax.value_and_grad`
+  of the token-mean cross-entropy + the same optax chain (`ts.tx`: global
+  clipping, AdamW), params and optimizer state donated. The A/B reference
+  for the trainer's own step (no metrics, no aux, no mutable-state plumbing).
+  """
+  import optax  # pylint: disable=g-import-not-at-top
+  model, _ = nnx.merge(ts.graphdef, state)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  # Copies: the trainer's step donates (deletes) `state`'s buffers.
+  params, rest = jax.tree.map(jnp.copy, (params, rest))
+  opt_state = ts.tx.init(params)
+
+  def loss_of(p):
+    logits = nnx.merge(graphdef, p, rest)(batch["inputs"])
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits, batch["targets"]).mean()
+
+  def step(p, o):
+    loss, g = jax.value_and_grad(loss_of)(p)
+    updates, o = ts.tx.update(g, o, p)
+    return optax.apply_updates(p, updates), o, loss
+
+  jitted = jax.jit(step, donate_argnums=(0, 1))
+  holder = {"p": params, "o": opt_state}
+
+  def run():
+    holder["p"], holder["o"], loss = jitted(holder["p"], holder["o"])
+    loss.block_until_ready()
+  return run
+
+
 def bench_jax(cfg: decoder.DecoderConfig, b: int, t: int, steps: int,
-              breakdown: bool = False, chunk: int = 0):
+              breakdown: bool = False, chunk: int = 0, bare: bool = False):
   """The trainer's own step (`trainer.make_train_step`, state donated).
 
   With `breakdown`, also times the jitted forward loss and loss + gradient
   of the same model and batch, so the step splits into forward, backward
-  and the rest (clipping, AdamW update, metrics).
+  and the rest (clipping, AdamW update, metrics). With `bare`, the
+  trainer's step and a hand-written one (`_bare_step`) are timed in
+  alternation (`steps` each; min and median of both, wall and process CPU
+  seconds), so load changes hit both alike.
   """
-  config = trainer_config(cfg, b, t, chunk)
-  mesh = parallel.make_mesh(config.mesh, devices=jax.devices()[:1])
-  ts = trainer.build(config, mesh=mesh)
+  step, holder, batch, mesh = _trainer_step(cfg, b, t, chunk)
+  ts, config = holder["ts"], holder["config"]
   loss_fn = losses.get("lm")
-  inputs, targets = _batch(b, t, cfg.vocab_size)
-  batch = {"inputs": jnp.asarray(inputs), "targets": jnp.asarray(targets)}
   out = {}
   with jax.set_mesh(mesh), nnx.logical_axis_rules(ts.rules):
-    step = trainer.make_train_step(
-        ts, loss_fn, config.loss, grad_accum=1,
-        batch_sharding=parallel.batch_sharding(mesh, ts.rules))
     key = jax.random.key(0)
-    holder = {"state": ts.state}
 
     def run():
       holder["state"], m = step(holder["state"], batch, key)
       m["loss"].block_until_ready()
     out["step_s"] = _time(run, steps)
+    if bare:
+      out["ab_trainer_vs_bare"] = _interleaved(
+          {"trainer": run, "bare": _bare_step(ts, holder["state"], batch)},
+          steps)
     if breakdown:
       graphdef = ts.graphdef
 
@@ -118,6 +182,33 @@ def bench_jax(cfg: decoder.DecoderConfig, b: int, t: int, steps: int,
           lambda: fwd(params, rest).block_until_ready(), steps)
       out["forward_backward_s"] = _time(
           lambda: jax.block_until_ready(grad(params, rest)), steps)
+  return out
+
+
+def _interleaved(fns, steps: int) -> dict:
+  """Alternating timed calls of each fn (after two warm-ups each):
+  {name: {wall_min_s, wall_median_s, cpu_min_s, cpu_median_s}} and the
+  trainer/bare ratios of the minima."""
+  for fn in fns.values():
+    fn()
+    fn()
+  wall = {k: [] for k in fns}
+  cpu = {k: [] for k in fns}
+  for _ in range(steps):
+    for k, fn in fns.items():
+      t, c = time.perf_counter(), time.process_time()
+      fn()
+      wall[k].append(time.perf_counter() - t)
+      cpu[k].append(time.process_time() - c)
+  out = {k: {"wall_min_s": min(wall[k]),
+             "wall_median_s": float(np.median(wall[k])),
+             "cpu_min_s": min(cpu[k]),
+             "cpu_median_s": float(np.median(cpu[k]))} for k in fns}
+  if {"trainer", "bare"} <= set(fns):
+    out["trainer_over_bare_wall_min"] = (out["trainer"]["wall_min_s"] /
+                                         out["bare"]["wall_min_s"])
+    out["trainer_over_bare_cpu_min"] = (out["trainer"]["cpu_min_s"] /
+                                        out["bare"]["cpu_min_s"])
   return out
 
 
@@ -153,7 +244,10 @@ def main(argv=()):
   breakdown = set(args.get("breakdown", "56m").split(","))
   chunk_sizes = set(filter(None, args.get("chunk_sizes", "56m").split(",")))
   chunk = int(args.get("chunk", 1024))
+  bare_sizes = set(filter(None, args.get("bare", "").split(",")))
+  profile_sizes = set(filter(None, args.get("profile", "").split(",")))
   mach = roofline.machine()
+  mach["xla_flags"] = os.environ.get("XLA_FLAGS", "")
   peak = mach["matmul_peak_flops"]
   report = {"benchmark": "train", "backend": jax.default_backend(),
             "devices": jax.device_count(), "machine": mach,
@@ -174,7 +268,8 @@ def main(argv=()):
     row = {"size": name, "params": cfg.num_params(), "batch": b,
            "seq_len": t, "train_flops_per_token": flops_tok,
            "loadavg_1m_before": os.getloadavg()[0]}
-    timings = bench_jax(cfg, b, t, steps, breakdown=name in breakdown)
+    timings = bench_jax(cfg, b, t, steps, breakdown=name in breakdown,
+                        bare=name in bare_sizes)
     runs = [("jax", timings)]
     if name in chunk_sizes:
       runs.append((f"jax_chunked_ce_{chunk}",
@@ -194,6 +289,12 @@ def main(argv=()):
       jax_row["time_split"] = {"forward": fwd / st,
                                "backward": max(fb - fwd, 0.0) / st,
                                "optimizer_and_rest": max(st - fb, 0.0) / st}
+    if name in profile_sizes:
+      # Where the step's time goes, per model part (a child process: the
+      # per-op trace needs XLA flags set before jax starts).
+      from experiments.bench import profile  # pylint: disable=g-import-not-at-top
+      jax_row["profile"] = profile.summary(profile.in_child(
+          ["--what=train", f"--size={name}"]))
     # LM head + cross-entropy share of the model FLOPs (6 V d per token).
     row["lm_head_flops_fraction"] = 6 * cfg.vocab_size * cfg.dim / flops_tok
     if "torch" in row:
