@@ -24,7 +24,9 @@ held-out prompts, gen_len 64/128; bench 128/256/512: what 2 shared CPU
 cores allow), `smoke` (seconds; plumbing only, used by the colab test),
 `seeds=N`, `steps=N`, `prompts=N` (held-out prompts per gen_len),
 `kind=copy|reverse|chain` (`chain`: the arithmetic chains of 2-5
-operations, left-padded, which the 400-step model did not learn).
+operations, left-padded, which the 400-step model did not learn),
+`init_from=PATH` (continue training from a run's `seed{seed}/params.npz`;
+the committed miniature is `tiny` then `tiny,steps=300,init_from=...`).
 """
 
 import ml_collections
@@ -46,7 +48,7 @@ VARIANTS = {
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
-                          prompts=0, kind="")
+                          prompts=0, kind="", init_from="")
   c = common.base_config()
   c.experiment = "dpad"
   c.seeds = (0, 1, 2)
@@ -72,6 +74,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                       "mask_id": arith_chains.MASK,
                                       "eps": 1e-3})
   c.train.update(steps=2000, batch_size=32, log_every=100)
+  # A params.npz to continue training from ("{seed}" is the seed); the
+  # optimizer state and schedule start afresh. "" = from scratch.
+  c.train.init_from = ""
   c.optim.update(lr=3e-3, warmup_steps=50, weight_decay=0.0,
                  end_lr_frac=0.0)
   c.decode = ml_collections.ConfigDict({
@@ -110,6 +115,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = tuple(range(args.seeds))
   if args.steps:
     c.train.steps = args.steps
+  if args.init_from:
+    c.train.init_from = args.init_from
   if args.prompts:
     c.decode.prompts = c.decode.batch = args.prompts
   return c

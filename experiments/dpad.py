@@ -48,7 +48,11 @@ def build_model(config, seed: int) -> decoder_lib.Decoder:
 def train_model(config, seed: int) -> tuple[decoder_lib.Decoder, list]:
   """Trains one seed with the loss registry's `config.loss.name`."""
   t = config.task
-  model = build_model(config, seed)
+  init_from = str(config.train.get("init_from", ""))
+  if init_from:  # continued training from a saved params.npz
+    model = load_params(config, init_from.format(seed=int(seed)))
+  else:
+    model = build_model(config, seed)
   chains = train_chains(config, seed)
   data = ac.training_arrays(chains, prompt_len=int(t.prompt_len),
                             gen_len=int(t.train_gen_len),
@@ -155,7 +159,7 @@ def decode_all(model, config, gen_lens, variants, *, prompts, chains,
     for name in variants:
       kw = variant_kwargs(config, name)
       walls, toks = [], []
-      nfe = tokens = flops = 0.0
+      nfe = tokens = flops = compile_s = 0.0
       for r in range(max(int(repeats), 1)):
         wall, parts = 0.0, []
         for i in range(0, len(prompts), batch):
@@ -164,6 +168,7 @@ def decode_all(model, config, gen_lens, variants, *, prompts, chains,
                                    **kw)
           wall += res.wall_s
           parts.append(res.tokens)
+          compile_s += res.compile_s
           if r == 0:
             nfe += res.nfe
             tokens += res.tokens_processed
@@ -180,7 +185,8 @@ def decode_all(model, config, gen_lens, variants, *, prompts, chains,
           "exact_match": float(em.mean()),
           "latency_s": float(np.median(walls)) / n_batches,
           "nfe": nfe / n_batches, "tokens_processed": tokens / n_batches,
-          "flops": flops / n_batches, "agree_vanilla": agree}
+          "flops": flops / n_batches, "agree_vanilla": agree,
+          "compile_s": compile_s}
     base = out[str(g)].get("vanilla")
     if base:
       for m in out[str(g)].values():

@@ -30,6 +30,7 @@ import jax
 
 from configs import dpad as dpad_config
 from experiments import dpad as dpad_exp
+from experiments import results as results_lib
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -76,6 +77,51 @@ def claim_summary(metrics: dict, gen_lens, n: int) -> dict:
   }
 
 
+def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
+                  config, extra: dict, *, start_time: float) -> None:
+  """The benchmark as `results.json` tables (one model, seed 0, n = 1):
+  'bench' (one row per gen_len and variant) and 'claim' (+all vs vanilla
+  per gen_len)."""
+  cols = [results_lib.Column("exact_match", "exact match %", 1, 100),
+          results_lib.Column("latency_s", "latency s/batch", 3),
+          results_lib.Column("speedup", "speed-up vs vanilla", 1),
+          results_lib.Column("flop_ratio", "FLOP ratio vanilla / row", 1),
+          results_lib.Column("nfe", "NFE", 0),
+          results_lib.Column("tokens_processed", "tokens processed", 0),
+          results_lib.Column("flops", "GFLOPs", 2, 1e-9),
+          results_lib.Column("agree_vanilla", "= vanilla %", 0, 100)]
+  bench = results_lib.Table(
+      "bench", f"Benchmark: one trained model (seed 0), {extra['prompts']} "
+      f"held-out prompts, batch {extra['batch']}, compilation excluded",
+      cols, row_label="gen_len, variant")
+  for g in sorted(gen_lens):
+    base = metrics[str(g)].get("vanilla", {})
+    for name, m in metrics[str(g)].items():
+      row = {c.key: m[c.key] for c in cols if c.key in m}
+      row["flop_ratio"] = base.get("flops", float("nan")) / max(
+          m["flops"], 1.0)
+      bench.add_seed(f"{g} {name}", 0, row)
+  ccols = [results_lib.Column("speedup", "+all speed-up vs vanilla", 1),
+           results_lib.Column("flop_ratio", "FLOP ratio vanilla / +all", 1),
+           results_lib.Column("em_diff", "exact match +all − vanilla "
+                              "(points)", 1),
+           results_lib.Column("vanilla_em", "vanilla exact match %", 1,
+                              100)]
+  ctable = results_lib.Table(
+      "claim", "Claim check: +all (threshold + prefix cache + DPad + early "
+      "stop) against vanilla, per gen_len", ccols, row_label="gen_len")
+  for g in sorted(gen_lens):
+    van, best = metrics[str(g)]["vanilla"], metrics[str(g)]["+all"]
+    ctable.add_seed(str(g), 0, {
+        "speedup": best["speedup"],
+        "flop_ratio": van["flops"] / max(best["flops"], 1.0),
+        "em_diff": 100 * (best["exact_match"] - van["exact_match"]),
+        "vanilla_em": van["exact_match"]})
+  results_lib.write(workdir, "dpad_bench", tables=[bench, ctable],
+                    extra={"claim": claim, "machine": extra["machine"]},
+                    config=config, start_time=start_time)
+
+
 def main(argv: list[str]) -> None:
   p = argparse.ArgumentParser(prog="python -m experiments.bench dpad")
   p.add_argument("--config", default="tiny",
@@ -89,6 +135,10 @@ def main(argv: list[str]) -> None:
   p.add_argument("--batch", type=int, default=0)
   p.add_argument("--repeats", type=int, default=1)
   p.add_argument("--out", default="")
+  p.add_argument("--results_dir", default="",
+                 help="also write DIR/results.json (tables 'bench' and "
+                      "'claim') for `python -m experiments.report --add "
+                      "dpad_bench DIR`")
   args = p.parse_args(argv)
 
   config = dpad_config.get_config(args.config)
@@ -96,6 +146,7 @@ def main(argv: list[str]) -> None:
   n = args.prompts or int(config.decode.prompts)
   batch = args.batch or min(int(config.decode.batch), n)
   t0 = time.time()
+  load_start = os.getloadavg()
   params = os.path.join(args.workdir, "seed0", "params.npz")
   if args.workdir and os.path.exists(params):
     model, source = dpad_exp.load_params(config, params), params
@@ -116,9 +167,19 @@ def main(argv: list[str]) -> None:
          "repeats": args.repeats, "gen_lens": metrics, "claim": claim,
          "machine": {"platform": platform.platform(),
                      "backend": jax.default_backend(),
-                     "cpu_count": os.cpu_count()},
+                     "cpu_count": os.cpu_count(),
+                     "devices": jax.device_count(),
+                     # 1/5/15-minute load averages at the start and the end:
+                     # the machine is shared, latencies are noisy above
+                     # cpu_count.
+                     "load_average_start": [round(v, 2) for v in load_start],
+                     "load_average_end": [round(v, 2)
+                                          for v in os.getloadavg()]},
          "wall_time_s": round(time.time() - t0, 1)}
   text = json.dumps(out, indent=1)
+  if args.results_dir:
+    write_results(args.results_dir, metrics, gen_lens, claim, config, out,
+                  start_time=t0)
   print(text)
   if args.out:
     with open(args.out, "w") as fh:
