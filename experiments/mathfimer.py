@@ -19,6 +19,8 @@ import random
 import time
 
 from flax import nnx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.data import tokenizers
@@ -47,14 +49,29 @@ def solver_prompt(question: str) -> str:
   return question + "\n"
 
 
-def train_solver(tok, cfg, seed, items):
-  """A fresh solver trained on (question, steps) items; (model, loss log)."""
+def init_model(tok, cfg, seed, base=None):
+  """A fresh model, or a copy of the pretrained `base` model's weights."""
   model = _model(tok, cfg, seed)
+  if base is not None:
+    # Copies (the runner donates its state's buffers, so sharing them with
+    # `base` would invalidate the base model).
+    nnx.update(model, jax.tree.map(jnp.copy, nnx.state(base, nnx.Param)))
+  return model
+
+
+def train_solver(tok, cfg, seed, items, base=None, section=None):
+  """A solver trained on (question, steps) items; (model, loss log).
+
+  Starts from a copy of `base` when given (`base_train`), else from a fresh
+  init; `section` is the training config (default `cfg.solver_train`).
+  """
+  section = cfg.solver_train if section is None else section
+  model = init_model(tok, cfg, seed, base)
   data = sg.encode_for_lm(tok, [solver_prompt(q) for q, _ in items],
                           ["\n".join(s) for _, s in items],
-                          max_len=cfg.solver_train.max_len)
+                          max_len=section.max_len)
   logs = runner.train_lm(model, data, seed=seed, log_every=50,
-                         **_train_kw(cfg.solver_train))
+                         **_train_kw(section))
   return model, logs
 
 
@@ -147,6 +164,30 @@ def run(config, workdir: str) -> dict:
   fmt = fim.FimFormat()
   rows: dict[str, list[dict]] = {}
   expansion: dict[int, list[dict]] = {}  # FIM seed -> per-round stats
+  base_cfg = cfg.get("base_train")
+  base_box: dict[str, object] = {}
+  base_row = None
+
+  def get_base():
+    """The pretrained base model (`base_train.steps` > 0), trained once.
+
+    The paper's FIM model and solvers all start from pretrained math LMs;
+    here a base LM learns the step-by-step format on the FIM pool's fine
+    solutions (disjoint from the solver pool) and every FIM model and
+    solver starts from a copy of it. Not saved: a resumed run retrains it
+    only when a stage that needs it is left.
+    """
+    if not base_cfg or int(base_cfg.steps) <= 0:
+      return None
+    if "model" not in base_box:
+      btok = tokenizers.ByteTokenizer()
+      fmt.add_to_tokenizer(btok)
+      base_box["model"], logs = train_solver(btok, cfg, int(d["seed"]),
+                                             fim_items, section=base_cfg)
+      log(f"base model trained on {len(fim_items)} fine solutions; loss "
+          f"curve {[(x['step'], round(x['loss'], 3)) for x in logs]}")
+    return base_box["model"]
+
   for seed in cfg.seeds:
     # Each finished stage (expanded data sets, each solver's result) is
     # saved, so a stopped run resumes at the next stage (spec-size runs are
@@ -158,7 +199,7 @@ def run(config, workdir: str) -> dict:
     def solve(name, items):
       res = progress.get(f"solver/{name}")
       if res is None:
-        solver, logs = train_solver(tok, cfg, seed, items)
+        solver, logs = train_solver(tok, cfg, seed, items, base=get_base())
         res = evaluate_solver(solver, tok, cfg, test)
         res["final_train_loss"] = logs[-1]["loss"]
         res["train_steps_per_solution"] = float(np.mean([len(s)
@@ -171,6 +212,16 @@ def run(config, workdir: str) -> dict:
     # The base (coarse) solver first: it needs no FIM model and says early
     # whether the solver learns the arithmetic at all. The fine ceiling
     # (`fim.fine_ceiling`) comes last, after the expanded solvers.
+    if base_cfg and int(base_cfg.steps) > 0:
+      base_row = progress.get("solver/base")
+      if base_row is None:
+        base_row = evaluate_solver(get_base(), tok, cfg, test)
+        base_row["train_steps_per_solution"] = float(np.mean(
+            [len(s) for _, s in fim_items]))
+        base_row["train_correct_step_frac"] = correct_step_frac(fim_items)
+        progress.put(**{"solver/base": base_row})
+      log(f"seed {seed}: base model (before SFT): {base_row}")
+      rows.setdefault("base", []).append(base_row)
     solve("coarse", coarse_items)
     # `fim.seed` >= 0: one FIM model (and expanded data) of that seed for
     # every solver seed, kept in WORKDIR/progress_seed<fim.seed>.json; its
@@ -184,7 +235,7 @@ def run(config, workdir: str) -> dict:
       # 1. FIM model on the fine solutions.
       examples, fim_counts = fim.build_fim_dataset(
           fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed)
-      fim_model = _model(tok, cfg, fim_seed)
+      fim_model = init_model(tok, cfg, fim_seed, get_base())
       enc = fim.encode_batch(fmt, tok, examples,
                              max_len=cfg.fim_train.max_len,
                              context_weight=cfg.fim.get("context_weight", 0.0))
@@ -276,7 +327,8 @@ def run(config, workdir: str) -> dict:
   return summary
 
 
-ROW_LABELS = {"coarse": "coarse", "fine": "fine (ceiling)"}
+ROW_LABELS = {"coarse": "coarse", "fine": "fine (ceiling)",
+              "base": "base model, before SFT (fine-format FIM pool)"}
 
 
 def results_tables(seeds, rows, expansion,
@@ -318,5 +370,5 @@ def results_tables(seeds, rows, expansion,
                                          for c in rounds.columns})
   comparisons = [results_lib.Comparison("solvers", "exact_match", label(n),
                                         "coarse")
-                 for n in rows if n != "coarse"]
+                 for n in rows if n not in ("coarse", "base")]
   return [solver, rounds], comparisons
