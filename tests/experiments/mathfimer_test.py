@@ -7,10 +7,15 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
+from flax import nnx
+import jax
+import numpy as np
 
 from configs import mathfimer as mathfimer_config
 from experiments import mathfimer as mf
+from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import arithmetic
+from jaxlab.objectives import fim
 
 
 class SingleDigitProblemsTest(absltest.TestCase):
@@ -63,6 +68,25 @@ class SingleDigitProblemsTest(absltest.TestCase):
                       c.problems.max_value), (3, 6, 9))
     self.assertEqual((c.fim.rounds, tuple(c.fim.solve_rounds)), (3, (1,)))
     self.assertEqual((c.model.dim, c.problems.step_format), (128, "variables"))
+    self.assertGreater(c.base_train.steps, 0)
+    self.assertEqual(mathfimer_config.get_config().base_train.steps, 0)
+
+
+class BaseInitTest(absltest.TestCase):
+
+  def test_init_model_copies_the_base_weights(self):
+    cfg = mathfimer_config.get_config("tiny")
+    tok = tokenizers.ByteTokenizer()
+    fim.FimFormat().add_to_tokenizer(tok)
+    base = mf.init_model(tok, cfg, 0)
+    fresh = mf.init_model(tok, cfg, 1)
+    copy = mf.init_model(tok, cfg, 1, base)
+    leaves = lambda m: jax.tree.leaves(nnx.state(m, nnx.Param))  # pylint: disable=g-long-lambda
+    for a, b in zip(leaves(copy), leaves(base)):
+      np.testing.assert_array_equal(a, b)
+      self.assertIsNot(a, b)  # own buffers: the runner donates its state
+    self.assertFalse(all(np.array_equal(a, b) for a, b in
+                         zip(leaves(fresh), leaves(base))))
 
 
 class ChanceTest(absltest.TestCase):
