@@ -3,7 +3,9 @@
     python -m experiments.bench._tables [--dir=docs/bench]
 
 Reads decode_cpu.json, train_cpu.json and memory_cpu.json (those present)
-and prints one table each, for the README's performance section.
+and prints one table each, for the README's performance section, plus,
+when rows were run with `--profile`, where jaxlab's time goes per model
+part.
 """
 
 import json
@@ -34,6 +36,58 @@ def decode_table(rep) -> str:
         f"{_f(roof['jaxlab_call_tokens_per_s'] / torch_call)}x | "
         f"{_f(100 * roof['fraction_of_roofline'], 0)}% | "
         f"{_f(100 * roof['prefill_share_of_call'], 0)}% |")
+  return "\n".join(lines)
+
+
+# Model parts of `experiments/bench/profile.py`, grouped into table columns.
+_PART_GROUPS = (
+    ("LM head + CE", ("lm_head", "cross_entropy")),
+    ("MLP", ("mlp",)),
+    ("attn proj", ("attention_qkv_proj", "attention_out_proj")),
+    ("attn core + cache", ("attention_core", "attention_mask", "rope",
+                           "kv_cache_write")),
+    ("optimizer", ("optimizer",)),
+)
+
+
+def _profile_cells(by_part) -> list[str]:
+  cells, used = [], 0.0
+  for _, parts in _PART_GROUPS:
+    share = sum(by_part.get(p, 0.0) for p in parts)
+    used += share
+    cells.append(f"{_f(100 * share, 0)}%")
+  cells.append(f"{_f(100 * max(1.0 - used, 0.0), 0)}%")
+  return cells
+
+
+def profile_table(decode_rep, train_rep) -> str:
+  """Share of jaxlab's op time per model part, for rows run with --profile
+  (decode: the decode loop's module; train: the whole step). Empty when no
+  row carries a profile."""
+  rows = []
+  for r in (decode_rep or {}).get("results", []):
+    prof = r["jaxlab"].get("profile")
+    if prof and "by_module" in prof:
+      loop = prof["by_module"].get("jit__decode", {}).get("by_part", {})
+      kinds = prof.get("by_op_kind", {})
+      rows.append([f"decode loop {r['size']} B={r['batch']}",
+                   *_profile_cells(loop),
+                   f"{_f(100 * kinds.get('dot', 0.0), 0)}%"])
+  for r in (train_rep or {}).get("results", []):
+    prof = r["jax"].get("profile")
+    if prof and "by_part" in prof:
+      kinds = prof.get("by_op_kind", {})
+      rows.append([f"train step {r['size']} {r['batch']}x{r['seq_len']}",
+                   *_profile_cells(prof["by_part"]),
+                   f"{_f(100 * kinds.get('dot', 0.0), 0)}%"])
+  if not rows:
+    return ""
+  head = ["what", *[g for g, _ in _PART_GROUPS], "rest", "in matmuls"]
+  lines = ["Where jaxlab's time goes (share of XLA op time per model part, "
+           "`--profile`, experiments/bench/profile.py):", "",
+           "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+  lines += ["| " + " | ".join(row) + " |" for row in rows]
   return "\n".join(lines)
 
 
@@ -81,14 +135,18 @@ def memory_table(rep) -> str:
 def main(argv=()):
   args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
   root = args.get("dir", "docs/bench")
-  out = []
+  out, reps = [], {}
   for name, fn in (("decode_cpu.json", decode_table),
                    ("train_cpu.json", train_table),
                    ("memory_cpu.json", memory_table)):
     path = os.path.join(root, name)
     if os.path.exists(path):
       with open(path) as f:
-        out.append(fn(json.load(f)))
+        reps[name] = json.load(f)
+      out.append(fn(reps[name]))
+  prof = profile_table(reps.get("decode_cpu.json"), reps.get("train_cpu.json"))
+  if prof:
+    out.insert(min(2, len(out)), prof)
   text = "\n\n".join(out)
   print(text)
   return text

@@ -27,6 +27,26 @@ class BenchTablesTest(absltest.TestCase):
                      "README's benchmark tables differ from docs/bench JSON: "
                      "rerun python -m experiments.bench._tables")
 
+  def test_profile_table_groups_parts(self):
+    decode = {"results": [{"size": "56m", "batch": 8, "jaxlab": {"profile": {
+        "by_module": {"jit__decode": {"by_part": {
+            "lm_head": 0.3, "mlp": 0.4, "attention_qkv_proj": 0.05,
+            "attention_out_proj": 0.05, "kv_cache_write": 0.1,
+            "other": 0.1}}},
+        "by_op_kind": {"dot": 0.85}}}}]}
+    train = {"results": [{"size": "56m", "batch": 8, "seq_len": 256,
+                          "jax": {"profile": {
+                              "by_part": {"lm_head": 0.2, "cross_entropy": 0.05,
+                                          "mlp": 0.4, "optimizer": 0.05,
+                                          "norm": 0.3},
+                              "by_op_kind": {"dot": 0.7}}}}]}
+    lines = _tables.profile_table(decode, train).splitlines()
+    self.assertEqual(lines[-2], "| decode loop 56m B=8 | 30% | 40% | 10% | "
+                     "10% | 0% | 10% | 85% |")
+    self.assertEqual(lines[-1], "| train step 56m 8x256 | 25% | 40% | 0% | "
+                     "0% | 5% | 30% | 70% |")
+    self.assertEqual(_tables.profile_table({"results": []}, None), "")
+
 
 if __name__ == "__main__":
   absltest.main()
