@@ -23,6 +23,12 @@ final greedy accuracy (all / hackable / informative questions), the sampled
 questions, and how often gamma < 1 fired on hackable vs informative groups
 among groups where gamma is defined (both correct and wrong responses); plus
 accuracy curves in WORKDIR/accuracy.png.
+
+`trust.trm` picks R^t: "synthetic" (the rule judge above, default) or
+"learned" (`LearnedTRM`: a `TinyThinkingScorer` fitted per seed with the
+library loop on noisy, bin-balanced judge labels, `fit_learned_trm`); the
+learned run adds a "trm" table (its error against the judge). Variant
+`trust_T12000` is Trust-GRPO at the shipped code's T = 12000.
 """
 
 from __future__ import annotations
