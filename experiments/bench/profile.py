@@ -43,7 +43,7 @@ def enable(dump_dir: str = _DUMP_DIR) -> str:
   starts its CPU backend); returns the dump directory."""
   if "jax" in sys.modules:
     import jax  # pylint: disable=g-import-not-at-top
-    if jax._src.xla_bridge._backends:  # pylint: disable=protected-access
+    if getattr(jax._src.xla_bridge, "_backends", None):  # pylint: disable=protected-access
       raise RuntimeError("profile.enable() must run before jax's backend "
                          "starts (first array / jit)")
   shutil.rmtree(dump_dir, ignore_errors=True)
