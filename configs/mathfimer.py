@@ -68,9 +68,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # question by position, and d=64 solvers stayed at the majority answer
     # after 200 steps (a d=128 fine solver: 13 % EM after 250 steps of 32,
     # vs 48 % with the variables format after 400). Steps are 7 characters,
-    # so no line is merged (min_step_chars=4). One seed per run
-    # (`--config.seeds=(1,)`); stages are saved in the workdir, so runs
-    # resume. The CPU budget (a d=128 training is ~10 min on the shared
+    # so no line is merged (min_step_chars=4). Run the seeds in one process
+    # (`--config.seeds=(0,1,2)`): the base model is not saved, the other
+    # stages are (a stopped run resumes). The CPU budget (a d=128 training is ~10 min on the shared
     # cores): one FIM model (seed 0, `fim.seed`) expands the data for every
     # solver seed, solvers on round 1 only (`fim.solve_rounds`), the fine
     # ceiling off (`fim.fine_ceiling`).
@@ -90,7 +90,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # majority-answer EM) nor the FIM model (400 steps of 16: 6 % of its
     # inserted steps right) learned on the shared CPUs; as in the paper,
     # every model starts from a pretrained base (a d=128 LM trained on the
-    # FIM pool's fine solutions), then is fine-tuned briefly.
+    # FIM pool's fine solutions), then is fine-tuned briefly. Even so the
+    # FIM model (200 steps) writes a generic early step into most gaps
+    # (docs/papers/pmc_mathfimer.md): `fim_train.steps` is the next knob.
     c.base_train.update(steps=350, batch_size=32, lr=3e-3, warmup_steps=50,
                         max_len=112)
     c.fim_train.update(steps=200, batch_size=16, lr=1e-3, warmup_steps=10,
