@@ -489,8 +489,13 @@ class Attention(nnx.Module):
       out_btnh = jax.nn.dot_product_attention(
           q, k, v, mask=mask, is_causal=is_causal and mask is None,
           scale=self.head_dim ** -0.5, implementation=impl)
-    out = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_nhd[...].astype(
-        self.dtype))
+    # One contraction over N*H: with two contracted axes XLA:CPU may order
+    # them (H, N) to match the attention output's layout and transpose the
+    # whole output weight to fit, at every decode step (measured on the 56M
+    # decoder: 1 MB copied per layer and step).
+    b, t, n, h = out_btnh.shape
+    out = jnp.reshape(out_btnh, (b, t, n * h)) @ jnp.reshape(
+        self.o_nhd[...].astype(self.dtype), (n * h, -1))
     if output_attentions:
       return out, new_cache, probs
     return out, new_cache
