@@ -5,8 +5,11 @@
 Reads decode_cpu.json, train_cpu.json and memory_cpu.json (those present)
 and prints one table each, for the README's performance section, plus,
 when rows were run with `--profile`, where jaxlab's time goes per model
-part.
+part, and one table of every accelerator run `h200_run*.json` (written by
+`python -m experiments.bench.gpu`).
 """
+
+import glob
 
 import json
 import os
@@ -132,6 +135,45 @@ def memory_table(rep) -> str:
   return "\n".join(lines)
 
 
+def gpu_table(reports) -> str:
+  """Training rows of accelerator runs ([(file name, report)]), in order."""
+  if not reports:
+    return ""
+  first = reports[0][1]
+  lines = [f"Accelerator training step ({first['device']}, jax {first['jax']}, "
+           "bf16 compute, fp32 master weights, AdamW; measured bf16 matmul "
+           "peak " + ", ".join(f"{_f(r['measured_matmul_peak_tflops'], 0)}"
+                               for _, r in reports) +
+           f" TFLOP/s, spec {_f(first['spec_peak_tflops'], 0)}):", "",
+           "| run | model | params | batch x T | attention | remat | tokens/s "
+           "| MFU vs spec peak | MFU vs measured peak | temp GB | "
+           "process peak GB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, rep in reports:
+    run = name.rsplit("_", 1)[-1].removesuffix(".json")
+    for r in rep.get("train", []):
+      attn = r.get("attention_impl") or "default"
+      if "error" in r:
+        err = r["error"].split("(", 1)[0]
+        lines.append(f"| {run} | {r['size']} | - | - | {attn} | {r['remat']} "
+                     f"| failed: {err} | - | - | - | - |")
+        continue
+      lines.append(
+          f"| {run} | {r['size']} | {r['params'] / 1e6:.0f}M | "
+          f"{r['batch']}x{r['seq_len']} | {attn} | {r['remat']} | "
+          f"{r['tokens_per_s'] / 1e3:.0f}k | "
+          f"{_f(100 * r['mfu_vs_spec_peak'], 1)}% | "
+          f"{_f(100 * r['mfu_vs_measured_peak'], 1)}% | "
+          f"{_f(r['temp_bytes'] / 1e9, 1)} | "
+          f"{_f(r['peak_bytes_in_use'] / 1e9, 1)} |")
+  lines += ["", "\"default\" attention is the decoder's default of that run "
+            "(run1: XLA masked attention; run2: the cuDNN fused path it "
+            "selects for bf16 on GPU). Temp is the compiled step's temporary "
+            "memory; the process peak carries over from earlier rows of the "
+            "same run."]
+  return "\n".join(lines)
+
+
 def main(argv=()):
   args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
   root = args.get("dir", "docs/bench")
@@ -147,6 +189,12 @@ def main(argv=()):
   prof = profile_table(reps.get("decode_cpu.json"), reps.get("train_cpu.json"))
   if prof:
     out.insert(min(2, len(out)), prof)
+  gpu = []
+  for path in sorted(glob.glob(os.path.join(root, "h200_run*.json"))):
+    with open(path) as f:
+      gpu.append((os.path.basename(path), json.load(f)))
+  if gpu:
+    out.append(gpu_table(gpu))
   text = "\n\n".join(out)
   print(text)
   return text

@@ -47,6 +47,23 @@ class BenchTablesTest(absltest.TestCase):
                      "0% | 5% | 30% | 70% |")
     self.assertEqual(_tables.profile_table({"results": []}, None), "")
 
+  def test_gpu_table_rows_by_hand(self):
+    rep = {"device": "GPU", "jax": "0.1", "spec_peak_tflops": 1000.0,
+           "measured_matmul_peak_tflops": 500.0, "train": [
+               {"size": "s", "params": 2_000_000, "batch": 4, "seq_len": 8,
+                "remat": True, "attention_impl": None, "tokens_per_s": 12345.0,
+                "mfu_vs_spec_peak": 0.25, "mfu_vs_measured_peak": 0.5,
+                "temp_bytes": 3e9, "peak_bytes_in_use": 4.25e9},
+               {"size": "s", "remat": False, "attention_impl": "cudnn",
+                "error": "ValueError('bad')"}]}
+    lines = _tables.gpu_table([("h200_run7.json", rep)]).splitlines()
+    self.assertIn("peak 500 TFLOP/s, spec 1000", lines[0])
+    self.assertEqual(lines[4], "| run7 | s | 2M | 4x8 | default | True | 12k | "
+                     "25.0% | 50.0% | 3.0 | 4.2 |")
+    self.assertEqual(lines[5], "| run7 | s | - | - | cudnn | False | "
+                     "failed: ValueError | - | - | - | - |")
+    self.assertEqual(_tables.gpu_table([]), "")
+
 
 if __name__ == "__main__":
   absltest.main()
