@@ -41,7 +41,6 @@ Prints one JSON object (also written to --out when given).
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -52,6 +51,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from experiments import bench
 from jaxlab.decoding import sampler
 from jaxlab.io import hf
 
@@ -284,9 +284,5 @@ def main(argv: list[str] | None = None) -> dict:
       "repeats": args.repeats, "dtype": "float32", "decoding": "greedy",
       "results": results,
   }
-  text = json.dumps(report, indent=1)
-  print(text)
-  if args.out:
-    with open(args.out, "w") as fh:
-      fh.write(text + "\n")
+  bench.emit(report, args.out, indent=1)
   return report

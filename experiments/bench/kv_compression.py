@@ -25,6 +25,7 @@ import tempfile
 import jax
 
 from configs import speckv as speckv_config
+from experiments import bench
 from experiments import speckv as speckv_exp
 
 KEYS = ("exact", "part_recall", "exact_q_first", "exact_q_last",
@@ -74,8 +75,4 @@ def main(argv: list[str]) -> None:
                          for b, m in per_b.items()}
                   for name, per_b in metrics.items()},
   }
-  text = json.dumps(out, indent=1)
-  print(text)
-  if args.out:
-    with open(args.out, "w") as f:
-      f.write(text + "\n")
+  bench.emit(out, args.out, indent=1)

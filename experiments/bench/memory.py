@@ -41,6 +41,7 @@ import numpy as np
 from flax import nnx
 
 from configs import common
+from experiments import bench
 from jaxlab import parallel
 from jaxlab.train import losses
 from jaxlab.train import trainer
@@ -195,11 +196,7 @@ def main(argv=()):
     print(json.dumps(timing[-1]), file=sys.stderr, flush=True)
   report["step_time_noisy"] = timing
   report["loadavg_end"] = list(os.getloadavg())
-  text = json.dumps(report, indent=2)
-  if args.get("out"):
-    with open(args["out"], "w") as f:
-      f.write(text + "\n")
-  print(text)
+  bench.emit(report, args.get("out"), indent=2)
   return report
 
 

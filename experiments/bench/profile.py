@@ -33,6 +33,8 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from experiments import bench
+
 _DUMP_DIR = os.path.join(tempfile.gettempdir(),
                          f"jaxlab_profile_hlo_{os.getpid()}")
 _CONTROL_OPS = ("while", "conditional", "call")
@@ -343,11 +345,7 @@ def main(argv=()):
   else:
     raise ValueError(f"--what={what!r}; valid: decode, train")
   out["loadavg"] = list(os.getloadavg())
-  text = json.dumps(out, indent=1)
-  print(text)
-  if args.get("out"):
-    with open(args["out"], "w") as f:
-      f.write(text + "\n")
+  bench.emit(out, args.get("out"), indent=1)
   return out
 
 

@@ -22,7 +22,6 @@ object (also written to --out when given).
 
 import argparse
 import concurrent.futures
-import json
 import os
 import platform
 import statistics
@@ -30,6 +29,7 @@ import time
 
 import numpy as np
 
+from experiments import bench
 from jaxlab.rewards import sandbox
 
 PROGRAM = """\
@@ -106,8 +106,4 @@ def main(argv: list[str]) -> None:
                             one_stats["jobs_per_s"], 2),
       "note": "2 shared CPU cores under other load: timings are noisy",
   }
-  text = json.dumps(report, indent=2)
-  print(text)
-  if args.out:
-    with open(args.out, "w") as f:
-      f.write(text + "\n")
+  bench.emit(report, args.out, indent=2)

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from experiments import bench
 from experiments.bench import roofline
 from jaxlab import parallel
 from jaxlab.models import decoder
@@ -304,11 +305,7 @@ def main(argv=()):
     report["results"].append(row)
     print(json.dumps(row), file=sys.stderr, flush=True)
   report["machine"]["loadavg_end"] = list(os.getloadavg())
-  text = json.dumps(report, indent=2)
-  print(text)
-  if args.get("out"):
-    with open(args["out"], "w") as f:
-      f.write(text + "\n")
+  bench.emit(report, args.get("out"), indent=2)
   return report
 
 
