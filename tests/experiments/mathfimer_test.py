@@ -98,6 +98,28 @@ class ChanceTest(absltest.TestCase):
     self.assertAlmostEqual(mf.majority_exact_match(train, test), 0.5)
 
 
+_ROUND_STATS = {"insertion_rate": 0.5, "rejection_rate": 0.5,
+                "rejected_similar": 1, "rejected_empty": 0, "gaps": 2,
+                "skipped_short": 0, "steps_after": 2.0,
+                "inserted_correct_frac": 1.0}
+
+
+def _solver(em: float) -> dict:
+  """A saved solver result with exact match `em`."""
+  return {"exact_match": em, "gen_steps": 2.0,
+          "train_steps_per_solution": 2.0, "train_correct_step_frac": 1.0}
+
+
+def _run_without_training(cfg, wd):
+  """mf.run from saved progress; any training raises. (summary, results)."""
+  boom = mock.Mock(side_effect=AssertionError("retrained"))
+  with mock.patch.object(mf, "train_solver", boom), \
+      mock.patch.object(mf.runner, "train_lm", boom):
+    out = mf.run(cfg, wd)
+  with open(os.path.join(wd, "results.json")) as f:
+    return out, json.load(f)
+
+
 class ResumeTest(absltest.TestCase):
 
   def test_saved_stages_are_reused_not_retrained(self):
@@ -106,28 +128,17 @@ class ResumeTest(absltest.TestCase):
     cfg = mathfimer_config.get_config("tiny")
     cfg.fim.rounds, cfg.fim.solve_rounds = 2, (2,)
     items = [["Compute 1 +1.", ["1 + 1 = 2", "answer: 2"]]]
-    hist = [{"insertion_rate": 0.5, "rejection_rate": 0.5,
-             "rejected_similar": 1, "rejected_empty": 0, "gaps": 2,
-             "skipped_short": 0, "steps_after": 2.0,
-             "inserted_correct_frac": 1.0}] * 2
-    solver = lambda em: {"exact_match": em, "gen_steps": 2.0,  # pylint: disable=g-long-lambda
-                         "train_steps_per_solution": 2.0,
-                         "train_correct_step_frac": 1.0}
+    hist = [_ROUND_STATS] * 2
     saved = {"datasets": {"coarse": items, "expanded_r1": items,
                           "expanded_r2": items, "fine": items},
              "hist": hist, "fim_counts": {"examples": 7,
                                           "skipped_short": 0},
-             "solver/coarse": solver(0.25),
-             "solver/expanded_r2": solver(0.5), "solver/fine": solver(0.75)}
+             "solver/coarse": _solver(0.25),
+             "solver/expanded_r2": _solver(0.5), "solver/fine": _solver(0.75)}
     with tempfile.TemporaryDirectory() as wd:
       with open(os.path.join(wd, "progress_seed0.json"), "w") as f:
         json.dump(saved, f)
-      boom = mock.Mock(side_effect=AssertionError("retrained"))
-      with mock.patch.object(mf, "train_solver", boom), \
-          mock.patch.object(mf.runner, "train_lm", boom):
-        out = mf.run(cfg, wd)
-      with open(os.path.join(wd, "results.json")) as f:
-        res = json.load(f)
+      out, res = _run_without_training(cfg, wd)
     self.assertEqual(out["fim_examples"], 7)
     self.assertEqual(out["coarse/exact_match_mean"], 0.25)
     self.assertEqual(out["expanded_r2/exact_match_mean"], 0.5)
@@ -150,28 +161,17 @@ class ResumeTest(absltest.TestCase):
     cfg.seeds, cfg.fim.seed, cfg.fim.rounds = (1,), 0, 1
     cfg.fim.solve_rounds, cfg.fim.fine_ceiling = (1,), False
     items = [["a=1,b=a+1; b?", ["b=a+1=2", "answer: 2"]]]
-    hist = [{"insertion_rate": 0.5, "rejection_rate": 0.5,
-             "rejected_similar": 1, "rejected_empty": 0, "gaps": 2,
-             "skipped_short": 0, "steps_after": 2.0,
-             "inserted_correct_frac": 1.0}]
-    solver = lambda em: {"exact_match": em, "gen_steps": 2.0,  # pylint: disable=g-long-lambda
-                         "train_steps_per_solution": 2.0,
-                         "train_correct_step_frac": 1.0}
+    hist = [_ROUND_STATS]
     with tempfile.TemporaryDirectory() as wd:
       with open(os.path.join(wd, "progress_seed0.json"), "w") as f:
         json.dump({"datasets": {"coarse": items, "expanded_r1": items,
                                 "fine": items}, "hist": hist,
                    "fim_counts": {"examples": 5, "skipped_short": 0},
-                   "solver/coarse": solver(0.9)}, f)
+                   "solver/coarse": _solver(0.9)}, f)
       with open(os.path.join(wd, "progress_seed1.json"), "w") as f:
-        json.dump({"solver/coarse": solver(0.25),
-                   "solver/expanded_r1": solver(0.5)}, f)
-      boom = mock.Mock(side_effect=AssertionError("retrained"))
-      with mock.patch.object(mf, "train_solver", boom), \
-          mock.patch.object(mf.runner, "train_lm", boom):
-        out = mf.run(cfg, wd)
-      with open(os.path.join(wd, "results.json")) as f:
-        res = json.load(f)
+        json.dump({"solver/coarse": _solver(0.25),
+                   "solver/expanded_r1": _solver(0.5)}, f)
+      out, res = _run_without_training(cfg, wd)
     self.assertEqual(out["coarse/exact_match_mean"], 0.25)
     self.assertEqual(out["expanded_r1/exact_match_mean"], 0.5)
     self.assertNotIn("round1/insertion_rate_mean", out)
