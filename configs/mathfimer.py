@@ -41,8 +41,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # the solvers only; expansion rows come from seed N's run alone).
   c.fim = dict(masks_per_solution=3, eta=0.8, rounds=2, max_new_tokens=24,
                min_step_chars=8, solve_rounds=(), first_gap=False,
-               fine_ceiling=True, seed=-1, context_weight=0.0)
+               fine_ceiling=True, seed=-1, context_weight=0.0, order="psm")
   # context_weight: FIM loss weight on the non-middle tokens (0 = spec H.4).
+  # order ([inferred]): "psm" (spec H.3, default) or "spm" (suffix first,
+  # the prefix then ends right before the middle; jaxlab/objectives/fim.py).
   c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
                  mlp_dim=192)
   c.fim_train = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,
@@ -69,8 +71,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # after 200 steps (a d=128 fine solver: 13 % EM after 250 steps of 32,
     # vs 48 % with the variables format after 400). Steps are 7 characters,
     # so no line is merged (min_step_chars=4). Run the seeds in one process
-    # (`--config.seeds=(0,1,2)`): the base model is not saved, the other
-    # stages are (a stopped run resumes). The CPU budget (a d=128 training is ~10 min on the shared
+    # (`--config.seeds=(0,1,2)`): every stage is saved (the base model as
+    # WORKDIR/base_model.npz; a stopped run resumes). The CPU budget (a d=128 training is ~10 min on the shared
     # cores): one FIM model (seed 0, `fim.seed`) expands the data for every
     # solver seed, solvers on round 1 only (`fim.solve_rounds`), the fine
     # ceiling off (`fim.fine_ceiling`).

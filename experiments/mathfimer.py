@@ -59,6 +59,28 @@ def init_model(tok, cfg, seed, base=None):
   return model
 
 
+def save_params(model, path: str) -> None:
+  """The model's parameters as `path` (.npz, leaves in tree order)."""
+  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+  tmp = path + ".tmp.npz"
+  np.savez(tmp, *[np.asarray(x) for x in leaves])
+  os.replace(tmp, path)
+
+
+def load_params(model, path: str) -> None:
+  """Loads `save_params`' file into `model` (same config) in place."""
+  state = nnx.state(model, nnx.Param)
+  leaves, treedef = jax.tree.flatten(state)
+  with np.load(path) as f:
+    saved = [f[f"arr_{i}"] for i in range(len(f.files))]
+  if len(saved) != len(leaves) or any(
+      a.shape != b.shape for a, b in zip(saved, leaves)):
+    raise ValueError(f"{path} does not match the model config "
+                     f"({len(saved)} vs {len(leaves)} arrays)")
+  nnx.update(model, jax.tree.unflatten(treedef,
+                                       [jnp.asarray(x) for x in saved]))
+
+
 def train_solver(tok, cfg, seed, items, base=None, section=None):
   """A solver trained on (question, steps) items; (model, loss log).
 
@@ -108,6 +130,34 @@ def inserted_steps(before, after, *, with_question: bool = False) -> list:
     new = (collections.Counter(a) - collections.Counter(b)).elements()
     out.extend((q, x) if with_question else x for x in new)
   return out
+
+
+def heldout_fim_accuracy(fill, fmt, items, *, seed: int = 0
+                         ) -> dict[str, float]:
+  """The FIM model's own metric on held-out fine solutions.
+
+  One random step y_i of each (question, steps) item (never the answer
+  line) is masked and filled greedily from FIM(Q, y_<i, y_>i):
+  `heldout_middle_exact` = fraction of fills equal to y_i,
+  `heldout_middle_correct` = fraction that are a correct computation step
+  (`arithmetic.step_is_correct` against the question; another right step
+  of the chain counts here, not in `exact`).
+  """
+  rng = random.Random(seed)
+  exs = []
+  for q, steps in items:
+    if len(steps) < 2:
+      continue
+    i = rng.randrange(len(steps) - 1)
+    exs.append(fim.FimExample(q, tuple(steps[:i]), tuple(steps[i + 1:]),
+                              steps[i]))
+  outs = [fim.clean_middle(o, fmt.step_sep) for o in
+          fill([fmt.prompt(e.question, e.prefix, e.suffix) for e in exs])]
+  return {"heldout_middle_exact": float(np.mean(
+              [o == e.middle for o, e in zip(outs, exs)])),
+          "heldout_middle_correct": float(np.mean(
+              [bool(arithmetic.step_is_correct(o, e.question))
+               for o, e in zip(outs, exs)]))}
 
 
 def majority_exact_match(train, test) -> float:
@@ -161,9 +211,10 @@ def run(config, workdir: str) -> dict:
   fine_items = [(p.question, split(p)) for p in train]
   coarse_items = [(p.question, split(p)) for p in coarse]
   fim_items = [(p.question, split(p)) for p in fim_pool]
-  fmt = fim.FimFormat()
+  fmt = fim.FimFormat(order=cfg.fim.get("order", "psm"))
   rows: dict[str, list[dict]] = {}
   expansion: dict[int, list[dict]] = {}  # FIM seed -> per-round stats
+  fim_models: dict[int, dict] = {}  # FIM seed -> held-out FIM accuracy
   base_cfg = cfg.get("base_train")
   base_box: dict[str, object] = {}
   base_row = None
@@ -174,18 +225,25 @@ def run(config, workdir: str) -> dict:
     The paper's FIM model and solvers all start from pretrained math LMs;
     here a base LM learns the step-by-step format on the FIM pool's fine
     solutions (disjoint from the solver pool) and every FIM model and
-    solver starts from a copy of it. Not saved: a resumed run retrains it
-    only when a stage that needs it is left.
+    solver starts from a copy of it. Saved as WORKDIR/base_model.npz, so a
+    resumed run loads it.
     """
     if not base_cfg or int(base_cfg.steps) <= 0:
       return None
     if "model" not in base_box:
       btok = tokenizers.ByteTokenizer()
       fmt.add_to_tokenizer(btok)
-      base_box["model"], logs = train_solver(btok, cfg, int(d["seed"]),
-                                             fim_items, section=base_cfg)
-      log(f"base model trained on {len(fim_items)} fine solutions; loss "
-          f"curve {[(x['step'], round(x['loss'], 3)) for x in logs]}")
+      path = os.path.join(workdir, "base_model.npz")
+      if os.path.exists(path):
+        base_box["model"] = init_model(btok, cfg, int(d["seed"]))
+        load_params(base_box["model"], path)
+        log(f"base model loaded from {path}")
+      else:
+        base_box["model"], logs = train_solver(btok, cfg, int(d["seed"]),
+                                               fim_items, section=base_cfg)
+        save_params(base_box["model"], path)
+        log(f"base model trained on {len(fim_items)} fine solutions; loss "
+            f"curve {[(x['step'], round(x['loss'], 3)) for x in logs]}")
     return base_box["model"]
 
   for seed in cfg.seeds:
@@ -246,6 +304,9 @@ def run(config, workdir: str) -> dict:
       # 2. Expand the coarse data k rounds (stats per round).
       fill = fim.make_fill_fn(fim_model, tok,
                               max_new_tokens=cfg.fim.max_new_tokens)
+      fim_heldout = heldout_fim_accuracy(
+          fill, fmt, [(p.question, split(p)) for p in test], seed=fim_seed)
+      log(f"seed {seed}: FIM model on held-out masks: {fim_heldout}")
       datasets = {"coarse": coarse_items}
       current, hist = coarse_items, []
       for r in range(cfg.fim.rounds):
@@ -262,12 +323,15 @@ def run(config, workdir: str) -> dict:
         hist.append(st[0])
         log(f"seed {seed}: expansion round {r + 1}: {st[0]}")
       datasets["fine"] = fine_items  # the ceiling: the removed steps back
-      fim_progress.put(datasets=datasets, hist=hist, fim_counts=fim_counts)
+      fim_progress.put(datasets=datasets, hist=hist, fim_counts=fim_counts,
+                       fim_heldout=fim_heldout)
     datasets = {k: [(q, list(s)) for q, s in v]
                 for k, v in fim_progress.get("datasets").items()}
     fim_counts = fim_progress.get("fim_counts")
     if fim_seed in cfg.seeds:
       expansion[fim_seed] = fim_progress.get("hist")
+      if fim_progress.get("fim_heldout") is not None:
+        fim_models[fim_seed] = fim_progress.get("fim_heldout")
     # 3. Solvers (on the rounds in `fim.solve_rounds`; empty = every round).
     keep = {f"expanded_r{r}" for r in cfg.fim.get("solve_rounds", ())}
     for name, items in datasets.items():
@@ -293,6 +357,10 @@ def run(config, workdir: str) -> dict:
       vals = [h[r][k] for h in expansion.values()]
       (summary[f"round{r + 1}/{k}_mean"], summary[f"round{r + 1}/{k}_std"],
        _) = results_lib.mean_std(vals)
+  for k in ("heldout_middle_exact", "heldout_middle_correct"):
+    if fim_models:
+      (summary[f"fim/{k}_mean"], summary[f"fim/{k}_std"],
+       _) = results_lib.mean_std([h[k] for h in fim_models.values()])
   names = list(rows)
   lines = [f"mean ± sample std (ddof 1) over {len(cfg.seeds)} seed(s)", "",
            "| train data | steps/solution | correct steps (%) | held-out EM (%) "
@@ -320,7 +388,8 @@ def run(config, workdir: str) -> dict:
   with open(os.path.join(workdir, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   tables, comparisons = results_tables(list(cfg.seeds), rows, expansion,
-                                       summary["chance_exact_match"])
+                                       summary["chance_exact_match"],
+                                       fim_models=fim_models)
   results_lib.write(workdir, "mathfimer", tables=tables,
                     comparisons=comparisons, extra=summary, config=config,
                     start_time=t0)
@@ -331,12 +400,15 @@ ROW_LABELS = {"coarse": "coarse", "fine": "fine (ceiling)",
               "base": "base model, before SFT (fine-format FIM pool)"}
 
 
-def results_tables(seeds, rows, expansion,
-                   chance: float | None = None) -> tuple[list, list]:
-  """The docs' solver and expansion tables (per seed) and comparisons.
+def results_tables(seeds, rows, expansion, chance: float | None = None, *,
+                   fim_models: dict[int, dict] | None = None
+                   ) -> tuple[list, list]:
+  """The docs' solver, expansion and FIM tables (per seed), comparisons.
 
   `expansion`: {FIM seed: per-round stats} (or a list zipped with `seeds`).
   `chance`: held-out EM of the majority answer, shown as a reference row.
+  `fim_models`: {FIM seed: `heldout_fim_accuracy` dict}; a `fim` table
+  only when given.
   """
   col = results_lib.Column
   solver = results_lib.Table(
@@ -371,4 +443,16 @@ def results_tables(seeds, rows, expansion,
   comparisons = [results_lib.Comparison("solvers", "exact_match", label(n),
                                         "coarse")
                  for n in rows if n not in ("coarse", "base")]
-  return [solver, rounds], comparisons
+  tables = [solver, rounds]
+  if fim_models:
+    fim_table = results_lib.Table(
+        "fim", "FIM model on held-out masks (one step of each held-out "
+        "fine solution)",
+        [col("heldout_middle_exact", "fill = masked step %", 1, 100),
+         col("heldout_middle_correct", "fill is a correct step %", 1, 100)],
+        row_label="FIM model")
+    for seed, h in fim_models.items():
+      fim_table.add_seed("held-out masks", seed, {c.key: h[c.key]
+                                                  for c in fim_table.columns})
+    tables.append(fim_table)
+  return tables, comparisons

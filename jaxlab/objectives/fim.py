@@ -7,6 +7,8 @@
     `<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`), added to the
     tokenizer as single tokens (H.3):
         <|fim_prefix|>{Q}\n{P}<|fim_suffix|>{S}<|fim_middle|>{M}<eos>
+    ([inferred] `order="spm"`: the suffix block first, the prefix block
+    then ends right before `<|fim_middle|>`)
     with P, S the step lists joined by "\n"; loss on the tokens after
     `<|fim_middle|>` only, i.e. M and eos (H.4).
   * `sample_fim_examples`: r random masks per solution (H.2; r = 3).
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 DEFAULT_SENTINELS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+FIM_ORDERS = ("psm", "spm")
 
 
 # -- steps ------------------------------------------------------------------------------
@@ -89,6 +92,17 @@ class FimFormat:
   suffix_token: str = DEFAULT_SENTINELS[1]
   middle_token: str = DEFAULT_SENTINELS[2]
   step_sep: str = "\n"
+  # [inferred] "psm" (spec H.3, default) or "spm": the suffix first, so the
+  # prefix ends right before the middle (Bavarian et al. 2022's SPM mode):
+  #   <|fim_suffix|>{S}<|fim_prefix|>{Q}\n{P}<|fim_middle|>{M}
+  # The middle is then predicted right after the step before it, as a
+  # left-to-right solver predicts its next step.
+  order: str = "psm"
+
+  def __post_init__(self):
+    if self.order not in FIM_ORDERS:
+      raise ValueError(f"FimFormat.order must be one of {FIM_ORDERS}, got "
+                       f"{self.order!r}")
 
   @property
   def sentinels(self) -> tuple[str, str, str]:
@@ -114,9 +128,12 @@ class FimFormat:
     self._check("question", question, allow_sep=False)
     for s in (*prefix, *suffix):
       self._check("step", s, allow_sep=False)
-    return (f"{self.prefix_token}{question}{self.step_sep}"
-            f"{self.step_sep.join(prefix)}{self.suffix_token}"
-            f"{self.step_sep.join(suffix)}{self.middle_token}")
+    pre = (f"{self.prefix_token}{question}{self.step_sep}"
+           f"{self.step_sep.join(prefix)}")
+    suf = f"{self.suffix_token}{self.step_sep.join(suffix)}"
+    if self.order == "spm":
+      return f"{suf}{pre}{self.middle_token}"
+    return f"{pre}{suf}{self.middle_token}"
 
   def format(self, ex: FimExample) -> str:
     """The full training string (without eos, which `encode` appends)."""
@@ -126,10 +143,15 @@ class FimFormat:
   def parse(self, s: str) -> FimExample:
     """Inverse of `format`."""
     p, s_, m = self.sentinels
-    if not (s.startswith(p) and s.count(s_) == 1 and s.count(m) == 1):
-      raise ValueError(f"not a PSM FIM string: {s!r}")
-    head, middle = s[len(p):].split(m)
-    pre, suf = head.split(s_)
+    first = s_ if self.order == "spm" else p
+    if not (s.startswith(first) and s.count(p) == 1 and s.count(s_) == 1
+            and s.count(m) == 1):
+      raise ValueError(f"not a {self.order.upper()} FIM string: {s!r}")
+    head, middle = s.split(m)
+    if self.order == "spm":
+      suf, pre = head[len(s_):].split(p)
+    else:
+      pre, suf = head[len(p):].split(s_)
     question, _, prefix = pre.partition(self.step_sep)
     split = lambda x: tuple(x.split(self.step_sep)) if x else ()
     return FimExample(question, split(prefix), split(suf), middle)

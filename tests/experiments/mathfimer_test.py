@@ -87,6 +87,37 @@ class BaseInitTest(absltest.TestCase):
       self.assertIsNot(a, b)  # own buffers: the runner donates its state
     self.assertFalse(all(np.array_equal(a, b) for a, b in
                          zip(leaves(fresh), leaves(base))))
+    # The saved base (WORKDIR/base_model.npz) loads back exactly.
+    with tempfile.TemporaryDirectory() as wd:
+      path = os.path.join(wd, "base_model.npz")
+      mf.save_params(base, path)
+      mf.load_params(fresh, path)
+    for a, b in zip(leaves(fresh), leaves(base)):
+      np.testing.assert_array_equal(a, b)
+
+
+class HeldoutFimTest(absltest.TestCase):
+
+  def test_exact_and_correct_fills(self):
+    fmt = fim.FimFormat()
+    items = [("a=1,b=a+1; b?", ["b=a+1=2", "answer: 2"]),
+             ("a=1,b=a+2; b?", ["b=a+2=3", "answer: 3"]),
+             ("a=1,b=a+1,c=b+1,d=c+1; d?", ["c=b+1=3", "d=c+1=4",
+                                             "answer: 4"]),
+             ("q", ["answer: 1"])]  # no computation step: skipped
+    seen = []
+
+    def fill(prompts):
+      seen.extend(prompts)
+      return ["b=a+1=2\nc=b+1=3"] * len(prompts)
+
+    got = mf.heldout_fim_accuracy(fill, fmt, items, seed=0)
+    # Fill "b=a+1=2": the masked step of item 1 (exact); a wrong definition
+    # for item 2; a right step of item 3 that is not its masked one.
+    self.assertEqual(got, {"heldout_middle_exact": 1 / 3,
+                           "heldout_middle_correct": 2 / 3})
+    self.assertLen(seen, 3)
+    self.assertEqual(seen[0], fmt.prompt(items[0][0], (), ("answer: 2",)))
 
 
 class ChanceTest(absltest.TestCase):
@@ -134,7 +165,9 @@ class ResumeTest(absltest.TestCase):
              "hist": hist, "fim_counts": {"examples": 7,
                                           "skipped_short": 0},
              "solver/coarse": _solver(0.25),
-             "solver/expanded_r2": _solver(0.5), "solver/fine": _solver(0.75)}
+             "solver/expanded_r2": _solver(0.5), "solver/fine": _solver(0.75),
+             "fim_heldout": {"heldout_middle_exact": 0.5,
+                             "heldout_middle_correct": 0.625}}
     with tempfile.TemporaryDirectory() as wd:
       with open(os.path.join(wd, "progress_seed0.json"), "w") as f:
         json.dump(saved, f)
@@ -152,6 +185,11 @@ class ResumeTest(absltest.TestCase):
                      [0.75])
     self.assertEqual(rows["majority answer (chance)"]["exact_match"]
                      ["values"], [out["chance_exact_match"]])
+    fim_rows = res["tables"][2]["rows"]
+    self.assertEqual(res["tables"][2]["id"], "fim")
+    self.assertEqual(fim_rows[0]["cells"]["heldout_middle_correct"]
+                     ["values"], [0.625])
+    self.assertEqual(out["fim/heldout_middle_exact_mean"], 0.5)
 
   def test_shared_fim_seed_reports_expansion_once(self):
     # Seed 1's solvers on seed 0's expanded data (fim.seed = 0): the

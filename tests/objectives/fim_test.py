@@ -91,6 +91,26 @@ class FormatTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "not a PSM"):
       fmt.parse("no sentinels")
 
+  def test_spm_order(self):
+    # [inferred] SPM: suffix block, then the prefix block ending right
+    # before the middle sentinel; the middle-only mask is unchanged.
+    fmt = fim.FimFormat("<P>", "<S>", "<M>", order="spm")
+    tok = tokenizers.ByteTokenizer()
+    fmt.add_to_tokenizer(tok)
+    ex = fim.FimExample("q", ("a", "b"), ("d", "e"), "c")
+    self.assertEqual(fmt.format(ex), "<S>d\ne<P>q\na\nb<M>c")
+    self.assertEqual(fmt.prompt("q", (), ("d",)), "<S>d<P>q\n<M>")
+    for ex2 in (ex, fim.FimExample("q", (), ("d",), "c"),
+                fim.FimExample("q", ("a",), (), "c")):
+      self.assertEqual(fmt.parse(fmt.format(ex2)), ex2)
+    ids, mask = fmt.encode(tok, ex)
+    self.assertEqual([t for t, m in zip(ids, mask) if m],
+                     tok.encode("c", add_eos=True))
+    with self.assertRaisesRegex(ValueError, "not a SPM"):
+      fmt.parse("<P>q\na<S>d<M>c")  # a PSM string
+    with self.assertRaisesRegex(ValueError, "order"):
+      fim.FimFormat(order="pms")
+
 
 class MaskSamplingTest(absltest.TestCase):
 
