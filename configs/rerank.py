@@ -9,8 +9,10 @@ r"""CL vs SFT for (multimodal) LLM reranking (paper A): weight x direction.
 Presets (comma-separated, combinable with `tiny`):
   probe       the spec's probing table: W x D in {CL, SFT}^2, W_base (constant)
               and W_base + tau-mask (both with D_SFT).
-  directions  W in {CL, SFT} x D in {random (learnable), multi_token}.
-  native      native L_CL and L_SFT (should match the (CL,CL), (SFT,SFT) cells).
+  directions  W in {CL, SFT} x D in {random (learnable), multi_token}, with
+              the reference cells sft/sft, cl/sft, cl/cl (table "directions").
+  native      native L_CL and L_SFT (should match the (CL,CL), (SFT,SFT) cells;
+              with `directions`: one table).
   all         every cell above.
   negatives   N in {2, 4, 8, 16, 32} for (SFT, SFT) and (CL, CL).
   mm          the probing cells on the multimodal reranker (ViT + decoder):
@@ -38,6 +40,9 @@ PROBE_CELLS = ("sft/sft", "sft/cl", "cl/sft", "cl/cl", "constant/sft",
 DIRECTION_CELLS = ("sft/random", "cl/random", "sft/multi_token",
                    "cl/multi_token")
 NATIVE_CELLS = ("native/cl", "native/sft")
+# The cells the direction probes and native losses are paired with (same
+# seeds, same run): D_SFT and D_CL under each weight.
+DIRECTION_REFS = ("sft/sft", "cl/sft", "cl/cl")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -54,6 +59,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     cells += DIRECTION_CELLS
   if a.native or a.all:
     cells += NATIVE_CELLS
+  # Id of the results table (docs/results/rerank*.json hold one per preset).
+  c.table = "negatives" if a.negatives else "probe"
+  if (a.directions or a.native) and not (a.probe or a.all):
+    # Their own table, with the reference cells they are compared with.
+    cells = list(DIRECTION_REFS) + cells
+    c.table = "directions"
   if a.negatives and not cells:
     cells = ["sft/sft", "cl/cl"]
   if not cells:
@@ -61,8 +72,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.cells = ",".join(cells)
   # Negatives per query; a non-empty sweep trains every cell at each N.
   c.negatives_sweep = (2, 4, 8, 16, 32) if a.negatives else ()
-  # Id of the results table (docs/results/rerank.json holds one per preset).
-  c.table = "negatives" if a.negatives else "probe"
   # A tiny random HF checkpoint written into WORKDIR/backbone and imported as
   # the reranker's decoder when `fixture` names an architecture (llama,
   # qwen2); "" = none (the decoder is `reranker.decoder`, or `init_from`).
@@ -162,7 +171,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # decoder width get adapters too; embeddings, norms, the patch embedding
     # and the LM head (M_y, M_n: the directions) stay frozen.
     c.model_kind = "multimodal"
-    c.table = "mm_probe"
+    c.table = "mm_" + c.table      # mm_probe, mm_directions
     c.seeds = (0, 1, 2)
     c.backbone.fixture = "qwen2"
     c.backbone.init_std = 0.2

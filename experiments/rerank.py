@@ -134,15 +134,40 @@ def ensure_backbone(config, workdir: str):
   return config
 
 
-def make_model(config, rcfg: rr.RerankerConfig, seed: int):
+def make_model(config, rcfg: rr.RerankerConfig, seed: int, *,
+               learn_random_head: bool = False):
   """Zero-arg factory (full fine-tuning) or, with `init_from`, an instance
-  whose decoder is an imported HF checkpoint (use with `lora.rank`)."""
+  whose decoder is an imported HF checkpoint (use with `lora.rank`).
+
+  With `learn_random_head` and `lora.rank` > 0, the D_Rand head R (spec 8:
+  "a randomly initialised, learnable projection") is re-typed as a
+  `jaxlab.train.lora.LoRA` variable, the type the trainer optimises under
+  LoRA, so it is learned beside the adapters (otherwise LoRA would leave it
+  frozen at its random init); `merge_lora` ignores it (no `_lora_a/_b`
+  pair) and the model reads it as before.
+  """
   if not config.init_from:
     return lambda: rr.Reranker(rcfg, rngs=nnx.Rngs(seed))
   from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
   dec, _ = hf.load(config.init_from)
   model = rr.Reranker(rcfg, rngs=nnx.Rngs(seed))
   model.decoder = dec
+  if learn_random_head and int(config.lora.rank) > 0:
+    learnable_random_head(model)
+  return model
+
+
+def learnable_random_head(model: rr.Reranker) -> rr.Reranker:
+  """Re-types the D_Rand head R as a `jaxlab.train.lora.LoRA` variable (same
+  values, in place), the type the trainer optimises under LoRA."""
+  from jaxlab.train import lora as lora_lib  # pylint: disable=g-import-not-at-top
+  r = model.rand_head_dk
+  if r is None:
+    raise ValueError("the reranker has no random head (reranker config "
+                     "random_direction=False)")
+  model.rand_head_dk = lora_lib.LoRA(
+      r[...], out_sharding=r.get_metadata().get("out_sharding"),
+      eager_sharding=False)
   return model
 
 
@@ -333,7 +358,8 @@ def run_one(config, workdir, *, cell, n_neg, seed, tok, rcfg, template,
     source = GroupSource(src, tok, rcfg, template,
                          int(config.prompt.max_len),
                          config.reranker.labels.image_token)
-    model = make_model(config, rcfg, seed)
+    model = make_model(config, rcfg, seed,
+                       learn_random_head=fields["direction"] == "random")
   res = trainer.train(cfg, workdir, model=model, train_source=source)
   ts = res["train_state"]
   trained, _ = nnx.merge(ts.graphdef, ts.state)
@@ -406,7 +432,13 @@ def results_table(runs: list[dict], k: int, with_n: bool,
            "negatives": "Negatives sweep: held-out reranking after training "
                         "with N negatives per query",
            "mm_probe": "W × D probing on the multimodal reranker (ViT + "
-                       "imported decoder, LoRA): held-out reranking"
+                       "imported decoder, LoRA): held-out reranking",
+           "directions": "Direction probes (D_Rand, multi-token) and native "
+                         "losses beside their reference cells: held-out "
+                         "reranking after training each cell",
+           "mm_directions": "Direction probes and native losses on the "
+                            "multimodal reranker (ViT + imported decoder, "
+                            "LoRA): held-out reranking",
            }.get(table_id, f"rerank {table_id}")
   table = results_lib.Table(table_id, title, columns=cols,
                             row_label="W / D, N" if with_n else "W / D")
@@ -422,11 +454,23 @@ CLAIMED = (("cl/sft", "sft/sft"), ("cl/cl", "sft/cl"), ("sft/cl", "sft/sft"),
            ("cl/cl", "cl/sft"), ("constant_tau_mask/sft", "constant/sft"))
 
 
+# The direction tables' claims (spec 8 and 6): each probe direction against
+# the direction it replaces under the same weight (D_Rand under W_CL is R_y,
+# against D_CL = M_y; under W_SFT R_y - R_n, against D_SFT; the multi-token
+# direction is an SFT-style difference, against D_SFT), and each native loss
+# against its surrogate cell (the URL reproduces it: difference 0).
+DIRECTION_CLAIMED = (("sft/random", "sft/sft"), ("cl/random", "cl/cl"),
+                     ("sft/multi_token", "sft/sft"),
+                     ("cl/multi_token", "cl/sft"),
+                     ("native/sft", "sft/sft"), ("native/cl", "cl/cl"))
+
+
 def comparisons(cells, sweep, with_n: bool, k: int, table_id: str = "probe"
                 ) -> list[results_lib.Comparison]:
-  """CLAIMED pairs at each N; in a sweep, also CL - SFT (spec outcome 4:
-  the gap narrows as N grows)."""
-  pairs = list(CLAIMED)
+  """CLAIMED pairs (DIRECTION_CLAIMED in a `*directions` table) at each N;
+  in a sweep, also CL - SFT (spec outcome 4: the gap narrows as N grows)."""
+  pairs = list(DIRECTION_CLAIMED if table_id.endswith("directions")
+               else CLAIMED)
   if with_n:
     pairs.append(("cl/cl", "sft/sft"))
   out = []

@@ -152,12 +152,63 @@ class ConfigSectionsTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "backbone.fixture='gpt2'"):
       rerank_exp.ensure_backbone(config, "/nonexistent")
 
+  def test_direction_presets_have_their_own_table_and_claims(self):
+    """`directions,native`: reference cells first, table "directions"
+    ("mm_directions" with mm); its claims pair each probe with the
+    reference it replaces, probe first (a − b = probe − reference)."""
+    config = rerank_configs.get_config("directions,native,tiny")
+    self.assertEqual(config.table, "directions")
+    cells = config.cells.split(",")
+    self.assertEqual(cells[:3], ["sft/sft", "cl/sft", "cl/cl"])
+    self.assertLen(cells, 9)
+    mm = rerank_configs.get_config("directions,mm,tiny")
+    self.assertEqual((mm.table, mm.model_kind, tuple(mm.seeds)),
+                     ("mm_directions", "multimodal", (0, 1, 2)))
+    self.assertEqual(rerank_configs.get_config("all,tiny").table, "probe")
+    comps = rerank_exp.comparisons(cells, (4,), False, 10, "directions")
+    self.assertEqual([(c.table, c.a, c.b) for c in comps], [
+        ("directions", "sft/random", "sft/sft"),
+        ("directions", "cl/random", "cl/cl"),
+        ("directions", "sft/multi_token", "sft/sft"),
+        ("directions", "cl/multi_token", "cl/sft"),
+        ("directions", "native/sft", "sft/sft"),
+        ("directions", "native/cl", "cl/cl")])
+    # The probe table keeps its W-vs-D claims only.
+    probe = rerank_exp.comparisons(
+        rerank_configs.get_config("probe,tiny").cells.split(","), (4,),
+        False, 10, "probe")
+    self.assertLen(probe, 5)
+    self.assertNotIn("sft/random", {c.a for c in probe})
+
   def test_parse_cell(self):
     self.assertEqual(rerank_exp.parse_cell("cl/sft"),
                      {"objective": "url", "weight": "cl", "direction": "sft"})
     self.assertEqual(rerank_exp.parse_cell("native/cl")["objective"], "cl")
     with self.assertRaisesRegex(ValueError, "unknown weight"):
       rerank_exp.parse_cell("bogus/sft")
+
+
+class LearnableRandomHeadTest(absltest.TestCase):
+
+  def test_random_head_is_retyped_for_lora(self):
+    """With LoRA the trainer optimises only `LoRA` variables: the D_Rand
+    head becomes one (same values); nothing else does."""
+    from jaxlab.train import lora as lora_lib  # pylint: disable=g-import-not-at-top
+    config = rerank_configs.get_config("tiny")
+    with config.unlocked():
+      config.reranker.decoder.update(dim=16, mlp_dim=32, num_layers=1)
+      config.reranker.vit.update(dim=16, mlp_dim=32)
+    rcfg = rerank_exp.reranker_config(config,
+                                      rerank_exp.make_tokenizer(config))
+    model = rr.Reranker(rcfg, rngs=nnx.Rngs(0))
+    self.assertNotIsInstance(model.rand_head_dk, lora_lib.LoRA)
+    before = np.asarray(model.rand_head_dk[...])
+    rerank_exp.learnable_random_head(model)
+    self.assertIsInstance(model.rand_head_dk, lora_lib.LoRA)
+    np.testing.assert_array_equal(model.rand_head_dk[...], before)
+    trained = jax.tree.leaves(nnx.state(model, lora_lib.LoRA))
+    self.assertLen(trained, 1)
+    self.assertEqual(trained[0].shape, (16, 2))
 
 
 if __name__ == "__main__":
