@@ -41,10 +41,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # the solvers only; expansion rows come from seed N's run alone).
   c.fim = dict(masks_per_solution=3, eta=0.8, rounds=2, max_new_tokens=24,
                min_step_chars=8, solve_rounds=(), first_gap=False,
-               fine_ceiling=True, seed=-1, context_weight=0.0, order="psm")
+               fine_ceiling=True, seed=-1, context_weight=0.0, order="psm",
+               empty_masks=0)
   # context_weight: FIM loss weight on the non-middle tokens (0 = spec H.4).
   # order ([inferred]): "psm" (spec H.3, default) or "spm" (suffix first,
   # the prefix then ends right before the middle; jaxlab/objectives/fim.py).
+  # empty_masks ([inferred], 0 = spec H.2): FIM examples per solution at an
+  # intact gap with an empty middle ("nothing missing here").
   c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
                  mlp_dim=192)
   c.fim_train = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,

@@ -292,7 +292,8 @@ def run(config, workdir: str) -> dict:
     if fim_progress.get("datasets") is None:
       # 1. FIM model on the fine solutions.
       examples, fim_counts = fim.build_fim_dataset(
-          fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed)
+          fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed,
+          empty_masks=int(cfg.fim.get("empty_masks", 0)))
       fim_model = init_model(tok, cfg, fim_seed, get_base())
       enc = fim.encode_batch(fmt, tok, examples,
                              max_len=cfg.fim_train.max_len,

@@ -201,34 +201,48 @@ def encode_batch(fmt: FimFormat, tokenizer, examples: Sequence[FimExample], *,
 
 def sample_fim_examples(question: str, steps: Sequence[str], *, rounds: int = 3,
                         rng: random.Random, distinct: bool = True,
-                        min_steps: int = 2) -> list[FimExample]:
+                        min_steps: int = 2, empty_masks: int = 0
+                        ) -> list[FimExample]:
   """`rounds` random masks of one solution (spec H.2).
 
   Each draws i in [0, n): P = steps[:i], M = steps[i], S = steps[i+1:].
   `distinct` ([inferred]) draws without replacement while possible, so a
   short solution does not give duplicate examples. Solutions with fewer
   than `min_steps` steps give no example.
+
+  `empty_masks` ([inferred], 0 = the spec): that many more examples at an
+  intact gap, i in [0, n) drawn the same way: P = steps[:i], S = steps[i:],
+  M = "" (the target is eos alone). They teach the model that a gap with
+  no missing step has nothing to fill; expansion (H.6) meets such gaps
+  wherever the coarse chain kept adjacent steps, and counts an empty fill
+  as rejected (`rejected_empty`).
   """
   n = len(steps)
   if n < max(min_steps, 1):
     return []
-  if distinct:
-    idx = rng.sample(range(n), min(rounds, n))
-  else:
-    idx = [rng.randrange(n) for _ in range(rounds)]
-  return [FimExample(question, tuple(steps[:i]), tuple(steps[i + 1:]),
-                     steps[i]) for i in idx]
+  draw = lambda k: (rng.sample(range(n), min(k, n)) if distinct  # pylint: disable=g-long-lambda
+                    else [rng.randrange(n) for _ in range(k)])
+  out = [FimExample(question, tuple(steps[:i]), tuple(steps[i + 1:]),
+                    steps[i]) for i in draw(rounds)]
+  if empty_masks:
+    out += [FimExample(question, tuple(steps[:i]), tuple(steps[i:]), "")
+            for i in draw(empty_masks)]
+  return out
 
 
 def build_fim_dataset(items: Sequence[tuple[str, Sequence[str]]], *,
-                      rounds: int = 3, seed: int = 0, min_steps: int = 2
+                      rounds: int = 3, seed: int = 0, min_steps: int = 2,
+                      empty_masks: int = 0
                       ) -> tuple[list[FimExample], dict[str, int]]:
-  """FIM examples of (question, steps) items plus counts (skipped_short)."""
+  """FIM examples of (question, steps) items plus counts (skipped_short).
+
+  `empty_masks`: intact-gap examples per solution (`sample_fim_examples`).
+  """
   rng = random.Random(seed)
   out, skipped = [], 0
   for q, steps in items:
     ex = sample_fim_examples(q, steps, rounds=rounds, rng=rng,
-                             min_steps=min_steps)
+                             min_steps=min_steps, empty_masks=empty_masks)
     skipped += not ex
     out.extend(ex)
   return out, {"examples": len(out), "solutions": len(items),

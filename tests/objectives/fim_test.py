@@ -126,6 +126,27 @@ class MaskSamplingTest(absltest.TestCase):
     mids = [e.middle for e in ex if e.question == "q1"]
     self.assertLen(set(mids), 3)  # distinct masks
 
+  def test_empty_masks_are_intact_gaps(self):
+    steps = ["s1", "s2", "s3"]
+    ex = fim.sample_fim_examples("q", steps, rounds=1, rng=random.Random(0),
+                                 empty_masks=2)
+    self.assertLen(ex, 3)
+    self.assertNotEqual(ex[0].middle, "")
+    empty = ex[1:]
+    for e in empty:  # the whole chain in P + S, nothing to fill
+      self.assertEqual((e.middle, list(e.prefix) + list(e.suffix)),
+                       ("", steps))
+    self.assertLen({len(e.prefix) for e in empty}, 2)  # distinct gaps
+    tok = tokenizers.ByteTokenizer()
+    fmt = fim.FimFormat()
+    fmt.add_to_tokenizer(tok)
+    ids, mask = fmt.encode(tok, fim.FimExample("q", ("s1",), ("s2",), ""))
+    # The loss is on eos alone, right after <|fim_middle|>.
+    self.assertEqual((sum(mask), ids[-1], ids[-2]),
+                     (1, tok.eos_id, tok.special_tokens["<|fim_middle|>"]))
+    _, stats = fim.build_fim_dataset([("q", steps)], rounds=3, empty_masks=1)
+    self.assertEqual(stats["examples"], 4)
+
   def test_with_replacement(self):
     ex = fim.sample_fim_examples("q", ["a", "b"], rounds=5,
                                  rng=random.Random(0), distinct=False)
