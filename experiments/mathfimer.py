@@ -293,7 +293,9 @@ def run(config, workdir: str) -> dict:
       # 1. FIM model on the fine solutions.
       examples, fim_counts = fim.build_fim_dataset(
           fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed,
-          empty_masks=int(cfg.fim.get("empty_masks", 0)))
+          empty_masks=int(cfg.fim.get("empty_masks", 0)),
+          coarse_gaps=int(cfg.fim.get("coarse_gaps", 0)),
+          coarse_drop_frac=float(cfg.fim.get("coarse_drop_frac", 0.4)))
       fim_model = init_model(tok, cfg, fim_seed, get_base())
       enc = fim.encode_batch(fmt, tok, examples,
                              max_len=cfg.fim_train.max_len,

@@ -230,19 +230,58 @@ def sample_fim_examples(question: str, steps: Sequence[str], *, rounds: int = 3,
   return out
 
 
+def sample_coarse_gap_examples(question: str, steps: Sequence[str], *,
+                               rounds: int, drop_frac: float,
+                               rng: random.Random) -> list[FimExample]:
+  """`rounds` FIM examples at gaps of randomly coarsened copies ([inferred]).
+
+  Spec H.2's masks come from complete chains, so every prefix and suffix
+  is gap-free and exactly one step is missing; the chains that expansion
+  fills are coarse (gaps elsewhere, 0, 1 or more steps missing at a gap).
+  Each example here deletes round(drop_frac * (n - 1)) of the steps but the
+  last (the answer line stays), picks one gap g of the kept chain
+  uniformly (the first gap, before the first kept step, included), and
+  sets P = kept[:g], S = kept[g:], M = the first deleted step between
+  kept[g - 1] and kept[g] (the next step after P), or "" when none was
+  deleted there (nothing to fill).
+  """
+  if not 0 <= drop_frac < 1:
+    raise ValueError(f"drop_frac must be in [0, 1), got {drop_frac}")
+  n = len(steps)
+  if n < 2:
+    return []
+  out = []
+  for _ in range(rounds):
+    drop = set(rng.sample(range(n - 1), round(drop_frac * (n - 1))))
+    kept = [i for i in range(n) if i not in drop]
+    g = rng.randrange(len(kept))
+    lo = kept[g - 1] + 1 if g else 0
+    missing = [i for i in range(lo, kept[g]) if i in drop]
+    out.append(FimExample(question, tuple(steps[i] for i in kept[:g]),
+                          tuple(steps[i] for i in kept[g:]),
+                          steps[missing[0]] if missing else ""))
+  return out
+
+
 def build_fim_dataset(items: Sequence[tuple[str, Sequence[str]]], *,
                       rounds: int = 3, seed: int = 0, min_steps: int = 2,
-                      empty_masks: int = 0
+                      empty_masks: int = 0, coarse_gaps: int = 0,
+                      coarse_drop_frac: float = 0.4
                       ) -> tuple[list[FimExample], dict[str, int]]:
   """FIM examples of (question, steps) items plus counts (skipped_short).
 
-  `empty_masks`: intact-gap examples per solution (`sample_fim_examples`).
+  `empty_masks`: intact-gap examples per solution (`sample_fim_examples`);
+  `coarse_gaps`: examples per solution at gaps of coarsened copies
+  (`sample_coarse_gap_examples`, `coarse_drop_frac` of the steps deleted).
   """
   rng = random.Random(seed)
   out, skipped = [], 0
   for q, steps in items:
     ex = sample_fim_examples(q, steps, rounds=rounds, rng=rng,
                              min_steps=min_steps, empty_masks=empty_masks)
+    if ex and coarse_gaps:
+      ex += sample_coarse_gap_examples(q, steps, rounds=coarse_gaps,
+                                       drop_frac=coarse_drop_frac, rng=rng)
     skipped += not ex
     out.extend(ex)
   return out, {"examples": len(out), "solutions": len(items),

@@ -147,6 +147,35 @@ class MaskSamplingTest(absltest.TestCase):
     _, stats = fim.build_fim_dataset([("q", steps)], rounds=3, empty_masks=1)
     self.assertEqual(stats["examples"], 4)
 
+  def test_coarse_gap_examples(self):
+    steps = ["s1", "s2", "s3", "s4", "ans"]
+    # Hand-drawn with the same rng calls: sample 2 of the 4 non-final
+    # steps to delete, then one gap of the 3 kept steps.
+    r = random.Random(3)
+    drop = set(r.sample(range(4), 2))
+    kept = [i for i in range(5) if i not in drop]
+    g = r.randrange(len(kept))
+    ex = fim.sample_coarse_gap_examples("q", steps, rounds=1, drop_frac=0.4,
+                                        rng=random.Random(3))[0]
+    self.assertEqual(ex.prefix, tuple(steps[i] for i in kept[:g]))
+    self.assertEqual(ex.suffix, tuple(steps[i] for i in kept[g:]))
+    # Every example: M is the first step deleted right after P (or empty
+    # when P and S are adjacent in the full chain); the answer stays.
+    for e in fim.sample_coarse_gap_examples(
+        "q", steps, rounds=40, drop_frac=0.4, rng=random.Random(0)):
+      self.assertEqual(e.suffix[-1], "ans")
+      self.assertLen(e.prefix + e.suffix, 3)
+      nxt = steps.index(e.prefix[-1]) + 1 if e.prefix else 0
+      self.assertEqual(e.middle, "" if steps[nxt] == e.suffix[0]
+                       else steps[nxt])
+    self.assertEqual(fim.sample_coarse_gap_examples(
+        "q", ["ans"], rounds=2, drop_frac=0.4, rng=random.Random(0)), [])
+    with self.assertRaisesRegex(ValueError, "drop_frac"):
+      fim.sample_coarse_gap_examples("q", steps, rounds=1, drop_frac=1.0,
+                                     rng=random.Random(0))
+    _, stats = fim.build_fim_dataset([("q", steps)], rounds=2, coarse_gaps=3)
+    self.assertEqual(stats["examples"], 5)
+
   def test_with_replacement(self):
     ex = fim.sample_fim_examples("q", ["a", "b"], rounds=5,
                                  rng=random.Random(0), distinct=False)
