@@ -166,7 +166,7 @@ def learnable_random_head(model: rr.Reranker) -> rr.Reranker:
     raise ValueError("the reranker has no random head (reranker config "
                      "random_direction=False)")
   model.rand_head_dk = lora_lib.LoRA(
-      r[...], out_sharding=r.get_metadata().get("out_sharding"),
+      r.get_value(), out_sharding=r.get_metadata().get("out_sharding"),
       eager_sharding=False)
   return model
 

@@ -192,23 +192,24 @@ class LearnableRandomHeadTest(absltest.TestCase):
 
   def test_random_head_is_retyped_for_lora(self):
     """With LoRA the trainer optimises only `LoRA` variables: the D_Rand
-    head becomes one (same values); nothing else does."""
+    head becomes one (the same array); nothing else does."""
     from jaxlab.train import lora as lora_lib  # pylint: disable=g-import-not-at-top
     config = rerank_configs.get_config("tiny")
-    with config.unlocked():
-      config.reranker.decoder.update(dim=16, mlp_dim=32, num_layers=1)
-      config.reranker.vit.update(dim=16, mlp_dim=32)
     rcfg = rerank_exp.reranker_config(config,
                                       rerank_exp.make_tokenizer(config))
-    model = rr.Reranker(rcfg, rngs=nnx.Rngs(0))
+    model = nnx.eval_shape(lambda: rr.Reranker(rcfg, rngs=nnx.Rngs(0)))
     self.assertNotIsInstance(model.rand_head_dk, lora_lib.LoRA)
-    before = np.asarray(model.rand_head_dk[...])
+    self.assertEmpty(jax.tree.leaves(nnx.state(model, lora_lib.LoRA)))
+    before = model.rand_head_dk.get_value()
     rerank_exp.learnable_random_head(model)
     self.assertIsInstance(model.rand_head_dk, lora_lib.LoRA)
-    np.testing.assert_array_equal(model.rand_head_dk[...], before)
+    self.assertIs(model.rand_head_dk.get_value(), before)
     trained = jax.tree.leaves(nnx.state(model, lora_lib.LoRA))
     self.assertLen(trained, 1)
-    self.assertEqual(trained[0].shape, (16, 2))
+    self.assertEqual(trained[0].shape, (rcfg.decoder.dim, 2))
+    model.rand_head_dk = None
+    with self.assertRaisesRegex(ValueError, "random_direction=False"):
+      rerank_exp.learnable_random_head(model)
 
 
 if __name__ == "__main__":
