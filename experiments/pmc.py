@@ -13,6 +13,8 @@ Writes WORKDIR/results.json, lottery.png, table.md.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 
@@ -27,6 +29,7 @@ from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.data.synthetic import real_authors as real_authors_lib
 from jaxlab.evals import unlearning as unlearning_evals
+from jaxlab.io import params as params_io
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import pmc
@@ -128,6 +131,78 @@ def _dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
   return ref_chosen, extra
 
 
+def _as_plain(x):
+  return x.to_dict() if hasattr(x, "to_dict") else x
+
+
+def _stage_key(cfg, *fields) -> tuple[dict, str]:
+  """The config fields a stage depends on, and an 8-hex digest of them."""
+  meta = {f: _as_plain(cfg.get(f)) for f in fields}
+  blob = json.dumps(meta, sort_keys=True, default=str).encode()
+  return meta, hashlib.sha256(blob).hexdigest()[:8]
+
+
+# What the pre-trained model and a method's evaluation depend on: a run
+# whose config differs in these fields recomputes that stage (new file
+# names: WORKDIR/pretrained_seedS_<digest>.npz, seedS_<method>_<digest>.json),
+# one that does not reloads it, so a killed run resumes per method and a run
+# with another unlearning budget reuses the pre-trained model.
+_PRETRAIN_FIELDS = ("model", "facts", "pretrain", "num_real_authors")
+_METHOD_FIELDS = _PRETRAIN_FIELDS + ("unlearn", "eval", "probes",
+                                     "idk_answer")
+
+
+def _cached_json(path: str, meta: dict, compute):
+  if os.path.isfile(path):
+    with open(path) as f:
+      saved = json.load(f)
+    if saved.get("meta") == json.loads(json.dumps(meta, default=str)):
+      return saved["value"], True
+  value = compute()
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump({"meta": meta, "value": value}, f, default=float)
+  os.replace(tmp, path)
+  return value, False
+
+
+def _unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
+  """Unlearns from a clone of `base` with `method`; its eval and extras."""
+  f_prompts = _prompts(fs.forget)
+  r_prompts = _prompts(fs.retain)
+  r_answers = [x.answer for x in fs.retain]
+  model = nnx.clone(base)
+  ucfg = _unlearn_config(cfg, method, seed)
+  ucfg.warmup_steps = pmc.warmup_steps(ucfg, len(fs.forget))
+  extra = {}
+  if method == "pmc":
+    res = pmc.run_pmc(model, tok, forget_questions=[x.question
+                                                    for x in fs.forget],
+                      retain_prompts=r_prompts, retain_answers=r_answers,
+                      config=ucfg, prompt_fn=facts_lib.qa_prompt)
+    extra["pmc_cache_done_frac"] = res["history"][-1]["cache_done_frac"]
+    extra["pmc_skipped_empty_questions"] = res["skipped_empty_questions"]
+  else:
+    truth = [x.answer for x in fs.forget]
+    answers = ([cfg.idk_answer] * len(fs.forget)
+               if method in ("idk", "dpo") else truth)
+    ref, extra_arrays = None, None
+    if method == "npo":
+      ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
+                                    max_len=ucfg.max_len)
+    if method == "dpo":  # chosen "I don't know.", rejected the truth
+      ref, extra_arrays = _dpo_arrays(base, tok, f_prompts, answers,
+                                      truth, ucfg.max_len)
+    sg.run_self_generated(model, tok, forget_prompts=f_prompts,
+                          retain_prompts=r_prompts,
+                          retain_answers=r_answers, score_fn=None,
+                          fixed_forget_answers=answers,
+                          ref_forget_nll=ref,
+                          extra_forget_arrays=extra_arrays, config=ucfg)
+  return {"eval": _eval(model, tok, fs, cfg, seed, base=base,
+                        authors=authors), "extra": extra}
+
+
 def run_unlearning(cfg, workdir: str) -> dict:
   tok = tokenizers.ByteTokenizer()
   fs = facts_lib.make_fact_set(**dict(cfg.facts))
@@ -141,53 +216,46 @@ def run_unlearning(cfg, workdir: str) -> dict:
   for seed in cfg.seeds:
     mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
     base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
-    train = fs.train + authors
-    data = sg.encode_for_lm(tok, _prompts(train), [x.answer for x in train],
-                            max_len=cfg.pretrain.max_len)
-    p = dict(cfg.pretrain)
-    p.pop("max_len")
-    logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
-    extra[f"pretrain_final_loss_seed{seed}"] = logs[-1]["loss"]
-    per_seed["original"].append(_eval(base, tok, fs, cfg, seed,
-                                      authors=authors))
-    log(f"seed {seed}: pretrained (loss {logs[-1]['loss']:.4f}): "
-        f"{per_seed['original'][-1]}")
-    f_prompts = _prompts(fs.forget)
-    r_prompts = _prompts(fs.retain)
-    r_answers = [x.answer for x in fs.retain]
+    pre_meta, pre_key = _stage_key(cfg, *_PRETRAIN_FIELDS)
+    pre_meta["seed"] = int(seed)
+    base_path = os.path.join(workdir, f"pretrained_seed{seed}_{pre_key}.npz")
+
+    if params_io.exists(base_path):
+      final_loss = params_io.load(base, base_path, pre_meta)["final_loss"]
+      reused = True
+    else:
+      train = fs.train + authors
+      data = sg.encode_for_lm(tok, _prompts(train),
+                              [x.answer for x in train],
+                              max_len=cfg.pretrain.max_len)
+      p = dict(cfg.pretrain)
+      p.pop("max_len")
+      logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
+      final_loss = float(logs[-1]["loss"])
+      params_io.save(base, base_path, {**pre_meta, "final_loss": final_loss})
+      reused = False
+    extra[f"pretrain_final_loss_seed{seed}"] = final_loss
+    ometa, okey = _stage_key(cfg, *_PRETRAIN_FIELDS, "eval", "probes")
+    ometa["seed"] = int(seed)
+    ev, _ = _cached_json(
+        os.path.join(workdir, f"seed{seed}_original_{okey}.json"), ometa,
+        lambda: {"eval": _eval(base, tok, fs, cfg, seed, authors=authors)})  # pylint: disable=cell-var-from-loop
+    meta, key = _stage_key(cfg, *_METHOD_FIELDS)
+    meta["seed"] = int(seed)
+    stage = lambda name: os.path.join(workdir, f"seed{seed}_{name}_{key}.json")  # pylint: disable=cell-var-from-loop
+    per_seed["original"].append(ev["eval"])
+    log(f"seed {seed}: pretrained (loss {final_loss:.4f}"
+        f"{', reloaded' if reused else ''}): {ev['eval']}")
     for method in methods:
-      model = nnx.clone(base)
-      ucfg = _unlearn_config(cfg, method, seed)
-      ucfg.warmup_steps = pmc.warmup_steps(ucfg, len(fs.forget))
-      if method == "pmc":
-        res = pmc.run_pmc(model, tok, forget_questions=[x.question
-                                                        for x in fs.forget],
-                          retain_prompts=r_prompts, retain_answers=r_answers,
-                          config=ucfg, prompt_fn=facts_lib.qa_prompt)
-        extra[f"pmc_cache_done_frac_seed{seed}"] = (
-            res["history"][-1]["cache_done_frac"])
-        extra[f"pmc_skipped_empty_questions_seed{seed}"] = (
-            res["skipped_empty_questions"])
-      else:
-        truth = [x.answer for x in fs.forget]
-        answers = ([cfg.idk_answer] * len(fs.forget)
-                   if method in ("idk", "dpo") else truth)
-        ref, extra_arrays = None, None
-        if method == "npo":
-          ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
-                                        max_len=ucfg.max_len)
-        if method == "dpo":  # chosen "I don't know.", rejected the truth
-          ref, extra_arrays = _dpo_arrays(base, tok, f_prompts, answers,
-                                          truth, ucfg.max_len)
-        sg.run_self_generated(model, tok, forget_prompts=f_prompts,
-                              retain_prompts=r_prompts,
-                              retain_answers=r_answers, score_fn=None,
-                              fixed_forget_answers=answers,
-                              ref_forget_nll=ref,
-                              extra_forget_arrays=extra_arrays, config=ucfg)
-      per_seed[method].append(_eval(model, tok, fs, cfg, seed, base=base,
-                                    authors=authors))
-      log(f"seed {seed}: {method}: {per_seed[method][-1]}")
+      res, reused = _cached_json(
+          stage(method), meta,
+          lambda m=method, s=seed, b=base: _unlearn_and_eval(m, s, b, cfg,
+                                                             tok, fs,
+                                                             authors))
+      per_seed[method].append(res["eval"])
+      extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
+      log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "
+          f"{res['eval']}")
   summary = {}
   for m, rows in per_seed.items():
     for k in METRICS:
