@@ -29,6 +29,7 @@ from experiments import results as results_lib
 from jaxlab import parallel
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion
+from jaxlab.io import params as params_io
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import llada  # pylint: disable=unused-import
@@ -68,17 +69,12 @@ def train_model(config, seed: int) -> tuple[decoder_lib.Decoder, list]:
 
 
 def save_params(model, path: str) -> None:
-  flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-  np.savez(path, **{"/".join(map(str, k)): np.asarray(v.get_value())
-                    for k, v in flat})
+  params_io.save(model, path)
 
 
 def load_params(config, path: str) -> decoder_lib.Decoder:
   model = build_model(config, 0)
-  arrays = np.load(path)
-  flat = [(k, v.replace(arrays["/".join(map(str, k))]))
-          for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))]
-  nnx.update(model, nnx.from_flat_state(flat))
+  params_io.load(model, path)
   return model
 
 

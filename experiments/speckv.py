@@ -35,6 +35,7 @@ from jaxlab.decoding import kv_policies
 from jaxlab.decoding import prompt_compression as pc
 from jaxlab.decoding import sampler
 from jaxlab.evals import long_context as lc
+from jaxlab.io import params as params_io
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.train import runner as runner_lib
@@ -177,16 +178,11 @@ def train_models(config, tok, seed: int):
 
 
 def save_params(model, path: str) -> None:
-  flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
-  np.savez(path, **{"/".join(map(str, k)): np.asarray(v.get_value())
-                    for k, v in flat})
+  params_io.save(model, path)
 
 
 def load_params(model, path: str):
-  arrays = np.load(path)
-  flat = [(k, v.replace(arrays["/".join(map(str, k))]))
-          for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))]
-  nnx.update(model, nnx.from_flat_state(flat))
+  params_io.load(model, path)
   return model
 
 
