@@ -26,6 +26,7 @@ import numpy as np
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import arithmetic
 from jaxlab.evals import text as text_metrics
+from jaxlab.io import params as params_io
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import fim
@@ -57,28 +58,6 @@ def init_model(tok, cfg, seed, base=None):
     # `base` would invalidate the base model).
     nnx.update(model, jax.tree.map(jnp.copy, nnx.state(base, nnx.Param)))
   return model
-
-
-def save_params(model, path: str) -> None:
-  """The model's parameters as `path` (.npz, leaves in tree order)."""
-  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
-  tmp = path + ".tmp.npz"
-  np.savez(tmp, *[np.asarray(x) for x in leaves])
-  os.replace(tmp, path)
-
-
-def load_params(model, path: str) -> None:
-  """Loads `save_params`' file into `model` (same config) in place."""
-  state = nnx.state(model, nnx.Param)
-  leaves, treedef = jax.tree.flatten(state)
-  with np.load(path) as f:
-    saved = [f[f"arr_{i}"] for i in range(len(f.files))]
-  if len(saved) != len(leaves) or any(
-      a.shape != b.shape for a, b in zip(saved, leaves)):
-    raise ValueError(f"{path} does not match the model config "
-                     f"({len(saved)} vs {len(leaves)} arrays)")
-  nnx.update(model, jax.tree.unflatten(treedef,
-                                       [jnp.asarray(x) for x in saved]))
 
 
 def train_solver(tok, cfg, seed, items, base=None, section=None):
@@ -234,14 +213,17 @@ def run(config, workdir: str) -> dict:
       btok = tokenizers.ByteTokenizer()
       fmt.add_to_tokenizer(btok)
       path = os.path.join(workdir, "base_model.npz")
-      if os.path.exists(path):
+      # What the base depends on: a saved base of another config is refused.
+      meta = {"base_train": base_cfg.to_dict(), "model": cfg.model.to_dict(),
+              "problems": d, "min_step_chars": cfg.fim.min_step_chars}
+      if params_io.exists(path):
         base_box["model"] = init_model(btok, cfg, int(d["seed"]))
-        load_params(base_box["model"], path)
+        params_io.load(base_box["model"], path, meta)
         log(f"base model loaded from {path}")
       else:
         base_box["model"], logs = train_solver(btok, cfg, int(d["seed"]),
                                                fim_items, section=base_cfg)
-        save_params(base_box["model"], path)
+        params_io.save(base_box["model"], path, meta)
         log(f"base model trained on {len(fim_items)} fine solutions; loss "
             f"curve {[(x['step'], round(x['loss'], 3)) for x in logs]}")
     return base_box["model"]

@@ -87,13 +87,33 @@ class BaseInitTest(absltest.TestCase):
       self.assertIsNot(a, b)  # own buffers: the runner donates its state
     self.assertFalse(all(np.array_equal(a, b) for a, b in
                          zip(leaves(fresh), leaves(base))))
-    # The saved base (WORKDIR/base_model.npz) loads back exactly.
+
+
+class SavedBaseTest(absltest.TestCase):
+
+  def test_base_of_another_config_is_refused(self):
+    # WORKDIR/base_model.npz carries the config it was trained with; a run
+    # of another config (here: another FIM pool size) does not load it.
+    from jaxlab.io import params as params_io  # pylint: disable=g-import-not-at-top
+    cfg = mathfimer_config.get_config("tiny")
+    cfg.base_train.steps = 5
+    tok = tokenizers.ByteTokenizer()
+    fim.FimFormat().add_to_tokenizer(tok)
     with tempfile.TemporaryDirectory() as wd:
       path = os.path.join(wd, "base_model.npz")
-      mf.save_params(base, path)
-      mf.load_params(fresh, path)
-    for a, b in zip(leaves(fresh), leaves(base)):
-      np.testing.assert_array_equal(a, b)
+      meta = {"base_train": cfg.base_train.to_dict(),
+              "model": cfg.model.to_dict(),
+              "problems": dict(cfg.problems, num_fim=25),
+              "min_step_chars": cfg.fim.min_step_chars}
+      params_io.save(mf.init_model(tok, cfg, 0), path, meta)
+      with self.assertRaisesRegex(ValueError, "base_model.npz"):
+        _run_without_training(cfg, wd)
+      # The same config loads it (and goes on to the coarse solver, whose
+      # training the mock refuses).
+      meta["problems"] = dict(cfg.problems)
+      params_io.save(mf.init_model(tok, cfg, 0), path, meta)
+      with self.assertRaisesRegex(AssertionError, "retrained"):
+        _run_without_training(cfg, wd)
 
 
 class HeldoutFimTest(absltest.TestCase):
