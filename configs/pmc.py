@@ -72,10 +72,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.facts.update(num_people=200, forget_frac=0.1, num_world=20)
     # Spec model size (2 layers, d = 128); enough steps to memorise ~840
     # QA pairs; 6 epochs over the 80 forget QA (1 of warm-up) [inferred:
-    # the spec's 40 epochs do not fit a 2-core CPU budget]. Measured: 4.4 s
-    # per pre-training step on 2 shared cores at load ~16, i.e. ~3 h of
-    # pre-training per seed; run one seed per workdir with
-    # `--config.seeds=(N,)` and merge with `experiments.report --add`.
+    # the spec's 40 epochs do not fit a 2-core CPU budget]. Measured on the
+    # 2-core machine at load 6-12: ~35 min of pre-training per seed, then
+    # 2-7 min per method (at load ~16 a step took 4.4 s, i.e. ~3 h); run
+    # one seed per workdir with `--config.seeds=(N,)` and merge with
+    # `experiments.report --add`. The pre-trained model and each method's
+    # result are cached in the workdir (a killed run resumes; another
+    # `unlearn` budget reuses the pre-trained model).
     c.model.update(dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
                    mlp_dim=384)
     c.pretrain.update(steps=2500, batch_size=32, lr=2e-3, warmup_steps=100)
