@@ -44,7 +44,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # (held-out NLL flattens) instead of overfitting (48 pairs overfit after
   # 50 steps). 200 held-out charts, the same for every seed.
   c.charts = ml_collections.ConfigDict(
-      {"sft_size": 512, "stage_size": 128, "eval_size": 200})
+      {"sft_size": 512, "stage_size": 128, "eval_size": 200,
+       "fixed_axes": False})
+  # Where each seed's SFT model is saved (experiments/chart_to_code.py
+  # `supervised_policy`); "" = the workdir. Point RL sweeps at one dir.
+  c.cache_dir = ""
   # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
   c.model.update(dim=64, num_layers=2, num_heads=2, num_kv_heads=2,
                  mlp_dim=128, max_position_embeddings=64)

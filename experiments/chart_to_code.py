@@ -49,6 +49,7 @@ from flax import nnx
 
 from experiments import results as results_lib
 from jaxlab.decoding import sampler
+from jaxlab.io import params as params_io
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.models import vit as vit_lib
@@ -63,14 +64,30 @@ from jaxlab.train import runner as runner_lib
 PAD, BOS, EOS = 0, 1, 2
 KINDS = ("bar", "plot", "scatter")
 TITLES = ("cost", "sales", "rate", "time")
+# The fixed y range of `charts.fixed_axes` (values are 1..9). Last in the
+# vocabulary, so a policy without it (`fixed_axes=False`) has the first
+# len(VOCAB) - 1 ids and the same initialisation as before the option.
+YLIM = ";plt.ylim(0,10)"
 VOCAB = (["<pad>", "<bos>", "<eos>"] + [f"plt.{k}(" for k in KINDS]
          + ["[", "]", ",", ")", ";plt.title('", "')"]
-         + [str(d) for d in range(10)] + list(TITLES))
+         + [str(d) for d in range(10)] + list(TITLES) + [YLIM])
 TOK = {s: i for i, s in enumerate(VOCAB)}
 
 
-def chart_code(kind: str, values, title: str) -> list[str]:
-  """Grammar tokens of `plt.<kind>([0..n-1],[values]);plt.title('<title>')`."""
+def vocab_size(fixed_axes: bool) -> int:
+  """Grammar ids the policy has: the y-range token only with fixed axes."""
+  return len(VOCAB) if fixed_axes else len(VOCAB) - 1
+
+
+def chart_code(kind: str, values, title: str, *,
+               fixed_axes: bool = False) -> list[str]:
+  """Grammar tokens of `plt.<kind>([0..n-1],[values])[;plt.ylim(0,10)]
+  ;plt.title('<title>')`.
+
+  With `fixed_axes` the chart pins its y range, so a value is a height
+  on a fixed scale; without it matplotlib autoscales the axis and, with
+  tick labels illegible at 64 px, only the values' ratios are visible.
+  """
   xs = list(range(len(values)))
   toks = [f"plt.{kind}(", "["]
   for i, x in enumerate(xs):
@@ -78,7 +95,8 @@ def chart_code(kind: str, values, title: str) -> list[str]:
   toks += ["]", ",", "["]
   for i, v in enumerate(values):
     toks += ([","] if i else []) + [str(int(v))]
-  toks += ["]", ")", ";plt.title('", title, "')"]
+  toks += ["]", ")"] + ([YLIM] if fixed_axes else [])
+  toks += [";plt.title('", title, "')"]
   return toks
 
 
@@ -154,18 +172,18 @@ def make_renderer(reward_cfg: chart.ChartRewardConfig) -> CachedRender:
   return CachedRender(sandbox.render_chart)
 
 
-@functools.lru_cache(maxsize=4)
-def make_charts(n: int, seed: int) -> list[dict]:
+@functools.lru_cache(maxsize=8)
+def make_charts(n: int, seed: int, fixed_axes: bool = False) -> list[dict]:
   """`n` random charts from `seed`: kind, values, title, code, grammar ids
   and the 64x64 rendering (memoised: the held-out set is shared by seeds;
-  treat the result as read-only)."""
+  treat the result as read-only). `fixed_axes`: see `chart_code`."""
   rng = np.random.default_rng(seed)
   out = []
   for _ in range(n):
     kind = KINDS[rng.integers(len(KINDS))]
     values = rng.integers(1, 10, int(rng.integers(3, 5))).tolist()
     title = TITLES[rng.integers(len(TITLES))]
-    toks = chart_code(kind, values, title)
+    toks = chart_code(kind, values, title, fixed_axes=fixed_axes)
     code = "".join(toks)
     img = render_trusted(code)
     out.append({"kind": kind, "values": values, "title": title, "code": code,
@@ -238,7 +256,9 @@ class ChartPolicy(nnx.Module):
 
 def make_policy(config, seed: int) -> ChartPolicy:
   """`DecoderConfig` from `config.model`, `ViTConfig(**config.vit)`."""
-  dec_cfg = model_registry.decoder_config(config.model, vocab_size=len(VOCAB))
+  dec_cfg = model_registry.decoder_config(
+      config.model,
+      vocab_size=vocab_size(config.charts.get("fixed_axes", False)))
   vit_cfg = vit_lib.ViTConfig(**config.vit, out_dim=dec_cfg.dim)
   return ChartPolicy(dec_cfg, vit_cfg, rngs=nnx.Rngs(seed))
 
@@ -415,31 +435,63 @@ def grpo_stage(learner, charts, reward_cfg, rl, steps: int, max_len: int,
     rewards, comp = chart.chart_group_reward(
         codes, [c["code"] for c in rep], [c["image"] for c in rep],
         reward_cfg, render=render)
-    m = learner.update(rb, np.asarray(rewards, np.float32), k_upd)
+    rewards = np.asarray(rewards, np.float32)
+    m = learner.update(rb, rewards, k_upd)
+    spread = rewards.reshape(-1, g).std(axis=1)
     log.append({"step": step, "reward": float(np.mean(rewards)),
+                # Within-group spread: GRPO's only signal (a group whose
+                # rewards are all equal has zero advantages).
+                "group_std": float(spread.mean()),
+                "flat_groups": float(np.mean(spread < 1e-6)),
                 "exec": float(comp["exec"].mean()),
                 "text": float(comp["text"].mean()),
                 "vis": float(comp["vis"].mean()), "kl": m["kl"],
                 "loss": m["loss"], "grad_norm": m["grad_norm"]})
 
 
-def run_one(config, seed: int) -> dict:
+# What the SFT model depends on: a run that differs only in the RL
+# sections reloads it (WORKDIR/sft_seedS_<digest>.npz, or `cache_dir`'s).
+_SFT_FIELDS = ("model", "vit", "charts", "sft", "max_len")
+
+
+def supervised_policy(config, seed: int, sft_charts, val,
+                      cache_dir: str | None = None
+                      ) -> tuple[ChartPolicy, list[dict]]:
+  """The seed's policy after SFT and its SFT curve; saved in `cache_dir`
+  (when given) through `jaxlab.io.params` and reloaded by any run whose
+  `_SFT_FIELDS` and seed are the same."""
+  model = make_policy(config, seed)
+  meta, key = params_io.config_key(config, *_SFT_FIELDS)
+  meta["seed"] = seed
+  path = (os.path.join(cache_dir, f"sft_seed{seed}_{key}.npz")
+          if cache_dir else None)
+  if path and params_io.exists(path):
+    return model, params_io.load(model, path, meta)["history"]
+  history = sft(model, sft_charts, config.sft, int(config.max_len), val, seed)
+  if path:
+    params_io.save(model, path, {**meta, "history": history})
+  return model, history
+
+
+def run_one(config, seed: int, cache_dir: str | None = None) -> dict:
   """SFT, then the two GRPO stages, for one seed; held-out metrics after
   each phase. The held-out charts (seed 99) are the same for every seed, so
-  phase differences pair by seed on the same charts."""
+  phase differences pair by seed on the same charts. The SFT model is
+  cached in `cache_dir` (see `supervised_policy`)."""
   t0 = time.time()
   max_len = int(config.max_len)
   sizes = config.charts
-  sft_charts = make_charts(int(sizes.sft_size), 10 * seed + 1)
-  stage1 = make_charts(int(sizes.stage_size), 10 * seed + 2)
-  stage2 = make_charts(int(sizes.stage_size), 10 * seed + 3)
-  val = make_charts(int(sizes.eval_size), 99)             # fixed across seeds
+  fixed = bool(sizes.get("fixed_axes", False))
+  sft_charts = make_charts(int(sizes.sft_size), 10 * seed + 1, fixed)
+  stage1 = make_charts(int(sizes.stage_size), 10 * seed + 2, fixed)
+  stage2 = make_charts(int(sizes.stage_size), 10 * seed + 3, fixed)
+  val = make_charts(int(sizes.eval_size), 99, fixed)      # fixed across seeds
   timing = {"charts_s": time.time() - t0}
-  model = make_policy(config, seed)
   base = chart.ChartRewardConfig(**config.reward)
   render = make_renderer(base)
   t = time.time()
-  sft_hist = sft(model, sft_charts, config.sft, max_len, val, seed)
+  model, sft_hist = supervised_policy(config, seed, sft_charts, val,
+                                      cache_dir)
   timing["sft_s"] = time.time() - t
   t = time.time()
   phases = {"sft": evaluate(model, val, max_len, base, render)}
@@ -532,7 +584,8 @@ def run(config, workdir: str) -> dict:
   Resumable by seed: each finished seed is kept in
   WORKDIR/seeds/seed_<s>.json and skipped on a rerun, and results.json is
   rewritten after every seed (so a run stopped early reports the seeds it
-  finished).
+  finished). Each seed's SFT model is saved in `config.cache_dir` (default
+  WORKDIR), so RL sweeps from one SFT run share it.
   """
   t0 = time.time()
   os.makedirs(os.path.join(workdir, "seeds"), exist_ok=True)
@@ -543,7 +596,7 @@ def run(config, workdir: str) -> dict:
       with open(path) as f:
         r = json.load(f)
     else:
-      r = run_one(config, s)
+      r = run_one(config, s, config.get("cache_dir") or workdir)
       with open(path + ".tmp", "w") as f:
         json.dump(r, f, default=float)
       os.replace(path + ".tmp", path)

@@ -13,7 +13,6 @@ Writes WORKDIR/results.json, lottery.png, table.md.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -131,15 +130,9 @@ def _dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
   return ref_chosen, extra
 
 
-def _as_plain(x):
-  return x.to_dict() if hasattr(x, "to_dict") else x
-
-
 def _stage_key(cfg, *fields) -> tuple[dict, str]:
   """The config fields a stage depends on, and an 8-hex digest of them."""
-  meta = {f: _as_plain(cfg.get(f)) for f in fields}
-  blob = json.dumps(meta, sort_keys=True, default=str).encode()
-  return meta, hashlib.sha256(blob).hexdigest()[:8]
+  return params_io.config_key(cfg, *fields)
 
 
 # What the pre-trained model and a method's evaluation depend on: a run

@@ -21,6 +21,7 @@ to a temporary file first, so a run killed mid-write leaves no half file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any
@@ -38,6 +39,20 @@ def _flat(model: nnx.Module) -> list[tuple[str, Any]]:
 
 def _meta_json(meta: Any) -> str:
   return json.dumps(meta, sort_keys=True, default=str)
+
+
+def config_key(config: Any, *fields: str) -> tuple[dict[str, Any], str]:
+  """The `fields` of `config` a stage depends on, and an 8-hex digest.
+
+  The dict is the `meta` to save the stage's result with; the digest names
+  its file, so a run whose config differs in these fields computes a new
+  file and one that does not reloads the old (e.g.
+  `WORKDIR/sft_seed0_<digest>.npz`). Sections (`ConfigDict`) become dicts.
+  """
+  meta = {f: (config.get(f).to_dict() if hasattr(config.get(f), "to_dict")
+              else config.get(f)) for f in fields}
+  blob = _meta_json(meta).encode()
+  return meta, hashlib.sha256(blob).hexdigest()[:8]
 
 
 def save(model: nnx.Module, path: str, meta: Any = None) -> None:

@@ -66,7 +66,13 @@ class PolicyTest(absltest.TestCase):
     self.policy = c2c.make_policy(self.config, seed=0)
 
   def test_sections_reach_their_classes(self):
-    self.assertEqual(self.policy.dec.cfg.vocab_size, len(c2c.VOCAB))
+    # Without fixed axes the y-range token (last id) is not in the policy.
+    self.assertEqual(self.policy.dec.cfg.vocab_size, len(c2c.VOCAB) - 1)
+    self.assertEqual(c2c.TOK[c2c.YLIM], len(c2c.VOCAB) - 1)
+    with self.config.unlocked():
+      self.config.charts.fixed_axes = True
+    self.assertEqual(c2c.make_policy(self.config, 0).dec.cfg.vocab_size,
+                     len(c2c.VOCAB))
     self.assertEqual(self.policy.dec.cfg.dim, 32)
     self.assertEqual(self.policy.dec.cfg.num_heads, 2)
     self.assertEqual(self.policy.vit.cfg.out_dim, 32)
@@ -184,8 +190,8 @@ class RenderCacheTest(absltest.TestCase):
     self.assertEqual((render.hits, render.misses), (1, 6))
 
 
-def _fake_run(config, seed):
-  del config
+def _fake_run(config, seed, cache_dir=None):
+  del config, cache_dir
   phase = {"exec_rate": 1.0, "data_f1": 0.1 * seed, "type_acc": 0.5,
            "text_reward": 0.6, "visual_ssim": 0.7, "example": "plt.bar("}
   return {"phases": {"sft": phase,
@@ -197,6 +203,65 @@ def _fake_run(config, seed):
           "rl_logs": {"text_exec": [{"exec": 1.0}],
                       "text_vis_exec": [{"exec": 0.5}]},
           "timing": {}, "elapsed_s": 1.0}
+
+
+def _bar_top(img: np.ndarray) -> int:
+  """Row of the highest bar-blue pixel in a 64x64 rendering's middle bar."""
+  col = img[:, 30:34].astype(int)
+  blue = (col[..., 2] > 150) & (col[..., 0] < 100)
+  return int(np.argmax(blue.any(axis=1)))
+
+
+class FixedAxesTest(absltest.TestCase):
+
+  def test_code_and_vocab(self):
+    toks = c2c.chart_code("bar", [3, 5, 2], "cost", fixed_axes=True)
+    self.assertEqual("".join(toks), "plt.bar([0,1,2],[3,5,2]);"
+                     "plt.ylim(0,10);plt.title('cost')")
+    self.assertEqual("".join(c2c.chart_code("bar", [3, 5, 2], "cost")),
+                     "plt.bar([0,1,2],[3,5,2]);plt.title('cost')")
+
+  def test_a_value_is_a_height_only_with_fixed_axes(self):
+    # The middle bar is 5 in both charts; the other values differ.
+    def top(others, fixed):
+      code = "".join(c2c.chart_code("bar", [others, 5, others], "cost",
+                                    fixed_axes=fixed))
+      return _bar_top(c2c.render_trusted(code))
+    self.assertEqual(top(1, True), top(9, True))
+    # Autoscaled: the 5 reaches the top beside 1s, not beside 9s.
+    self.assertLess(top(1, False), top(9, False) - 5)
+
+
+class SupervisedCacheTest(absltest.TestCase):
+
+  def test_sft_model_saved_reloaded_and_keyed_by_config(self):
+    config = _tiny_config()
+    with config.unlocked():
+      config.sft.update(steps=4, eval_every=2, batch_size=4)
+      config.max_len = 28                  # the charts' codes fit
+    charts = c2c.make_charts(4, 5)
+    cache = tempfile.mkdtemp()
+    with mock.patch.object(c2c, "sft", wraps=c2c.sft) as sft:
+      model, hist = c2c.supervised_policy(config, 0, charts, charts, cache)
+      again, hist2 = c2c.supervised_policy(config, 0, charts, charts, cache)
+      self.assertEqual(sft.call_count, 1)
+      self.assertEqual(hist2, json.loads(json.dumps(hist)))
+      pairs = zip(jax.tree.leaves(nnx.state(model, nnx.Param)),
+                        jax.tree.leaves(nnx.state(again, nnx.Param)))
+      for a, b in pairs:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+      # Another SFT budget or seed is another file, trained anew; the RL
+      # sections do not enter the key.
+      with config.unlocked():
+        config.rl.stage1_steps = 99
+      c2c.supervised_policy(config, 0, charts, charts, cache)
+      self.assertEqual(sft.call_count, 1)
+      c2c.supervised_policy(config, 1, charts, charts, cache)
+      with config.unlocked():
+        config.sft.steps = 2
+      c2c.supervised_policy(config, 0, charts, charts, cache)
+      self.assertEqual(sft.call_count, 3)
+    self.assertLen(os.listdir(cache), 3)
 
 
 class RunTest(absltest.TestCase):

@@ -58,5 +58,25 @@ class ParamsTest(absltest.TestCase):
       params.load(_model(0, dim=16), self.path)
 
 
+class ConfigKeyTest(absltest.TestCase):
+
+  def test_digest_of_the_named_fields_only(self):
+    import hashlib  # pylint: disable=g-import-not-at-top
+    import json  # pylint: disable=g-import-not-at-top
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    cfg = ml_collections.ConfigDict(
+        {"model": {"dim": 8, "act": "gelu"}, "lr": 0.1, "rl": {"steps": 3}})
+    meta, key = params.config_key(cfg, "model", "lr")
+    self.assertEqual(meta, {"model": {"dim": 8, "act": "gelu"}, "lr": 0.1})
+    want = hashlib.sha256(
+        b'{"lr": 0.1, "model": {"act": "gelu", "dim": 8}}').hexdigest()[:8]
+    self.assertEqual(key, want)
+    self.assertEqual(json.loads(json.dumps(meta)), meta)
+    cfg.rl.steps = 4                                  # not a named field
+    self.assertEqual(params.config_key(cfg, "model", "lr")[1], key)
+    cfg.model.dim = 16
+    self.assertNotEqual(params.config_key(cfg, "model", "lr")[1], key)
+
+
 if __name__ == "__main__":
   absltest.main()
