@@ -352,14 +352,14 @@ def evaluate(model, charts, max_len, reward_cfg, render=None
   _, comp = chart.chart_group_reward(
       codes, [c["code"] for c in charts], [c["image"] for c in charts],
       reward_cfg.replace(w_vis=1.0, w_exec=1.0, w_text=1.0), render=render)
-  data, ctype = [], []
-  for code, c in zip(codes, charts):
-    f = chart.text_reward_fields(code, c["code"])
-    data.append(f["data"])
-    ctype.append(f["type"])
+  fields = [chart.text_reward_fields(code, c["code"])
+            for code, c in zip(codes, charts)]
   return {"exec_rate": float(comp["exec"].mean()),
-          "data_f1": float(np.mean(data)),
-          "type_acc": float(np.mean(ctype)),
+          "data_f1": float(np.mean([f["data"] for f in fields])),
+          "type_acc": float(np.mean([f["type"] for f in fields])),
+          # Text elements (the title): not legible at 64 px, so the best a
+          # policy can do is the commonest title.
+          "text_elements": float(np.mean([f["text"] for f in fields])),
           "text_reward": float(comp["text"].mean()),
           "visual_ssim": float(comp["vis"].mean()),
           "example": codes[0]}
@@ -528,12 +528,13 @@ def results_table(runs: list[dict], seeds) -> results_lib.Table:
       columns=[results_lib.Column("exec_rate", "exec rate"),
                results_lib.Column("data_f1", "data-value soft F1"),
                results_lib.Column("type_acc", "chart-type acc"),
+               results_lib.Column("text_elements", "text elements"),
                results_lib.Column("text_reward", "R_text"),
                results_lib.Column("visual_ssim", "visual SSIM")])
   for seed, r in zip(seeds, runs):
     for phase, m in r["phases"].items():
       table.add_seed(PHASE_LABELS.get(phase, phase), seed,
-                     {c.key: m[c.key] for c in table.columns})
+                     {c.key: m[c.key] for c in table.columns if c.key in m})
   return table
 
 
@@ -557,6 +558,7 @@ COMPARISONS = (
     ("data_f1", "text_exec", "sft", "stage 1 − SFT"),
     ("exec_rate", "text_exec", "sft", "stage 1 − SFT"),
     ("text_reward", "text_exec", "sft", "stage 1 − SFT"),
+    ("text_elements", "text_exec", "sft", "stage 1 − SFT"),
     ("data_f1", "text_vis_exec", "text_exec", "stage 2 − stage 1"),
     ("visual_ssim", "text_vis_exec", "text_exec", "stage 2 − stage 1"),
     ("data_f1", "text_vis_exec", "sft", "stages 1+2 − SFT"),
@@ -606,8 +608,8 @@ def run(config, workdir: str) -> dict:
   _plot(runs, workdir)
   return {f"{p}/{m}": float(np.mean([r["phases"][p][m] for r in runs]))
           for p in runs[0]["phases"]
-          for m in ("exec_rate", "data_f1", "type_acc", "text_reward",
-                    "visual_ssim")}
+          for m in ("exec_rate", "data_f1", "type_acc", "text_elements",
+                    "text_reward", "visual_ssim") if m in runs[0]["phases"][p]}
 
 
 def _plot(runs, workdir):
