@@ -193,7 +193,8 @@ class RenderCacheTest(absltest.TestCase):
 def _fake_run(config, seed, cache_dir=None):
   del config, cache_dir
   phase = {"exec_rate": 1.0, "data_f1": 0.1 * seed, "type_acc": 0.5,
-           "text_reward": 0.6, "visual_ssim": 0.7, "example": "plt.bar("}
+           "text_elements": 0.4, "text_reward": 0.6, "visual_ssim": 0.7,
+           "example": "plt.bar("}
   return {"phases": {"sft": phase,
                      "text_exec": dict(phase, data_f1=0.1 * seed + 0.05),
                      "text_vis_exec": dict(phase, visual_ssim=0.75)},
