@@ -9,8 +9,9 @@ See experiments/chart_to_code.py. Reward weights are [inferred] (equal; the
 paper's were not found); the visual judge is SSIM, the CPU proxy for
 Qwen2.5-VL-72B. Renders go through the warm sandbox pool (~0.05 s a chart
 on an idle 2-core machine, several times that under load) and are cached
-by code, so one seed of the default preset takes ~10 min on the shared
-2-core CPU (SFT and the GRPO steps cost about the same).
+by code, so one seed of the default preset takes ~15 min on the shared
+2-core CPU (2500 SFT steps about 5, 90 GRPO steps about 5). Each seed's
+SFT model is saved (`cache_dir`), so an RL sweep reuses it.
 
 Sections reach their classes whole: `config.model` -> `DecoderConfig` (the
 vocabulary is the code grammar's), `ViTConfig(**config.vit)` (its output
@@ -49,6 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Where each seed's SFT model is saved (experiments/chart_to_code.py
   # `supervised_policy`); "" = the workdir. Point RL sweeps at one dir.
   c.cache_dir = ""
+  c.table_caption = ""  # the phase table's title ("" = the default)
   # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
   c.model.update(dim=64, num_layers=2, num_heads=2, num_kv_heads=2,
                  mlp_dim=128, max_position_embeddings=64)

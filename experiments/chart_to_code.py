@@ -6,8 +6,12 @@ r"""MSRL chart-to-code miniature (paper F): SFT, then GRPO stage 1, stage 2.
         --workdir=/tmp/c2c_tiny
 
 Charts are procedurally generated bar / line / scatter plots of 3-4 integer
-values with a one-word title, rendered at 64x64 by the same code path as the
-sandbox (trusted ground-truth code runs in-process). The policy is image-
+values (1-9) with a one-word title, rendered at 64x64 by the same code path
+as the sandbox (trusted ground-truth code runs in-process). With
+`charts.fixed_axes` (the default) the code pins the y range to (0, 10), so
+a value is a height on a fixed scale; tick labels and the title are not
+legible at this size, so autoscaled charts show only the values' ratios
+and no chart shows its title. The policy is image-
 conditioned: `jaxlab.models.vit.ViTEncoder` turns the (2x downsampled) 32x32
 image into 16 patch tokens, projected to the decoder width and fed as a
 prefix through `Decoder.forward(inputs_embeds=...)`; the decoder writes code
@@ -520,10 +524,14 @@ PHASE_LABELS = {"sft": "SFT", "text_exec": "+ GRPO stage 1 (text + exec)",
                 "text_vis_exec": "+ GRPO stage 2 (+ visual)"}
 
 
-def results_table(runs: list[dict], seeds) -> results_lib.Table:
+PHASES_CAPTION = "Chart-to-code: held-out greedy decoding after each phase"
+
+
+def results_table(runs: list[dict], seeds,
+                  caption: str = PHASES_CAPTION) -> results_lib.Table:
   """The held-out metrics after each phase, one value per seed."""
   table = results_lib.Table(
-      "phases", "Chart-to-code: held-out greedy decoding after each phase",
+      "phases", caption,
       row_label="phase",
       columns=[results_lib.Column("exec_rate", "exec rate"),
                results_lib.Column("data_f1", "data-value soft F1"),
@@ -566,7 +574,8 @@ COMPARISONS = (
 
 
 def _write(workdir, config, seeds, runs, t0) -> None:
-  table = results_table(runs, seeds)
+  table = results_table(runs, seeds,
+                        config.get("table_caption") or PHASES_CAPTION)
   comparisons = [
       results_lib.Comparison("phases", col, PHASE_LABELS[a], PHASE_LABELS[b],
                              label) for col, a, b, label in COMPARISONS]
