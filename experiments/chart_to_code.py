@@ -505,6 +505,8 @@ def run_one(config, seed: int, cache_dir: str | None = None) -> dict:
   learner = make_learner(config, model)
   logs = {}
   for st, data in zip(cur.stages, (stage1, stage2)):
+    if not st.steps:  # a stage of 0 steps is not run (nor evaluated)
+      continue
     logs[st.name] = []
     t = time.time()
     grpo_stage(learner, data, st.reward, config.rl, st.steps, max_len,
@@ -576,9 +578,11 @@ COMPARISONS = (
 def _write(workdir, config, seeds, runs, t0) -> None:
   table = results_table(runs, seeds,
                         config.get("table_caption") or PHASES_CAPTION)
+  ran = set.intersection(*(set(r["phases"]) for r in runs))
   comparisons = [
       results_lib.Comparison("phases", col, PHASE_LABELS[a], PHASE_LABELS[b],
-                             label) for col, a, b, label in COMPARISONS]
+                             label) for col, a, b, label in COMPARISONS
+      if a in ran and b in ran]
   results_lib.write(
       workdir, "chart_to_code", tables=[table, sft_table(runs, seeds)],
       comparisons=comparisons,
@@ -629,7 +633,8 @@ def _plot(runs, workdir):
   for r in runs:
     h = r["sft_history"]
     axes[0].plot([x["step"] for x in h], [x["val_loss"] for x in h])
-    log = r["rl_logs"]["text_exec"] + r["rl_logs"]["text_vis_exec"]
+    log = (r["rl_logs"].get("text_exec", [])
+           + r["rl_logs"].get("text_vis_exec", []))
     axes[1].plot([x["exec"] for x in log], alpha=0.6)
   axes[0].set_title("SFT held-out NLL")
   axes[1].set_title("RL rollout exec rate (stage 1 | stage 2)")

@@ -313,6 +313,24 @@ class RunTest(absltest.TestCase):
                    "a": "+ GRPO stage 1 (text + exec)", "b": "SFT",
                    "label": "stage 1 − SFT"}, res["comparisons"])
 
+  def test_a_stage_of_zero_steps_is_not_compared(self):
+    config = c2c_configs.get_config("tiny")
+    with config.unlocked():
+      config.seeds = (1,)
+
+    def stage1_only(config, seed, cache_dir=None):
+      r = _fake_run(config, seed, cache_dir)
+      del r["phases"]["text_vis_exec"], r["rl_logs"]["text_vis_exec"]
+      return r
+
+    workdir = tempfile.mkdtemp()
+    with mock.patch.object(c2c, "run_one", side_effect=stage1_only):
+      c2c.run(config, workdir)
+    with open(os.path.join(workdir, "results.json")) as f:
+      res = json.load(f)
+    self.assertEqual({c["label"] for c in res["comparisons"]},
+                     {"stage 1 − SFT"})
+
 
 if __name__ == "__main__":
   absltest.main()
