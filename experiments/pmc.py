@@ -130,11 +130,6 @@ def _dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
   return ref_chosen, extra
 
 
-def _stage_key(cfg, *fields) -> tuple[dict, str]:
-  """The config fields a stage depends on, and an 8-hex digest of them."""
-  return params_io.config_key(cfg, *fields)
-
-
 # What the pre-trained model and a method's evaluation depend on: a run
 # whose config differs in these fields recomputes that stage (new file
 # names: WORKDIR/pretrained_seedS_<digest>.npz, seedS_<method>_<digest>.json),
@@ -209,7 +204,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
   for seed in cfg.seeds:
     mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
     base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
-    pre_meta, pre_key = _stage_key(cfg, *_PRETRAIN_FIELDS)
+    pre_meta, pre_key = params_io.config_key(cfg, *_PRETRAIN_FIELDS)
     pre_meta["seed"] = int(seed)
     base_path = os.path.join(workdir, f"pretrained_seed{seed}_{pre_key}.npz")
 
@@ -228,12 +223,13 @@ def run_unlearning(cfg, workdir: str) -> dict:
       params_io.save(base, base_path, {**pre_meta, "final_loss": final_loss})
       reused = False
     extra[f"pretrain_final_loss_seed{seed}"] = final_loss
-    ometa, okey = _stage_key(cfg, *_PRETRAIN_FIELDS, "eval", "probes")
+    ometa, okey = params_io.config_key(cfg, *_PRETRAIN_FIELDS, "eval",
+                                       "probes")
     ometa["seed"] = int(seed)
     ev, _ = _cached_json(
         os.path.join(workdir, f"seed{seed}_original_{okey}.json"), ometa,
         lambda: {"eval": _eval(base, tok, fs, cfg, seed, authors=authors)})  # pylint: disable=cell-var-from-loop
-    meta, key = _stage_key(cfg, *_METHOD_FIELDS)
+    meta, key = params_io.config_key(cfg, *_METHOD_FIELDS)
     meta["seed"] = int(seed)
     stage = lambda name: os.path.join(workdir, f"seed{seed}_{name}_{key}.json")  # pylint: disable=cell-var-from-loop
     per_seed["original"].append(ev["eval"])
