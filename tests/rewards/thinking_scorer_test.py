@@ -33,6 +33,14 @@ def _data(n, seed, pos_frac):
   return qs, ts, np.array(ys, np.float32)
 
 
+def _to_float64(net):
+  """Casts `net`'s weights to float64 and makes each layer compute in it."""
+  nnx.update(net, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64),
+                               nnx.state(net, nnx.Param)))
+  for layer in (net.emb, net.h, net.o):
+    layer.dtype = jnp.float64  # nnx.Embed otherwise computes in param_dtype
+
+
 class TinyScorerTest(absltest.TestCase):
 
   def test_learns_separable_rule_from_balanced_data(self):
@@ -69,31 +77,47 @@ class TinyScorerTest(absltest.TestCase):
     self.assertAlmostEqual(gamma, float(np.exp(mu_c - mu_w)), places=5)
 
   def test_fit_is_plain_adam_on_bce(self):
-    """`fit` (the trainer's step) == a hand-written optax.adam loop."""
-    qs, ts, ys = _data(40, 3, pos_frac=0.5)
-    scorer = thinking.TinyThinkingScorer()
-    ref = nnx.clone(scorer.net)
-    scorer.fit(qs, ts, ys, steps=3, batch_size=8, lr=1e-2, balance=False,
-               seed=4)
-    ids, mask = scorer._encode(qs, ts)  # pylint: disable=protected-access
-    rng = np.random.default_rng(4)
-    params = nnx.state(ref, nnx.Param)
-    tx = optax.adam(1e-2)
-    opt_state = tx.init(params)
-    graphdef, _, rest = nnx.split(ref, nnx.Param, ...)
-    for _ in range(3):
-      rows = rng.integers(0, len(ys), 8)
+    """`fit` (the trainer's step) == a hand-written optax.adam loop.
 
-      def loss_fn(p, rows=rows):
-        net = nnx.merge(graphdef, p, rest)
-        logits = net(jnp.asarray(ids[rows]), jnp.asarray(mask[rows]))
-        return jnp.mean(optax.sigmoid_binary_cross_entropy(
-            logits, jnp.asarray(ys[rows])))
-      grads = jax.grad(loss_fn)(params)
-      updates, opt_state = tx.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
-    chex.assert_trees_all_close(nnx.state(scorer.net, nnx.Param), params,
-                                atol=1e-6)
+    Compared in float64. In float32 the two programs (XLA fuses them
+    differently) round the gradients differently by ~1e-7 relative, and
+    Adam's m / (sqrt(v) + eps) turns that into ~1e-5 absolute on entries
+    whose gradients nearly cancel across steps (seen: 2 of 65,568 embedding
+    entries at 7.7e-6 on one Intel CPU, none on AMD). In float64 the same
+    amplification (<= 1e4 there) of eps64 * lr ~ 2e-18 stays below 1e-13,
+    while any real difference in the update (lr, b1/b2, bias correction,
+    batch rows, loss) moves entries by >= 1e-4; atol 1e-9 sits between.
+    """
+    qs, ts, ys = _data(40, 3, pos_frac=0.5)
+    with jax.enable_x64(True):
+      scorer = thinking.TinyThinkingScorer()
+      _to_float64(scorer.net)
+      ref = nnx.clone(scorer.net)
+      scorer.fit(qs, ts, ys, steps=3, batch_size=8,
+                 lr=1e-2, balance=False, seed=4)
+      ids, mask = scorer._encode(qs, ts)  # pylint: disable=protected-access
+      rng = np.random.default_rng(4)
+      params = nnx.state(ref, nnx.Param)
+      tx = optax.adam(1e-2)
+      opt_state = tx.init(params)
+      graphdef, _, rest = nnx.split(ref, nnx.Param, ...)
+      for _ in range(3):
+        rows = rng.integers(0, len(ys), 8)
+
+        def loss_fn(p, rows=rows):
+          net = nnx.merge(graphdef, p, rest)
+          logits = net(jnp.asarray(ids[rows]), jnp.asarray(mask[rows]))
+          return jnp.mean(optax.sigmoid_binary_cross_entropy(
+              logits, jnp.asarray(ys[rows])))
+        grads = jax.grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+      got = nnx.state(scorer.net, nnx.Param)
+      self.assertEqual({x.dtype for x in jax.tree.leaves(got)},
+                       {np.dtype(np.float64)})
+      self.assertEqual(scorer.net(jnp.asarray(ids[:2]),
+                                  jnp.asarray(mask[:2])).dtype, jnp.float64)
+      chex.assert_trees_all_close(got, params, atol=1e-9, rtol=0)
 
   def test_registered_loss_and_per_bin_cap(self):
     from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
