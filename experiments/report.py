@@ -13,7 +13,10 @@ order given. The block holds a caption (what the numbers are, n, the seeds,
 the source file), the table with every cell as mean ± sample standard
 deviation (ddof 1) over seeds, and, for each comparison declared on the
 shown rows and columns, the paired difference (a − b, same seeds) with its
-95 % t-interval (scipy.stats.t, n − 1 degrees of freedom).
+95 % t-interval (scipy.stats.t, n − 1 degrees of freedom). A degenerate
+comparison shows its difference and, in place of the interval, why it has
+none: "n = 2: no interval" (fewer than 3 common seeds) or "identical in
+every seed" (the differences do not vary, so the interval has zero width).
 
     python -m experiments.report                 # rewrite every marked table
     python -m experiments.report --check         # exit 1 if a doc is stale
@@ -95,23 +98,66 @@ def paired_differences(cell_a: dict[str, Any] | None,
           if s is not None and v is not None and s in b]
 
 
+# Fewest paired seeds whose t-interval the tables show: at n = 2 the
+# interval rests on one degree of freedom (t_{0.975, 1} = 12.7) and one
+# spread estimate, which says little.
+MIN_INTERVAL_SEEDS = 3
+# Differences whose range is below this (relative to max(1, max |d|)) count
+# as identical: float rounding of a − b, not a spread between seeds.
+IDENTICAL_RTOL = 1e-9
+
+
 @dataclasses.dataclass
 class PairedStat:
+  """Paired differences d = a − b over n seeds.
+
+  Attributes:
+    mean: mean of d.
+    std: sample std of d (ddof 1; 0 for n < 2).
+    n: seeds both cells have.
+    low, high: the t-interval (NaN for n < 2).
+    identical: n >= 1 and every d equal (up to `IDENTICAL_RTOL`).
+  """
   mean: float
   std: float
   n: int
   low: float
   high: float
+  identical: bool = False
 
 
 def paired_interval(diffs: Sequence[float],
                     level: float = 0.95) -> PairedStat:
-  """Mean paired difference and its two-sided t-interval (n − 1 dof)."""
+  """Mean paired difference and its two-sided t-interval (n − 1 dof).
+
+      mean(d) ± t_{(1 + level) / 2, n − 1} · s_d / sqrt(n)
+
+  The interval is computed for every n >= 2; whether the tables show it is
+  `degenerate_reason`'s call.
+  """
   m, s, n = mean_std(diffs)
+  identical = n >= 1 and (max(diffs) - min(diffs) <= IDENTICAL_RTOL * max(
+      1.0, max(abs(d) for d in diffs)))
   if n < 2:
-    return PairedStat(m, s, n, float("nan"), float("nan"))
+    return PairedStat(m, s, n, float("nan"), float("nan"), identical)
   half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * s / math.sqrt(n)
-  return PairedStat(m, s, n, m - half, m + half)
+  return PairedStat(m, s, n, m - half, m + half, identical)
+
+
+def degenerate_reason(st: PairedStat) -> str | None:
+  """Why a paired comparison has no informative interval, or None.
+
+  n < `MIN_INTERVAL_SEEDS`, or differences identical in every seed (s_d = 0:
+  the t-interval has zero width, which says only that the differences were
+  the same, not that the mean difference is known exactly).
+  """
+  if st.n == 0:
+    return "no seed in both rows"
+  if st.n < MIN_INTERVAL_SEEDS:
+    return f"n = {st.n}: no interval"
+  if st.identical:
+    return "identical in every seed"
+  return None
 
 
 # -- formatting -----------------------------------------------------------------
@@ -142,6 +188,15 @@ def fmt_cell(cell: dict[str, Any] | None, column: dict[str, Any],
   if n_default is not None and n != n_default:
     out += f" (n = {n})"
   return out
+
+
+def fmt_interval(st: PairedStat, decimals: int, scale: float = 1.0) -> str:
+  """The interval cell of a comparison: "[low, high]" or why there is none."""
+  reason = degenerate_reason(st)
+  if reason is not None:
+    return reason
+  return (f"[{fmt_num(st.low * scale, decimals, sign=True)}, "
+          f"{fmt_num(st.high * scale, decimals, sign=True)}]")
 
 
 def _md_escape(text: str) -> str:
@@ -254,9 +309,7 @@ def render_table(result: dict[str, Any], table_id: str, *,
       st = paired_interval(paired_differences(
           by_label[c["a"]]["cells"].get(c["column"]),
           by_label[c["b"]]["cells"].get(c["column"])))
-      interval = ("n/a" if not math.isfinite(st.low) else
-                  f"[{fmt_num(st.low * k, d, sign=True)}, "
-                  f"{fmt_num(st.high * k, d, sign=True)}]")
+      interval = fmt_interval(st, d, k)
       lines.append(f"| {_md_escape(c.get('label') or c['a'] + ' − ' + c['b'])}"
                    f" | {_md_escape(col['label'])} | "
                    f"{fmt_num(st.mean * k, d, sign=True)} | {interval} | "

@@ -11,9 +11,9 @@ SpecPC (paper M, SpecPC steps 1-4):
      "b h q k -> b k" is reduced with max (or mean); then max over layers,
      then max over the generated steps (`token_importance`);
   3. the scores are max-pooled (centred, `kernel`), the top-C_max tokens are
-     each expanded with their ±`neighbors` tokens (nearest first), deduped
-     in that order, the last `keep_window` tokens go first, the list is
-     truncated to C_max and sorted (`select_tokens`);
+     each expanded with a span of `neighbors` positions around them
+     (nearest first), deduped in that order, the last `keep_window` tokens
+     go first, the list is truncated to C_max and sorted (`select_tokens`);
   4. the target reads the compressed prompt with fresh, contiguous
      positions (plain `sampler.generate`).
 
@@ -51,7 +51,9 @@ class SpecPCConfig:
     weighted_query: weight the window queries by linspace(0, 1, W).
     reduce: "max" (reference code) or "mean" over heads and queries.
     kernel: centred max-pool width over tokens (64 RULER, 32 LongBench).
-    neighbors: ± tokens added around each selected token (None = kernel).
+    neighbors: width of the span of positions kept around each selected
+      token, offsets -((n-1)//2) .. n-1-(n-1)//2 (None = kernel; 0 or 1 =
+      the token alone). See `select_tokens`.
     keep_window: last prompt tokens always kept (64).
   """
   lookahead: int = 1
@@ -119,39 +121,105 @@ def token_importance(model, prompt: list[int], generated: list[int],
   return np.asarray(jnp.max(per_step, axis=0))
 
 
+def _centre_offsets(width: int) -> tuple[int, int]:
+  """(left, right) extents of a centred span of `width` positions.
+
+  The reference's convention: left = (width-1)//2, right = width-1-left, so
+  an even span reaches one position further right than left.
+  """
+  left = (width - 1) // 2
+  return left, width - 1 - left
+
+
 def _centre_max_pool(x: np.ndarray, kernel: int) -> np.ndarray:
-  if kernel <= 1:
-    return x
-  half = kernel // 2
-  padded = np.pad(x, (half, kernel - 1 - half), constant_values=-np.inf)
-  windows = np.lib.stride_tricks.sliding_window_view(padded, kernel)
-  return windows.max(axis=-1)
+  """Stride-1 max-pool, window [i-left, i+right] (`_centre_offsets`).
+
+  Padded with zeros like the reference's `F.pad`; the scores are attention
+  probabilities (>= 0), so that equals padding with -inf.
+  """
+  left, right = _centre_offsets(kernel)
+  padded = np.pad(x, (left, right), constant_values=0.0)
+  return np.lib.stride_tricks.sliding_window_view(padded, kernel).max(axis=-1)
+
+
+def neighbor_offsets(neighbors: int) -> np.ndarray:
+  """Offsets of the span kept around a selected token, nearest first.
+
+  `neighbors` = n positions, offsets -((n-1)//2) .. n-1-(n-1)//2; at equal
+  distance the earlier token (-d) comes before the later one (+d). n = 0
+  (the reference skips the expansion) and n = 1 both give [0].
+  """
+  left, right = _centre_offsets(max(neighbors, 1))
+  offsets = np.arange(-left, right + 1)
+  return offsets[np.argsort(np.abs(offsets), kind="stable")]
+
+
+def _first_occurrences(x: np.ndarray) -> np.ndarray:
+  """`x` without repeats, in order of first occurrence (`pandas.unique`)."""
+  _, first = np.unique(x, return_index=True)
+  return x[np.sort(first)]
 
 
 def select_tokens(scores: np.ndarray, *, budget: int, kernel: int = 64,
                   neighbors: int | None = None,
                   keep_window: int = 64) -> np.ndarray:
-  """Kept prompt indices, ascending (paper M, SpecPC step 3).
+  """Kept prompt indices, ascending (paper M, SpecPC step 3; arXiv 2506.08373).
 
-  Pool (centred max, `kernel`), rank, expand each of the top-C_max tokens
-  with its ±`neighbors` tokens nearest first, dedup in order, put the last
-  `keep_window` tokens first, truncate to C_max, sort. budget >= P keeps
-  every token.
+  The reference's `specpc_select_input_token_indices`
+  (furiosa-ai/draft-based-approx-llm, `specpc/specpc.py`), with C = budget
+  (`max_capacity_prompt`), k = kernel, n = neighbors (`neighbor_tokens`,
+  None = k) and W = keep_window (`window_size`):
+    1. pool: s'_i = max(s_{i-l}, ..., s_{i+r}) with l = (k-1)//2 and
+       r = k-1-l, zero-padded at the ends (`_centre_max_pool`);
+    2. rank: the top-C positions by s', best first, ties toward the lower
+       index;
+    3. expand: each ranked position i becomes i+d for the n offsets
+       d = -((n-1)//2) .. n-1-(n-1)//2, nearest first (`neighbor_offsets`);
+       positions outside [0, P) are dropped (the reference clamps them to
+       the ends, which only repeats a position already listed, since the
+       end itself lies nearer to i);
+    4. prepend the last W positions, dedup keeping first occurrences,
+       keep the first C and sort.
+  budget >= P keeps every token (the reference's result then too).
+
+  Deviations (the paper specifies neither): the reference's `torch.topk`
+  and `argsort` of |d| leave the order of ties open, and max-pooling makes
+  ties common (a local maximum fills up to k positions of s'). Here ties
+  always go to the lower index (step 2) and -d comes before +d (step 3).
+  On uniform random scores at P=4096, C=1024, k=n=W=64, PyTorch 2.13 CPU's
+  tie order changes 0-39 of the 1024 kept indices; with stable sorts in
+  place of `topk` and `argsort` the reference equals this function. And
+  W > P keeps the whole prompt as the window, where the reference raises.
+
+  Args:
+    scores: `[P]` token importance (`token_importance`), >= 0.
+    budget: C_max, tokens kept (>= 1).
+    kernel: pooling width k (>= 1; 1 = no pooling).
+    neighbors: span width n around each ranked token (>= 0; None = kernel).
+    keep_window: W, last prompt tokens always kept (>= 0).
+
+  Returns:
+    `[min(budget, P)]` int indices into the prompt, ascending.
   """
   _check_budget(budget)
+  n = kernel if neighbors is None else neighbors
+  for name, value, low in (("kernel", kernel, 1), ("neighbors", n, 0),
+                           ("keep_window", keep_window, 0)):
+    if value < low:
+      raise ValueError(f"SpecPC {name} must be >= {low}, got {value}")
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 1:
+    raise ValueError(f"scores must be one score per prompt token, shape "
+                     f"[P], got {scores.shape}")
   p = len(scores)
   if budget >= p:
     return np.arange(p)
-  nb = kernel if neighbors is None else neighbors
-  pooled = _centre_max_pool(np.asarray(scores, np.float64), kernel)
-  order = np.argsort(-pooled, kind="stable")[:budget]
-  offsets = [0] + [s * d for d in range(1, nb + 1) for s in (-1, 1)]
-  expanded = (order[:, None] + np.asarray(offsets)[None, :]).reshape(-1)
+  pooled = _centre_max_pool(scores, kernel)
+  ranked = np.argsort(-pooled, kind="stable")[:budget]
+  expanded = (ranked[:, None] + neighbor_offsets(n)[None, :]).reshape(-1)
   expanded = expanded[(expanded >= 0) & (expanded < p)]
   window = np.arange(max(p - keep_window, 0), p)
-  cand = np.concatenate([window, expanded])
-  _, first = np.unique(cand, return_index=True)
-  kept = cand[np.sort(first)][:budget]
+  kept = _first_occurrences(np.concatenate([window, expanded]))[:budget]
   return np.sort(kept)
 
 

@@ -1,6 +1,8 @@
 """SpecPC, the SpecKV-PC cascade and the baselines (paper M)."""
 
 from absl.testing import absltest
+from absl.testing import parameterized
+import chex
 import jax.numpy as jnp
 import numpy as np
 from scipy import stats
@@ -10,13 +12,46 @@ from jaxlab.decoding import sampler
 from jaxlab.testing import tiny_models
 
 
-class SelectTokensTest(absltest.TestCase):
+def reference_select(scores, max_capacity_prompt, kernel_size,
+                     neighbor_tokens, window_size):
+  """NumPy port of the reference's `specpc_select_input_token_indices`.
+
+  Written from its steps (furiosa-ai/draft-based-approx-llm,
+  `specpc/specpc.py`), for one prompt, with the sorts made stable (ties to
+  the lower index, -d before +d), as `pc.select_tokens` documents.
+  """
+  seq_len = len(scores)
+  # Centre max-pool: F.pad (zeros) by ((k-1)//2, k-1-(k-1)//2), stride 1.
+  left = (kernel_size - 1) // 2
+  padded = np.concatenate([np.zeros(left), scores,
+                           np.zeros(kernel_size - 1 - left)])
+  pooled = np.array([padded[i:i + kernel_size].max()
+                     for i in range(seq_len)])
+  # topk(max_capacity_prompt, sorted=True), or all positions in order.
+  if max_capacity_prompt < seq_len:
+    ind = np.lexsort((np.arange(seq_len), -pooled))[:max_capacity_prompt]
+  else:
+    ind = np.arange(seq_len)
+  if neighbor_tokens > 0:
+    half = (neighbor_tokens - 1) // 2
+    adj = np.arange(-half, neighbor_tokens - 1 - half + 1)
+    adj = adj[np.argsort(np.abs(adj), kind="stable")]
+    ind = np.clip((ind[:, None] + adj[None, :]).reshape(-1), 0, seq_len - 1)
+    ind = list(dict.fromkeys(ind.tolist()))  # pandas.unique: first seen
+  ind = list(range(seq_len - window_size, seq_len)) + list(ind)
+  ind = list(dict.fromkeys(ind))[:max_capacity_prompt]
+  return np.sort(np.asarray(ind))
+
+
+class SelectTokensTest(parameterized.TestCase):
 
   def test_hand_example(self):
     scores = np.array([0., 9., 0., 0., 0., 0., 5., 0., 0., 1.])
-    # No pooling, ±1 neighbour, keep the last token: window [9] first, then
-    # token 1 with 0 and 2, then 6 with 5, 7 -> truncated to 5, sorted.
-    got = pc.select_tokens(scores, budget=5, kernel=1, neighbors=1,
+    # No pooling, a span of 3 (±1) neighbours, keep the last token: window
+    # [9] first, then token 1 with 0 and 2, then 6 -> truncated to 5,
+    # sorted. (`neighbors` is the span width, as the reference's
+    # `neighbor_tokens`; this example once passed neighbors=1 for ±1.)
+    got = pc.select_tokens(scores, budget=5, kernel=1, neighbors=3,
                            keep_window=1)
     np.testing.assert_array_equal(got, [0, 1, 2, 6, 9])
     # Pooling (kernel 3) spreads 9 to tokens 0..2; ties keep token order.
@@ -25,6 +60,46 @@ class SelectTokensTest(absltest.TestCase):
     np.testing.assert_array_equal(got, [0, 1, 2])
     np.testing.assert_array_equal(
         pc.select_tokens(scores, budget=10, kernel=3), np.arange(10))
+
+  def test_even_kernel_and_span_reach_one_further_right(self):
+    # k = 4: s'_i = max(s_{i-1}, ..., s_{i+2}), so the spike at 5 fills
+    # 3..6 (a -2..1 window would fill 4..7).
+    scores = np.zeros(12)
+    scores[5] = 1.0
+    np.testing.assert_array_equal(pc._centre_max_pool(scores, 4)[2:8],
+                                  [0, 1, 1, 1, 1, 0])
+    np.testing.assert_array_equal(pc.neighbor_offsets(4), [0, -1, 1, 2])
+    np.testing.assert_array_equal(pc.neighbor_offsets(5), [0, -1, 1, -2, 2])
+    np.testing.assert_array_equal(pc.neighbor_offsets(0), [0])
+    # The plateau 3..6 ranks first from its lower end, 3; 3's span of 4
+    # (3, 2, 4, 5) already fills the budget; no window.
+    np.testing.assert_array_equal(
+        pc.select_tokens(scores, budget=4, kernel=4, keep_window=0),
+        [2, 3, 4, 5])
+
+  @parameterized.parameters((4096, 1024, 64, 64), (96, 16, 3, 8),
+                            (2048, 256, 32, 64))
+  def test_equals_reference(self, seq_len, budget, kernel, window):
+    rng = np.random.default_rng(seq_len)
+    for scores in (rng.random(seq_len),
+                   rng.integers(0, 4, seq_len).astype(float)):  # many ties
+      for neighbors in (None, kernel // 2):
+        got = pc.select_tokens(scores, budget=budget, kernel=kernel,
+                               neighbors=neighbors, keep_window=window)
+        want = reference_select(scores, budget, kernel,
+                                kernel if neighbors is None else neighbors,
+                                window)
+        chex.assert_shape(got, (budget,))
+        np.testing.assert_array_equal(got, want)
+
+  def test_bad_arguments_are_one_error(self):
+    scores = np.ones(8)
+    with self.assertRaisesRegex(ValueError, "SpecPC kernel must be >= 1"):
+      pc.select_tokens(scores, budget=4, kernel=0)
+    with self.assertRaisesRegex(ValueError, "SpecPC neighbors must be >= 0"):
+      pc.select_tokens(scores, budget=4, kernel=3, neighbors=-1)
+    with self.assertRaisesRegex(ValueError, r"shape \[P\]"):
+      pc.select_tokens(np.ones((2, 8)), budget=4, kernel=3)
 
   def test_baselines(self):
     prompts = [list(range(100, 120)), [1, 2, 3]]

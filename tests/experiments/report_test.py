@@ -97,6 +97,27 @@ class StatisticsTest(absltest.TestCase):
     self.assertEqual(st.n, 1)
     self.assertTrue(math.isnan(st.low))
 
+  def test_identical_differences_up_to_float_rounding(self):
+    # 0.7 − 0.6 = 0.09999999999999998 and 0.4 − 0.3 = 0.10000000000000003:
+    # the same difference, s_d ~ 3e-17 from rounding only.
+    rounded = [0.7 - 0.6, 0.4 - 0.3, 0.2 - 0.1]
+    self.assertGreater(np.std(rounded), 0.0)
+    self.assertTrue(report.paired_interval(rounded).identical)
+    self.assertTrue(report.paired_interval([-3.0, -3.0, -3.0]).identical)
+    self.assertFalse(report.paired_interval([0.1, 0.2, 0.2]).identical)
+    self.assertFalse(report.paired_interval([0.1, 0.1 + 1e-6, 0.1]).identical)
+    self.assertFalse(report.paired_interval([]).identical)
+
+  def test_degenerate_reasons(self):
+    reason = lambda d: report.degenerate_reason(report.paired_interval(d))  # pylint: disable=g-long-lambda
+    self.assertEqual(reason([]), "no seed in both rows")
+    self.assertEqual(reason([0.5]), "n = 1: no interval")
+    # n = 2 comes first even when the two differences are also identical.
+    self.assertEqual(reason([0.5, 0.7]), "n = 2: no interval")
+    self.assertEqual(reason([0.5, 0.5]), "n = 2: no interval")
+    self.assertEqual(reason([0.5, 0.5, 0.5]), "identical in every seed")
+    self.assertIsNone(reason([0.5, 0.5, 0.6]))
+
 
 class RenderTest(absltest.TestCase):
 
@@ -127,6 +148,31 @@ class RenderTest(absltest.TestCase):
         | A − B | accuracy | +16.7 | [+2.3, +31.0] | 3 |
         """)
     self.assertEqual(got, want)
+
+  def test_degenerate_comparisons_say_why_instead_of_an_interval(self):
+    # A − B: diffs 0.012, 0.024 over seeds 0, 1 (n = 2, mean 1.8 x 100).
+    # C − D: diffs 0.1 in every seed (up to rounding): a zero-width
+    # t-interval [+10.0, +10.0] before. E − A: no seed in common.
+    comp = lambda a, b: {"table": "t", "column": "acc", "a": a, "b": b}  # pylint: disable=g-long-lambda
+    res = _result(
+        {"A": {"acc": _cell([0, 1], [0.512, 0.624])},
+         "B": {"acc": _cell([0, 1], [0.5, 0.6])},
+         "C": {"acc": _cell([0, 1, 2], [0.7, 0.4, 0.2])},
+         "D": {"acc": _cell([0, 1, 2], [0.6, 0.3, 0.1])},
+         "E": {"acc": _cell([7], [0.3])},
+         "F": {"acc": _cell([0, 1, 2], [0.5, 0.6, 0.7])},
+         "G": {"acc": _cell([0, 1, 2], [0.4, 0.4, 0.5])}},
+        comparisons=[comp("A", "B"), comp("C", "D"), comp("E", "A"),
+                     comp("F", "G")])
+    got = report.render_table(res, "t").splitlines()
+    first = got.index("| comparison | column | difference | 95 % interval "
+                      "| n |")
+    self.assertEqual(got[first + 2:], [
+        "| A − B | accuracy | +1.8 | n = 2: no interval | 2 |",
+        "| C − D | accuracy | +10.0 | identical in every seed | 3 |",
+        "| E − A | accuracy | n/a | no seed in both rows | 0 |",
+        # Not degenerate: the interval of test_table_markdown.
+        "| F − G | accuracy | +16.7 | [+2.3, +31.0] | 3 |"])
 
   def test_rows_and_columns_selection(self):
     got = report.render_table(self.res, "t", rows=["B"])
