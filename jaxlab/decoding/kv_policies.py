@@ -30,7 +30,8 @@ eviction policy is compared with), "snapkv" (Li et al. 2024) and "speckv"
 (paper M: the prefill ends with the draft's lookahead tokens; run it
 through `speckv_generate`, which also re-feeds the last prompt token).
 `select_indices` is their key selection on plain query/key arrays; the
-policies score cache slots the same way (`cache_key_scores`) and keep one
+policies score cache slots the same way (`cache_key_scores`, pooled by
+`candidate_slot_scores`; SpecKV's in `speckv_scores`) and keep one
 selection per KV head for all layers (our cache shares slot positions
 across layers; the reference selects per layer).
 """
@@ -302,11 +303,43 @@ def cache_key_scores(model, cache: attn_lib.KVCache, prefill: PrefillInfo, *,
           else jnp.max(per_layer, 0))
 
 
-def _compress(cache: attn_lib.KVCache, scores_bks: jax.Array, *,
+def candidate_slot_scores(cache: attn_lib.KVCache, scores_bks: jax.Array, *,
+                          window_start: jax.Array, kernel: int) -> jax.Array:
+  """The scores the top-k ranks `[B, K, S]`: over the candidate slots
+  (filled, before `window_start`) `scores_bks` max-pooled with `kernel`
+  among candidates only; -inf at every other slot."""
+  candidate = (cache.positions >= 0) & (jnp.arange(cache.max_len)
+                                        < window_start)
+  return _pooled_candidate_scores(scores_bks, candidate, kernel)
+
+
+def speckv_scores(cache: attn_lib.KVCache, *, model: Any,
+                  prefill: PrefillInfo, lookahead: int, window: int = 32,
+                  kernel: int = 7, reduce: str = "max",
+                  layer_reduce: str = "mean") -> jax.Array:
+  """The per-slot scores `[B, K, S]` the "speckv" policy ranks.
+
+  The W' = window + lookahead + 1 last prefill queries (the window + 1
+  last prompt tokens and the draft's lookahead) score every slot
+  (`cache_key_scores`: causal softmax attention, reduced over each KV
+  head's query group and the W' queries, then over layers); the slots
+  before those window + 1 + lookahead are candidates, pooled with `kernel`
+  among themselves (`candidate_slot_scores`); others are -inf.
+  """
+  raw = cache_key_scores(model, cache, prefill,
+                         observation=window + lookahead + 1, reduce=reduce,
+                         layer_reduce=layer_reduce)
+  return candidate_slot_scores(
+      cache, raw, window_start=cache.index - lookahead - 1 - window,
+      kernel=kernel)
+
+
+def _compress(cache: attn_lib.KVCache, pooled_bks: jax.Array, *,
               budget: int, window: int, window_end: jax.Array,
-              kernel: int, prefill_len: int) -> attn_lib.KVCache:
-  """Keeps the top (budget - window) filled slots before the window and the
-  `window` slots ending at `window_end` (exclusive).
+              prefill_len: int) -> attn_lib.KVCache:
+  """Keeps the top (budget - window) slots by `pooled_bks` (the
+  `candidate_slot_scores`, -inf = not a candidate) and the `window` slots
+  ending at `window_end` (exclusive).
 
   The capacity shrinks by what the prefill added beyond the budget
   (max_len - prefill_len + budget): the decode steps keep the room they had
@@ -314,17 +347,14 @@ def _compress(cache: attn_lib.KVCache, scores_bks: jax.Array, *,
   instead of the whole prompt (the memory and latency saving).
   """
   s = cache.max_len
-  slot = jnp.arange(s)
   window_start = window_end - window
-  candidate = (cache.positions >= 0) & (slot < window_start)
-  pooled = _pooled_candidate_scores(scores_bks, candidate, kernel)
   window_idx = window_start + jnp.arange(window, dtype=jnp.int32)
   window_idx = jnp.broadcast_to(window_idx, cache.positions.shape[:2] +
                                 (window,))
   # A window slot that holds padding stays empty (left-padded short rows).
   filled = jnp.take_along_axis(cache.positions, window_idx, axis=2) >= 0
   window_idx = jnp.where(filled, window_idx, -1)
-  keep = _top_plus_window(pooled, budget - window, window_idx, s)
+  keep = _top_plus_window(pooled_bks, budget - window, window_idx, s)
   new_len = max(min(s, s - prefill_len + budget), keep.shape[-1])
   return cache.gather(keep, max_len=new_len)
 
@@ -345,8 +375,11 @@ def snapkv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
     return cache
   scores = cache_key_scores(model, cache, prefill, observation=window,
                             reduce=reduce, layer_reduce=layer_reduce)
-  return _compress(cache, scores, budget=budget, window=window,
-                   window_end=cache.index, kernel=kernel,
+  pooled = candidate_slot_scores(cache, scores,
+                                 window_start=cache.index - window,
+                                 kernel=kernel)
+  return _compress(cache, pooled, budget=budget, window=window,
+                   window_end=cache.index,
                    prefill_len=prefill.positions.shape[1])
 
 
@@ -369,11 +402,11 @@ def speckv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
                          reduce=reduce)
   if lookahead < 0:
     raise ValueError(f"lookahead must be >= 0, got {lookahead}")
-  scores = cache_key_scores(model, cache, prefill,
-                            observation=window + lookahead + 1,
-                            reduce=reduce, layer_reduce=layer_reduce)
-  return _compress(cache, scores, budget=budget, window=window,
-                   window_end=cache.index - lookahead - 1, kernel=kernel,
+  pooled = speckv_scores(cache, model=model, prefill=prefill,
+                         lookahead=lookahead, window=window, kernel=kernel,
+                         reduce=reduce, layer_reduce=layer_reduce)
+  return _compress(cache, pooled, budget=budget, window=window,
+                   window_end=cache.index - lookahead - 1,
                    prefill_len=prefill.positions.shape[1])
 
 

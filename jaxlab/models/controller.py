@@ -352,15 +352,19 @@ class ControllerBlock(nnx.Module):
     s = self.summarize(z_btd)
     logits = s @ self.op_co[...] + self.op_bias_o[...]
     soft = jax.nn.softmax(logits / tau, axis=-1)
-    if selection == "hard":
-      y = gumbel.one_hot_argmax(logits)
-    elif selection == "soft":
-      y = soft
-    else:
-      y = gumbel.gumbel_softmax(logits, key if cfg.gumbel_noise else None,
-                                tau, hard=cfg.straight_through)
-      if not cfg.straight_through and hard_now is not None:
+    if selection == "gumbel":
+      # softmax(y_logits) is the relaxed sample before any straight-through
+      # rounding (what L_op's cross-entropy of y is taken on).
+      y_logits = gumbel.perturbed_logits(
+          logits, key if cfg.gumbel_noise else None, tau)
+      y = jax.nn.softmax(y_logits, axis=-1)
+      if cfg.straight_through:
+        y = gumbel.straight_through(y)
+      elif hard_now is not None:
         y = jnp.where(hard_now, gumbel.straight_through(y), y)
+    else:
+      y_logits = logits.astype(jnp.float32) / jnp.asarray(tau, jnp.float32)
+      y = gumbel.one_hot_argmax(logits) if selection == "hard" else soft
     if knockout is not False:  # True or a (traced) boolean scalar
       noop = jax.nn.one_hot(jnp.full(logits.shape[:-1], NOOP), len(OPS))
       y = jnp.where(jnp.asarray(knockout), noop, y)
@@ -388,9 +392,9 @@ class ControllerBlock(nnx.Module):
     delta = flatten_state(new_state) - flatten_state(state)
     h_out = z_btd + ((delta @ self.rho_fs[...]) @ self.write_sd[...]).astype(
         z_btd.dtype)
-    trace = {"op": jnp.argmax(y, -1), "y": y, "logits": logits,
-             "probs": soft, "alpha_a": alpha_a, "alpha_b": alpha_b,
-             "beta": beta, "gamma": gamma, "lam": lam,
+    trace = {"op": jnp.argmax(y, -1), "y": y, "y_logits": y_logits,
+             "logits": logits, "probs": soft, "alpha_a": alpha_a,
+             "alpha_b": alpha_b, "beta": beta, "gamma": gamma, "lam": lam,
              "tau": jnp.asarray(tau, jnp.float32),
              "delta_sq": jnp.sum(jnp.square(delta), -1),
              "register_change_sq": jnp.sum(
@@ -401,8 +405,10 @@ class ControllerBlock(nnx.Module):
 @struct.dataclass
 class ControllerOutput:
   logits: jax.Array  # [B, T, V] float32
-  # One dict per controller (op [B, T], y/logits/probs [B, T, 5], alpha_a,
-  # alpha_b, beta [B, T, N_r], gamma, lam [B, T], tau, delta_sq [B, T]).
+  # One dict per controller (op [B, T], y/y_logits/logits/probs [B, T, 5],
+  # alpha_a, alpha_b, beta [B, T, N_r], gamma, lam [B, T], tau, delta_sq,
+  # register_change_sq [B, T]). logits = π; y_logits = (π + g)/τ (π/τ
+  # without noise), whose softmax is y before straight-through rounding.
   trace: tuple[dict[str, jax.Array], ...] | None = None
   states: tuple[ProgramState, ...] | None = None
 

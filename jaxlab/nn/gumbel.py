@@ -51,6 +51,19 @@ def straight_through(soft: jax.Array) -> jax.Array:
   return hard + soft - jax.lax.stop_gradient(soft)
 
 
+def perturbed_logits(logits: jax.Array, key: jax.Array | None,
+                     tau) -> jax.Array:
+  """(logits + g) / tau in float32, the logits of the relaxed sample y.
+
+  `gumbel_softmax` is softmax of this; its log_softmax is log y computed
+  stably (a cross-entropy of y at small tau). `key=None` adds no noise.
+  """
+  z = logits.astype(jnp.float32)
+  if key is not None:
+    z = z + sample_gumbel(key, z.shape, z.dtype)
+  return z / jnp.asarray(tau, jnp.float32)
+
+
 def gumbel_softmax(logits: jax.Array, key: jax.Array | None, tau,
                    *, hard: bool = False) -> jax.Array:
   """y = softmax((logits + g) / tau) over the last axis (spec I.3).
@@ -67,10 +80,7 @@ def gumbel_softmax(logits: jax.Array, key: jax.Array | None, tau,
   Returns:
     `[..., K]` float, rows summing to 1.
   """
-  z = logits.astype(jnp.float32)
-  if key is not None:
-    z = z + sample_gumbel(key, z.shape, z.dtype)
-  y = jax.nn.softmax(z / jnp.asarray(tau, jnp.float32), axis=-1)
+  y = jax.nn.softmax(perturbed_logits(logits, key, tau), axis=-1)
   return straight_through(y) if hard else y
 
 

@@ -3,10 +3,15 @@
     L = L_task + λ_op L_op + λ_sem L_sem + λ_ent(t) L_ent + λ_spar L_spar
 
   L_task  token-mean next-token NLL over `batch["loss_mask"]` (answers).
-  L_op    cross-entropy of the selector's distribution softmax(π) against
-          the simulator's opcode per position (`batch["op_targets"]`, -1 =
+  L_op    cross-entropy -log y_o* of the selection y against the
+          simulator's opcode o* per position (`batch["op_targets"]`, -1 =
           none), averaged over every controller; only with λ_op > 0 and
-          targets in the batch (trace supervision is optional).
+          targets in the batch (trace supervision is optional). y is the
+          relaxed Gumbel sample softmax((π + g)/τ), taken before any
+          straight-through rounding (the spec: "cross-entropy of y").
+          `op_loss_on="pi"` takes it on softmax(π) instead (no noise, no
+          τ): the loss before this switch existed, which produced the
+          committed docs/results/controller.json.
   L_sem   [inferred] conservation: on the share of the mixture that declares
           registers unchanged (COMPARE + NOOP), ‖R' - R‖².
   L_ent   entropy of y, weight rising linearly from ent_weight_start to
@@ -14,9 +19,10 @@
   L_spar  entropy of the write address β plus ‖ΔS‖² (spec I.6).
 
 Defaults are the spec's [inferred] λ_op = 0.5, λ_sem = 0.1, λ_ent 0.01 ->
-0.1, λ_spar = 1e-3. The loss also trains a plain `Decoder` (the vanilla
-baseline): then only L_task is computed. Metrics: `task_loss`, `op_loss`,
-`op_acc` (trace alignment of the argmax op), `entropy`, `tau`.
+0.1, λ_spar = 1e-3, and L_op on y. The loss also trains a plain `Decoder`
+(the vanilla baseline): then only L_task is computed. Metrics:
+`task_loss`, `op_loss`, `op_acc` (trace alignment of the argmax op),
+`entropy`, `sem`, `spar`, `tau`.
 """
 
 from __future__ import annotations
@@ -30,8 +36,12 @@ import ml_collections
 from jaxlab.models import controller as controller_lib
 from jaxlab.train import losses
 
-DEFAULTS = dict(op_weight=0.5, sem_weight=0.1, ent_weight_start=0.01,
-                ent_weight_end=0.1, ent_steps=1000, spar_weight=1e-3)
+# What L_op's cross-entropy is taken on: the selection y (spec I.6) or the
+# selector's noise-free softmax(π).
+OP_LOSS_ON = ("y", "pi")
+DEFAULTS = dict(op_weight=0.5, op_loss_on="y", sem_weight=0.1,
+                ent_weight_start=0.01, ent_weight_end=0.1, ent_steps=1000,
+                spar_weight=1e-3)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -98,11 +108,17 @@ def controller_loss(model, batch: dict[str, jax.Array], *, rng: jax.Array,
              "tau": out.trace[0]["tau"], "sem": sem, "spar": spar}
   op_w = float(_get(config, "op_weight"))
   if "op_targets" in batch:
+    op_on = _get(config, "op_loss_on")
+    if op_on not in OP_LOSS_ON:
+      raise ValueError(f"loss.op_loss_on must be one of {OP_LOSS_ON} (the "
+                       f"selection y, spec I.6, or softmax(π)), got "
+                       f"{op_on!r}")
     tgt = batch["op_targets"]
     safe = jnp.maximum(tgt, 0)
     op_loss = 0.0
     for tr in out.trace:
-      logp = jax.nn.log_softmax(tr["logits"], axis=-1)
+      logp = jax.nn.log_softmax(
+          tr["y_logits" if op_on == "y" else "logits"], axis=-1)
       nll = -jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
       op_loss = op_loss + avg(nll)
     op_loss = op_loss / len(out.trace)

@@ -9,6 +9,7 @@ multi-layer agreement is measured by the benchmark).
 import math
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +17,7 @@ from flax import nnx
 
 from jaxlab import parallel
 from jaxlab.decoding import diffusion
+from jaxlab.models import decoder as dec
 from jaxlab.testing import tiny_models
 
 MASK, EOS = 63, 2
@@ -173,6 +175,139 @@ class GenerateTest(absltest.TestCase):
       idx = view[row][view[row] >= 0]
       np.testing.assert_allclose(pruned[row, :len(idx)], full[idx],
                                  rtol=1e-4, atol=1e-4)
+
+
+# -- low-confidence remasking against a plain-Python reference ---------------
+
+_VOCAB, _POSITIONS = 64, 32       # MASK = 63 is the last id
+_TOKEN_STRIDE = 7                 # predicted id = (7 p + n_known) mod 63
+
+
+def _context_margins(base, gain, ids, positions, known):
+  """NumPy twin of `_ContextModel`'s margins `[B, T]` (float64)."""
+  g = gain[positions]                                  # [B, T, V]
+  ctx = np.einsum("btv,bsv->bt", g, np.eye(_VOCAB)[ids] * known[..., None])
+  raw = base[positions] + ctx
+  return 0.5 + np.log1p(np.exp(raw))                   # 0.5 + softplus
+
+
+class _ContextModel(nnx.Module):
+  """A deterministic mask predictor whose decode order is observable.
+
+  At position p, with n_known unmasked real tokens in the row, it predicts
+  id (7 p + n_known) mod 63 (never MASK) with logit margin
+  m_p = 0.5 + softplus(base[p] + sum_{known j} gain[p, x_j]) over 0 for
+  every other id. So the confidence softmax(logits)[argmax] =
+  e^m / (e^m + 63) moves with the context (the greedy order is not fixed),
+  and the final id at a position tells how many tokens were known when it
+  was unmasked, i.e. the step that unmasked it.
+  """
+
+  def __init__(self, seed: int):
+    self.cfg = dec.DecoderConfig(vocab_size=_VOCAB, dim=8, num_layers=1,
+                                 num_heads=1, num_kv_heads=1, mlp_dim=8,
+                                 max_position_embeddings=_POSITIONS)
+    rng = np.random.default_rng(seed)
+    self.base = nnx.Param(jnp.asarray(rng.uniform(-2.0, 2.0, _POSITIONS),
+                                      jnp.float32))
+    self.gain = nnx.Param(jnp.asarray(
+        rng.normal(0.0, 0.5, (_POSITIONS, _VOCAB)), jnp.float32))
+
+  def forward(self, ids, *, positions, attention_mask, causal, cache=None):
+    del causal
+    assert cache is None, "the reference test runs without a cache"
+    known = (attention_mask & (ids != MASK)).astype(jnp.float32)
+    ctx = jnp.einsum("btv,bsv->bt", self.gain[...][positions],
+                     jax.nn.one_hot(ids, _VOCAB) * known[..., None])
+    margin = 0.5 + jax.nn.softplus(self.base[...][positions] + ctx)
+    n_known = jnp.sum(known, axis=1).astype(jnp.int32)[:, None]
+    token = (_TOKEN_STRIDE * positions + n_known) % (_VOCAB - 1)
+    return dec.DecoderOutput(
+        logits=margin[..., None] * jax.nn.one_hot(token, _VOCAB))
+
+
+def reference_low_confidence_decode(model, prompts, *, gen_len, block_len,
+                                    steps):
+  """LLaDA's semi-autoregressive low-confidence remasking, in plain NumPy.
+
+  The canvas [prompt | MASK * gen_len] is decoded block by block with
+  steps / num_blocks steps per block; step i of a block unmasks
+  n_i = floor(block_len / S) + [i < block_len mod S] tokens (LLaDA's
+  `get_num_transfer_tokens`): every masked position of the block is
+  predicted (argmax), the n_i most confident predictions are kept and the
+  rest stay masked.
+
+  Returns (tokens [B, gen_len], known_at [B, gen_len]: the number of
+  known tokens of the row when each position was unmasked, min_gap: the
+  smallest confidence gap at a keep / remask boundary).
+  """
+  base, gain = np.asarray(model.base[...], np.float64), np.asarray(
+      model.gain[...], np.float64)
+  x = np.array([list(p) + [MASK] * gen_len for p in prompts])
+  b, length = x.shape
+  p_len = length - gen_len
+  positions = np.broadcast_to(np.arange(length), (b, length))
+  known_at = np.full((b, gen_len), -1)
+  min_gap = np.inf
+  per_block = steps // (gen_len // block_len)
+  counts = [block_len // per_block + (i < block_len % per_block)
+            for i in range(per_block)]
+  for start in range(p_len, length, block_len):
+    for count in counts:
+      known = x != MASK
+      margins = _context_margins(base, gain, x, positions, known)
+      n_known = known.sum(1)
+      for row in range(b):
+        masked = [j for j in range(start, start + block_len)
+                  if x[row, j] == MASK]
+        # softmax(logits)[argmax] for logits = margin * one_hot(id).
+        conf = {j: np.exp(margins[row, j]) / (np.exp(margins[row, j])
+                                              + _VOCAB - 1) for j in masked}
+        ranked = sorted(masked, key=lambda j: -conf[j])
+        if count < len(ranked):
+          min_gap = min(min_gap, conf[ranked[count - 1]] - conf[ranked[count]])
+        for j in ranked[:count]:
+          x[row, j] = (_TOKEN_STRIDE * j + n_known[row]) % (_VOCAB - 1)
+          known_at[row, j - p_len] = n_known[row]
+  return x[:, p_len:], known_at, min_gap
+
+
+class LowConfidenceRemaskingTest(parameterized.TestCase):
+  """`generate`'s fixed-schedule decoding (no threshold, cache or DPad)
+  against `reference_low_confidence_decode` on `_ContextModel`."""
+
+  PROMPTS = [[5, 17, 3, 22], [40, 41, 42, 7]]
+
+  @parameterized.named_parameters(
+      ("one_token_per_step", 8, 16),       # LLaDA's vanilla setting
+      ("uneven_schedule", 8, 6),           # 3 steps a block: 3, 3, 2
+      ("one_block", 16, 5))                # 4, 3, 3, 3, 3
+  def test_tokens_and_unmasking_order_match_reference(self, block_len,
+                                                      steps):
+    gen_len = 16
+    model = _ContextModel(seed=1)
+    got = diffusion.generate(model, self.PROMPTS, gen_len=gen_len,
+                             block_len=block_len, steps=steps, mask_id=MASK,
+                             prompt_bucket=len(self.PROMPTS[0]))
+    want, known_at, min_gap = reference_low_confidence_decode(
+        model, self.PROMPTS, gen_len=gen_len, block_len=block_len,
+        steps=steps)
+    # Well posed: every keep / remask boundary is far above float32
+    # rounding of the confidences (~1e-7), so the library cannot tie-break
+    # differently from the float64 reference.
+    self.assertGreater(min_gap, 1e-4)
+    np.testing.assert_array_equal(got.tokens, want)
+    self.assertEqual(got.nfe, steps)
+    # The known-token count at unmasking time, read back from the ids the
+    # library produced (ids are distinct mod 63 over the range of counts).
+    p_len = len(self.PROMPTS[0])
+    pos = p_len + np.arange(gen_len)
+    got_known_at = (got.tokens - _TOKEN_STRIDE * pos) % (_VOCAB - 1)
+    np.testing.assert_array_equal(got_known_at, known_at)
+    # Not vacuous: the order is neither left to right nor shared by rows.
+    for row in range(len(self.PROMPTS)):
+      self.assertFalse(np.all(np.diff(known_at[row]) >= 0))
+    self.assertFalse(np.array_equal(known_at[0], known_at[1]))
 
 
 class MeshTest(absltest.TestCase):

@@ -1,11 +1,13 @@
-"""SnapKV / SpecKV (paper M): `select_indices` against a NumPy reference,
-the "snapkv" / "speckv" policies on the sampler, and their errors."""
+"""SnapKV / SpecKV (paper M): `select_indices` and SpecKV's slot scores
+against NumPy references, the "snapkv" / "speckv" policies on the sampler,
+and their errors."""
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jaxlab.decoding import kv_policies
 from jaxlab.decoding import sampler
@@ -43,6 +45,115 @@ def reference_select(q, k, budget, window, kernel, reduce):
       out[bi, kh] = np.sort(np.concatenate(
           [top, np.arange(s - window, s)]))
   return out
+
+
+def reference_speckv_scores(qk, *, lookahead, window, kernel, reduce,
+                            layer_reduce, capacity):
+  """NumPy SpecKV slot scores written from the spec (paper M, SpecKV 2).
+
+  `qk`: per layer (q `[B, T, N, H]`, k `[B, T, K, H]`) of an unpadded
+  prefill of T = prompt + lookahead tokens. The W' = window + lookahead + 1
+  last queries attend causally, softmax(q kᵀ / √H), over the T keys; a KV
+  head's score is the max (or mean) over its query group's G·W' rows; the
+  layers are averaged (or maxed); the keys before the last W' are pooled
+  (max, `kernel`, stride 1, same) among themselves. Slots >= T are empty
+  cache slots (score 0, never candidates).
+
+  Returns (raw `[B, K, capacity]`, pooled: raw pooled over the candidates,
+  -inf elsewhere).
+  """
+  per_layer = []
+  for q, k in qk:
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    b, t, n, h = q.shape
+    kv = k.shape[2]
+    g, wq = n // kv, window + lookahead + 1
+    score = np.zeros((b, kv, capacity))
+    for bi in range(b):
+      for kh in range(kv):
+        rows = []
+        for qh in range(kh * g, (kh + 1) * g):
+          for i in range(t - wq, t):
+            z = q[bi, i, qh] @ k[bi, :, kh].T / np.sqrt(h)
+            z = np.where(np.arange(t) <= i, z, -np.inf)
+            e = np.exp(z - z.max())
+            rows.append(e / e.sum())
+        rows = np.stack(rows)
+        score[bi, kh, :t] = rows.max(0) if reduce == "max" else rows.mean(0)
+    per_layer.append(score)
+  raw = (np.mean(per_layer, 0) if layer_reduce == "mean"
+         else np.max(per_layer, 0))
+  n_cand, half = t - wq, kernel // 2
+  pooled = np.full_like(raw, -np.inf)
+  for j in range(n_cand):
+    lo, hi = max(0, j - half), min(n_cand, j + half + 1)
+    pooled[..., j] = raw[..., lo:hi].max(-1)
+  return raw, pooled
+
+
+class SpecKVScoresTest(parameterized.TestCase):
+  """`speckv_scores` (what the "speckv" policy ranks) and the raw
+  `cache_key_scores` under it, against `reference_speckv_scores` on a
+  2-layer GQA model (4 query heads, 2 KV heads)."""
+
+  LOOKAHEAD, WINDOW, KERNEL = 3, 2, 3
+  REDUCTIONS = (("max", "mean"), ("mean", "max"))  # (reduce, layer_reduce)
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    model = tiny_models.tiny_decoder(3)
+    graphdef, state = nnx.split(model)
+    rng = np.random.default_rng(4)
+    ids = jnp.asarray(rng.integers(1, 64, (2, 14)), jnp.int32)
+    cls.capacity = ids.shape[1] + 2  # two empty slots, as in a prefill
+
+    @jax.jit
+    def run(state, ids):
+      m = nnx.merge(graphdef, state)
+      b, t = ids.shape
+      mask = jnp.ones((b, t), bool)
+      positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+      out = m.forward(ids, positions=positions, attention_mask=mask,
+                      cache=m.init_cache(b, cls.capacity),
+                      output_hidden_states=True)
+      prefill = kv_policies.PrefillInfo(
+          hidden_states=out.hidden_states, positions=positions,
+          attention_mask=mask, start=jnp.int32(0))
+      scores = {}
+      for reduce, layer_reduce in cls.REDUCTIONS:
+        scores[reduce, layer_reduce] = (
+            kv_policies.speckv_scores(
+                out.cache, model=m, prefill=prefill,
+                lookahead=cls.LOOKAHEAD, window=cls.WINDOW,
+                kernel=cls.KERNEL, reduce=reduce, layer_reduce=layer_reduce),
+            kv_policies.cache_key_scores(
+                m, out.cache, prefill,
+                observation=cls.WINDOW + cls.LOOKAHEAD + 1, reduce=reduce,
+                layer_reduce=layer_reduce))
+      # The reference's queries and keys come from a plain (cacheless) pass.
+      return scores, m.forward(ids, output_qk=True).qk
+    cls.scores, cls.qk = jax.device_get(run(state, ids))
+
+  @parameterized.parameters(*REDUCTIONS)
+  def test_scores_match_numpy_reference(self, reduce, layer_reduce):
+    pooled, raw = self.scores[reduce, layer_reduce]
+    want_raw, want_pooled = reference_speckv_scores(
+        self.qk, lookahead=self.LOOKAHEAD, window=self.WINDOW,
+        kernel=self.KERNEL, reduce=reduce, layer_reduce=layer_reduce,
+        capacity=self.capacity)
+    self.assertEqual(raw.shape, (2, 2, self.capacity))
+    np.testing.assert_allclose(raw, want_raw, rtol=1e-5, atol=1e-7)
+    # Candidates: slots 0..7 (14 - 3 lookahead - 1 last prompt - 2 window).
+    np.testing.assert_array_equal(np.isfinite(pooled),
+                                  np.isfinite(want_pooled))
+    self.assertEqual(int(np.isfinite(pooled[0, 0]).sum()), 8)
+    fin = np.isfinite(want_pooled)
+    np.testing.assert_allclose(pooled[fin], want_pooled[fin], rtol=1e-5,
+                               atol=1e-7)
+    # Not vacuous: pooling changed some candidate, the heads disagree.
+    self.assertGreater(np.abs(want_pooled[fin] - want_raw[fin]).max(), 1e-3)
+    self.assertGreater(np.abs(want_raw[:, 0] - want_raw[:, 1]).max(), 1e-3)
 
 
 class SelectIndicesTest(parameterized.TestCase):

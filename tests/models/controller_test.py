@@ -1,6 +1,7 @@
 """Controller modules (paper I): ops vs NumPy, τ → 0 = discrete, FLOPs."""
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -20,6 +21,10 @@ def _sigmoid(x):
 def _softmax(x):
   e = np.exp(x - x.max(-1, keepdims=True))
   return e / e.sum(-1, keepdims=True)
+
+
+def _entropy(p):
+  return -np.sum(p * np.log(p), axis=-1)
 
 
 DCFG = dec.DecoderConfig(vocab_size=16, dim=32, num_layers=2, num_heads=2,
@@ -243,6 +248,125 @@ class LossTest(absltest.TestCase):
     hits = sum(((np.asarray(tr["op"]) == tgt) & (tgt >= 0)).sum()
                for tr in out.trace)
     self.assertAlmostEqual(float(m["op_acc"]), hits / (2 * 7), places=6)
+
+
+# Every auxiliary weight 0; each AuxiliaryLossTest case turns one on.
+_ZERO_WEIGHTS = dict(op_weight=0.0, sem_weight=0.0, ent_weight_start=0.0,
+                     ent_weight_end=0.0, ent_steps=10, spar_weight=0.0)
+_TERM_CONFIGS = {
+    "op_y": dict(op_weight=0.7, op_loss_on="y"),
+    "op_pi": dict(op_weight=0.7, op_loss_on="pi"),
+    "sem": dict(sem_weight=0.3),
+    # λ_ent(4) = 0.2 + (4 / 10) (1.0 - 0.2) = 0.52.
+    "ent": dict(ent_weight_start=0.2, ent_weight_end=1.0),
+    "spar": dict(spar_weight=0.4),
+}
+_STEP = 4
+
+
+class AuxiliaryLossTest(parameterized.TestCase):
+  """L_op, L_sem, L_ent and L_spar (spec I.6) against NumPy, each alone.
+
+  The references are computed from the forward pass's selections y, logits
+  π, write addresses β and program states (not from the loss's own trace
+  summaries), averaged over the positions with an opcode target and over
+  the two controllers.
+  """
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    model = tiny_model(0)
+    ids = jnp.array([[1, 5, 3, 7, 2], [4, 4, 0, 11, 8]])
+    cls.batch = {
+        "inputs": ids, "targets": jnp.roll(ids, -1, 1),
+        "loss_mask": jnp.array([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]],
+                               jnp.float32),
+        "op_targets": jnp.array([[0, 1, 2, -1, 4], [-1, 3, 3, 1, 0]])}
+    configs = {name: ml_collections.ConfigDict({**_ZERO_WEIGHTS, **kw})
+               for name, kw in {"task": {}, **_TERM_CONFIGS}.items()}
+
+    @jax.jit
+    def run(b):
+      key = jax.random.key(0)
+      losses = {name: ctl_loss.controller_loss(model, b, rng=key, config=c,
+                                               step=_STEP)
+                for name, c in configs.items()}
+      out = model.forward(b["inputs"], step=_STEP, rng=key,
+                          output_trace=True, output_states=True)
+      return losses, out, model.initial_state(*b["inputs"].shape)
+    cls.losses, out, s0 = jax.device_get(run(cls.batch))
+    cls.trace = out.trace
+    cls.states = (s0,) + tuple(out.states)
+    cls.valid = np.asarray(cls.batch["op_targets"]) >= 0
+    assert len(cls.trace) == 2  # every_p = 1 on 2 layers
+
+  def _average(self, per_controller):
+    """Mean over controllers of the mean over positions with a target."""
+    return np.mean([x[self.valid].mean() for x in per_controller])
+
+  def _aux(self, name):
+    """The loss with only `name`'s weight on, minus the bare task loss."""
+    return float(self.losses[name][0]) - float(self.losses["task"][0])
+
+  @parameterized.parameters("y", "pi")
+  def test_op_loss_is_the_cross_entropy_against_the_opcode(self, op_on):
+    tgt = np.maximum(np.asarray(self.batch["op_targets"]), 0)[..., None]
+    if op_on == "y":  # the relaxed Gumbel sample that mixed the states
+      dists = [np.asarray(tr["y"], np.float64) for tr in self.trace]
+    else:
+      dists = [_softmax(np.asarray(tr["logits"], np.float64))
+               for tr in self.trace]
+    want = self._average([-np.log(np.take_along_axis(p, tgt, -1)[..., 0])
+                          for p in dists])
+    self.assertAlmostEqual(self._aux(f"op_{op_on}"), 0.7 * want, places=5)
+    metrics = self.losses[f"op_{op_on}"][1]
+    self.assertAlmostEqual(float(metrics["op_loss"]), want, places=5)
+    # Noise makes y differ from softmax(π), so the switch matters.
+    other = self.losses["op_pi" if op_on == "y" else "op_y"][1]["op_loss"]
+    self.assertGreater(abs(float(other) - want), 1e-2)
+
+  def test_sem_is_register_change_on_the_register_keeping_ops(self):
+    per = []
+    for k, tr in enumerate(self.trace):
+      y = np.asarray(tr["y"], np.float64)
+      change = np.sum(np.square(
+          np.asarray(self.states[k + 1].registers, np.float64)
+          - np.asarray(self.states[k].registers, np.float64)), axis=(-2, -1))
+      per.append((y[..., ctl.COMPARE] + y[..., ctl.NOOP]) * change)
+    want = self._average(per)
+    self.assertGreater(want, 1e-3)
+    self.assertAlmostEqual(self._aux("sem"), 0.3 * want, places=5)
+    self.assertAlmostEqual(float(self.losses["sem"][1]["sem"]), want,
+                           places=5)
+
+  def test_ent_is_the_entropy_of_y_with_the_annealed_weight(self):
+    want = self._average([_entropy(np.asarray(tr["y"], np.float64))
+                          for tr in self.trace])
+    self.assertAlmostEqual(self._aux("ent"), 0.52 * want, places=5)
+    self.assertAlmostEqual(float(self.losses["ent"][1]["entropy"]), want,
+                           places=5)
+
+  def test_spar_is_write_address_entropy_plus_state_change(self):
+    def flat(state):
+      regs = np.asarray(state.registers, np.float64)
+      return np.concatenate([regs.reshape(regs.shape[:2] + (-1,)),
+                             np.asarray(state.flags, np.float64)], -1)
+    per = []
+    for k, tr in enumerate(self.trace):
+      delta_sq = np.sum(np.square(flat(self.states[k + 1])
+                                  - flat(self.states[k])), -1)
+      per.append(_entropy(np.asarray(tr["beta"], np.float64)) + delta_sq)
+    want = self._average(per)
+    self.assertAlmostEqual(self._aux("spar"), 0.4 * want, places=5)
+    self.assertAlmostEqual(float(self.losses["spar"][1]["spar"]), want,
+                           places=5)
+
+  def test_unknown_op_loss_target_is_one_error(self):
+    cfg = ml_collections.ConfigDict({**_ZERO_WEIGHTS, "op_loss_on": "probs"})
+    with self.assertRaisesRegex(ValueError, "loss.op_loss_on must be one of"):
+      jax.eval_shape(lambda b: ctl_loss.controller_loss(
+          tiny_model(0), b, rng=jax.random.key(0), config=cfg), self.batch)
 
 
 if __name__ == "__main__":

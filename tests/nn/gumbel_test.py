@@ -35,6 +35,19 @@ class GumbelTest(absltest.TestCase):
     cold = gumbel.gumbel_softmax(logits, None, 1e-3)
     np.testing.assert_allclose(np.asarray(cold)[0], [0, 1, 0], atol=1e-6)
 
+  def test_perturbed_logits_are_the_sample_logits(self):
+    logits = jnp.array([[0.3, -1.0, 2.0], [1.5, 0.0, -0.5]])
+    key, tau = jax.random.key(3), 0.25
+    g = np.asarray(gumbel.sample_gumbel(key, (2, 3)))
+    z = np.asarray(gumbel.perturbed_logits(logits, key, tau))
+    np.testing.assert_allclose(z, (np.asarray(logits) + g) / tau, rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.nn.softmax(z)),
+        np.asarray(gumbel.gumbel_softmax(logits, key, tau)), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(gumbel.perturbed_logits(logits, None, tau)),
+        np.asarray(logits) / tau, rtol=1e-6)
+
   def test_straight_through_value_and_gradient(self):
     logits = jnp.array([0.2, 1.0, -0.3])
     w = jnp.array([1.0, -2.0, 3.0])
