@@ -1,7 +1,63 @@
-"""Test set-up: 8 fake CPU devices before JAX initialises."""
+"""Test set-up: 8 fake CPU devices, one compilation cache, one scratch dir.
+
+Runs in pytest's main process before JAX initialises (and again in each
+xdist worker, which inherits the environment set here):
+
+* 8 fake CPU devices, so sharding code is exercised on any machine.
+* JAX's persistent compilation cache in `.pytest_cache/jax_cache`, shared by
+  the xdist workers and by the processes tests start (notebook kernels,
+  multi-process launches): the colabs and the experiment tests compile many
+  of the same programs. `JAX_COMPILATION_CACHE_DIR=` (empty) turns it off.
+* One scratch directory for the whole run (`TMPDIR`, `tempfile.tempdir`),
+  removed when the run ends: the system temp directory is left as it was
+  found, whatever a test, a notebook or a subprocess forgot to delete. What
+  was left there is listed at the end of the run, so a leak is seen.
+"""
 
 import os
+import shutil
+import tempfile
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SCRATCH_ENV = "JAXLAB_TEST_SCRATCH"
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# LLVM's O0 for XLA:CPU code: the suite's programs are tiny, so compiling
+# them is most of its time, and O0 compiles about a quarter faster. It
+# changes the machine code, not the math: tolerances that hold at O2 hold
+# here (the suite passes at both; `XLA_FLAGS=...level=2` to check).
+if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+  os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(_ROOT, ".pytest_cache", "jax_cache"))
+# Every program, however small: most of the suite's programs compile in well
+# under JAX's default threshold of 1 s, and together they are most of its time.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+if _SCRATCH_ENV not in os.environ:  # pytest's main process
+  os.environ[_SCRATCH_ENV] = tempfile.mkdtemp(prefix="jaxlab_tests_")
+  _OWNS_SCRATCH = True
+else:  # an xdist worker, or a pytest run started by a test
+  _OWNS_SCRATCH = False
+os.environ["TMPDIR"] = os.environ[_SCRATCH_ENV]
+tempfile.tempdir = os.environ[_SCRATCH_ENV]
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del exitstatus
+  if not _OWNS_SCRATCH or hasattr(session.config, "workerinput"):
+    return
+  scratch = os.environ[_SCRATCH_ENV]
+  # pytest's own tmp_path directories live under pytest-of-<user>.
+  left = sorted(n for n in os.listdir(scratch)
+                if not n.startswith("pytest-of-"))
+  if left:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+      reporter.write_line(
+          f"tests left {len(left)} entries in the scratch dir (removed): "
+          + ", ".join(left[:20]) + (" ..." if len(left) > 20 else ""))
+  shutil.rmtree(scratch, ignore_errors=True)

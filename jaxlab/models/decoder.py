@@ -30,12 +30,14 @@ from flax.core import FrozenDict
 
 from jaxlab.nn import attention as attn_lib
 from jaxlab.nn import mlp as mlp_lib
+from jaxlab.nn import dtypes
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import partitioning as pt
 from jaxlab.nn import rope as rope_lib
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16,
-           "float16": jnp.float16}
+           "float16": jnp.float16,
+           "float64": jnp.float64}  # needs jax_enable_x64 (reference runs)
 
 
 def to_dtype(name) -> Any:
@@ -211,7 +213,7 @@ class Decoder(nnx.Module):
       logits = jnp.einsum("btd,vd->btv", h, self.embed_vd[...].astype(dt))
     else:
       logits = h @ self.lm_head_dv[...].astype(dt)
-    return logits.astype(jnp.float32)
+    return logits.astype(dtypes.at_least_float32(logits.dtype))
 
   def init_cache(self, batch: int, max_len: int,
                  dtype=None) -> attn_lib.KVCache:
@@ -240,7 +242,9 @@ class Decoder(nnx.Module):
     `forward` builds them (`seq_len`: the static length that length-dependent
     scalings see: T, or the cache capacity when decoding with a cache)."""
     inv_freq, scale = self.cfg.rope_tables(seq_len=seq_len)
-    return rope_lib.cos_sin(positions_bt.astype(jnp.int32), inv_freq, scale)
+    return rope_lib.cos_sin(
+        positions_bt.astype(jnp.int32), inv_freq, scale,
+        dtype=dtypes.at_least_float32(to_dtype(self.cfg.dtype)))
 
   # -- forward ---------------------------------------------------------------
 
@@ -354,9 +358,11 @@ class Decoder(nnx.Module):
         seq_len=t if cache is None else cache.max_len)
     weights = None if rope_pair_weights is None else jnp.asarray(
         rope_pair_weights)
+    rope_dtype = dtypes.at_least_float32(to_dtype(cfg.dtype))
     shared_tables = rope_lib.cos_sin(
         positions, inv_freq, scale,
-        weights if weights is None or weights.ndim == 1 else None)
+        weights if weights is None or weights.ndim == 1 else None,
+        dtype=rope_dtype)
 
     hidden = [h] if output_hidden_states else None
     qk = [] if output_qk else None
@@ -365,7 +371,8 @@ class Decoder(nnx.Module):
     new_k, new_v = [], []
     for i, block in enumerate(self.layers):
       if weights is not None and weights.ndim == 2:
-        cos, sin = rope_lib.cos_sin(positions, inv_freq, scale, weights[i])
+        cos, sin = rope_lib.cos_sin(positions, inv_freq, scale, weights[i],
+                                    dtype=rope_dtype)
       else:
         cos, sin = shared_tables
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])

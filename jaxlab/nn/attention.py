@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax import struct
 
+from jaxlab.nn import dtypes
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import partitioning as pt
 from jaxlab.nn import rope
@@ -143,13 +144,14 @@ def attention_probs(q_btnh: jax.Array, k_bskh: jax.Array,
   """
   n, kh = q_btnh.shape[2], k_bskh.shape[2]
   k = jnp.repeat(k_bskh, n // kh, axis=2) if n != kh else k_bskh
-  logits = jnp.einsum("btnh,bsnh->bnts", q_btnh.astype(jnp.float32),
-                      k.astype(jnp.float32)) * scale
+  dt = dtypes.at_least_float32(q_btnh.dtype)
+  logits = jnp.einsum("btnh,bsnh->bnts", q_btnh.astype(dt),
+                      k.astype(dt)) * scale
   if is_causal and mask is None:
     t, s = logits.shape[-2:]
     mask = jnp.tril(jnp.ones((t, s), bool), s - t)[None, None]
   if mask is not None:
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    logits = jnp.where(mask, logits, jnp.finfo(dt).min)
   return jax.nn.softmax(logits, axis=-1)
 
 

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxlab.nn import dtypes
 from jaxlab.nn import partitioning
 
 
@@ -22,7 +23,7 @@ class RMSNorm(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     dtype = x.dtype
-    x32 = x.astype(jnp.float32)
+    x32 = x.astype(dtypes.at_least_float32(dtype))
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = (x32 * jax.lax.rsqrt(var + self.eps)).astype(dtype)
     return self.scale[...].astype(dtype) * y

@@ -550,17 +550,19 @@ def rotate_half(x: jax.Array) -> jax.Array:
 
 def cos_sin(positions_bt: jax.Array, inv_freq_h: jax.Array,
             attention_scale: float = 1.0,
-            pair_weights_h: jax.Array | None = None
-            ) -> tuple[jax.Array, jax.Array]:
-  """cos/sin tables `[B, T, head_dim]` in float32 for integer positions.
+            pair_weights_h: jax.Array | None = None, *,
+            dtype=jnp.float32) -> tuple[jax.Array, jax.Array]:
+  """cos/sin tables `[B, T, head_dim]` in `dtype` for integer positions.
 
   `pair_weights_h` (optional, `[head_dim // 2]`) scales each rotary pair's
   rotation angle; it is the hook for attenuating selected frequencies.
+  `dtype` is float32 for every float32/bf16 model (the decoder passes
+  float64 only for a float64 model).
   """
-  inv = jnp.asarray(inv_freq_h, jnp.float32)
+  inv = jnp.asarray(inv_freq_h, dtype)
   if pair_weights_h is not None:
-    inv = inv * jnp.asarray(pair_weights_h, jnp.float32)
-  angles_bth = positions_bt.astype(jnp.float32)[..., None] * inv
+    inv = inv * jnp.asarray(pair_weights_h, dtype)
+  angles_bth = positions_bt.astype(dtype)[..., None] * inv
   angles_btd = jnp.concatenate([angles_bth, angles_bth], axis=-1)
   return (jnp.cos(angles_btd) * attention_scale,
           jnp.sin(angles_btd) * attention_scale)

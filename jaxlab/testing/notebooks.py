@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import tempfile
 
 import nbformat
 from nbclient import NotebookClient
@@ -37,11 +38,15 @@ def run_notebook(name: str, *, preset: str | None = None, timeout_s: int = 600,
   is how a notebook picks its CPU-sized config preset; `env` sets other
   variables. A failing cell raises `nbclient.exceptions.CellExecutionError`
   with the cell's traceback.
+
+  The kernel's temp directory (`TMPDIR`: the notebook's `WORKDIR` and
+  whatever else it writes there) is a fresh one, removed afterwards.
   """
   if preset is not None:
     env[PRESET_ENV] = preset
   nb = nbformat.read(os.path.join(COLABS, name), as_version=4)
-  with _environ(**env):
+  with tempfile.TemporaryDirectory(prefix="kernel_tmp_") as tmp, \
+      _environ(**{"TMPDIR": tmp, **env}):
     NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                    resources={"metadata": {"path": COLABS}}).execute()
   return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlab import registry
+from jaxlab.nn import dtypes
 
 LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
 LOSSES: registry.Registry[LossFn] = registry.Registry("loss")
@@ -62,9 +63,10 @@ def call(loss_fn: Callable, model, batch, *, rng, config, step):
 def sequence_nll(logits_btv: jax.Array, targets_bt: jax.Array,
                  mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Per-sequence summed NLL `[B]` over `mask` and the token counts `[B]`."""
+  dt = dtypes.at_least_float32(logits_btv.dtype)
   nll_bt = optax.softmax_cross_entropy_with_integer_labels(
-      logits_btv.astype(jnp.float32), targets_bt)
-  mask = mask_bt.astype(jnp.float32)
+      logits_btv.astype(dt), targets_bt)
+  mask = mask_bt.astype(dt)
   return jnp.sum(nll_bt * mask, axis=-1), jnp.sum(mask, axis=-1)
 
 
@@ -105,12 +107,13 @@ def chunked_token_nll(unembed: Callable[[jax.Array], jax.Array],
   pad = (-n) % c
   h = jnp.pad(h_btd.reshape(n, d), ((0, pad), (0, 0)))
   y = jnp.pad(targets_bt.reshape(n), (0, pad))
-  m = jnp.pad(mask_bt.reshape(n).astype(jnp.float32), (0, pad))
+  dt = dtypes.at_least_float32(h_btd.dtype)
+  m = jnp.pad(mask_bt.reshape(n).astype(dt), (0, pad))
   k = (n + pad) // c
 
   @jax.checkpoint
   def chunk_nll(h_cd, y_c, m_c):
-    logits = unembed(h_cd).astype(jnp.float32)
+    logits = unembed(h_cd).astype(dt)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, y_c)
     return jnp.sum(nll * m_c)
 
@@ -118,7 +121,7 @@ def chunked_token_nll(unembed: Callable[[jax.Array], jax.Array],
     return total + chunk_nll(*xs), None
 
   total, _ = jax.lax.scan(
-      body, jnp.zeros((), jnp.float32),
+      body, jnp.zeros((), dt),
       (h.reshape(k, c, d), y.reshape(k, c), m.reshape(k, c)))
   return total, jnp.sum(m)
 

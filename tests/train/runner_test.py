@@ -5,6 +5,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 from flax import nnx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,33 +20,49 @@ from jaxlab.train import runner
 class StepRunnerTest(absltest.TestCase):
 
   def test_matches_a_hand_written_update_and_reuses_the_step(self):
+    """StepRunner's update == nnx.Optimizer on the trainer's optax chain.
+
+    Compared in float64: the two programs (XLA fuses them differently) round
+    float32 gradients differently by ~1e-7 relative, and Adam's
+    m / (sqrt(v) + eps) scales that up to ~1e-5 on entries whose gradients
+    nearly cancel (one of 2048 entries failed atol 1e-5 at LLVM O0). In
+    float64 that noise is ~1e-9 smaller, so atol 1e-9 also sees changes that
+    Adam's scale invariance hides from float32: a clip norm of 0.45 instead
+    of 0.5 moves entries by only 7.6e-7.
+    """
     tok = tokenizers.ByteTokenizer()
-    cfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, dim=32,
-                                num_layers=1, num_heads=2, num_kv_heads=1,
-                                mlp_dim=64)
     data = sg.encode_for_lm(tok, ["Q: a\nA: ", "Q: bb\nA: "],
                             ["one two", "three"], max_len=24)
     ocfg = runner.optim_config(lr=1e-2, warmup_steps=1, weight_decay=0.1,
                                schedule="cosine", clip_norm=0.5)
-    ref = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
-    opt = nnx.Optimizer(ref, optim_lib.make_optimizer(ocfg, 3),
-                        wrt=nnx.Param)
-    loss_fn = losses_lib.get("lm")
-    for _ in range(3):
-      grads = nnx.grad(lambda m: loss_fn(m, data, rng=None)[0])(ref)
-      opt.update(ref, grads)
-    want = nnx.state(ref, nnx.Param)
-    runners = []
-    for _ in range(2):  # the second runner reuses the compiled step
-      model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
-      step_runner = runner.StepRunner(model, loss="lm", loss_config=None,
-                                      optim=ocfg, steps=3, seed=0)
-      for step in range(3):
-        step_runner.step(dict(data), step)
-      step_runner.write_back()
-      got = nnx.state(model, nnx.Param)
-      chex.assert_trees_all_close(got, want, atol=1e-5, rtol=1e-5)
-      runners.append(step_runner)
+    with jax.enable_x64(True):
+      cfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, dim=32,
+                                  num_layers=1, num_heads=2, num_kv_heads=1,
+                                  mlp_dim=64, param_dtype="float64",
+                                  dtype="float64")
+      ref = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
+      opt = nnx.Optimizer(ref, optim_lib.make_optimizer(ocfg, 3),
+                          wrt=nnx.Param)
+      loss_fn = losses_lib.get("lm")
+      for _ in range(3):
+        grads = nnx.grad(lambda m: loss_fn(m, data, rng=None)[0])(ref)
+        opt.update(ref, grads)
+      want = nnx.state(ref, nnx.Param)
+      self.assertEqual(ref(jnp.asarray(data["inputs"][:1])).dtype,
+                       jnp.float64)
+      runners = []
+      for _ in range(2):  # the second runner reuses the compiled step
+        model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
+        step_runner = runner.StepRunner(model, loss="lm", loss_config=None,
+                                        optim=ocfg, steps=3, seed=0)
+        for step in range(3):
+          step_runner.step(dict(data), step)
+        step_runner.write_back()
+        got = nnx.state(model, nnx.Param)
+        self.assertEqual({x.dtype for x in jax.tree.leaves(got)},
+                         {np.dtype(np.float64)})
+        chex.assert_trees_all_close(got, want, atol=1e-9, rtol=0)
+        runners.append(step_runner)
     self.assertIs(runners[0]._step, runners[1]._step)  # pylint: disable=protected-access
 
 
