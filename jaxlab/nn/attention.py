@@ -461,8 +461,9 @@ class Attention(nnx.Module):
     `mask=None, is_causal=True` is the plain causal case, which lets
     `jax.nn.dot_product_attention` pick a fused (cuDNN flash) kernel.
     With `output_attentions=True` attention is computed explicitly
-    (`attention_probs`, float32 softmax) and a third element, the
-    probabilities `[B, N, T, S]`, is returned.
+    (`attention_probs`, float32 softmax; float64 for a float64 model,
+    which always takes this path) and a third element, the probabilities
+    `[B, N, T, S]`, is returned.
     """
     q, k, v = self.project_qkv(x_btd, cos_btd, sin_btd)
     new_cache = None
@@ -473,7 +474,9 @@ class Attention(nnx.Module):
       v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
       new_cache = (k, v)
       k, v = k.astype(self.dtype), v.astype(self.dtype)
-    if output_attentions:
+    # jax.nn.dot_product_attention's XLA path takes its softmax in float32,
+    # so a float64 model (a reference run) attends explicitly in float64.
+    if output_attentions or jnp.dtype(q.dtype) == jnp.float64:
       probs = attention_probs(q, k, mask, scale=self.head_dim ** -0.5,
                               is_causal=is_causal)
       n, kh = q.shape[2], k.shape[2]

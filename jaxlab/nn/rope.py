@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab import registry
+from jaxlab.nn import dtypes
 
 # name -> fn(*, head_dim, base, factor, original_max_position, beta_fast,
 #            beta_slow, **options) -> (inv_freq [head_dim//2] float64, scale)
@@ -572,7 +573,7 @@ def apply_rope(x_btnh: jax.Array, cos_btd: jax.Array,
                sin_btd: jax.Array) -> jax.Array:
   """Rotates `x [B, T, N, H]` by precomputed cos/sin `[B, T, H]`."""
   dtype = x_btnh.dtype
-  x = x_btnh.astype(jnp.float32)
+  x = x_btnh.astype(dtypes.at_least_float32(x_btnh.dtype))
   cos = cos_btd[:, :, None, :]
   sin = sin_btd[:, :, None, :]
   return (x * cos + rotate_half(x) * sin).astype(dtype)
