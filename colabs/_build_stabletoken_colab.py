@@ -69,6 +69,19 @@ config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 print(result["table_markdown"])
 display(Image(result["plot"]))"""),
+      ("md",
+          "Checks a reader can redo from `result`: the table's average UED "
+          "is the mean of its per-perturbation columns, and each table row "
+          "shows its variant's mean over seeds."),
+      ("code", """\
+import numpy as np
+summary = result["summary"]
+kinds = [k[4:] for k in next(iter(summary.values())) if k.startswith("ued_") and k != "ued_avg"]
+avg_ok = all(np.isclose(np.mean(s["ued_avg"]), np.mean([np.mean(s["ued_" + k]) for k in kinds]))
+             for s in summary.values())
+rows_ok = all(f"| {v} | {np.mean(s['ued_avg']):.1f} |" in result["table_markdown"] for v, s in summary.items())
+print("variants:", ", ".join(summary), "| perturbations:", len(kinds))
+print("average UED = mean over perturbations:", avg_ok, "| rows = per-variant means:", rows_ok)"""),
   ]
   return _setup_cell.notebook(cells, default_preset="tiny")
 

@@ -2,6 +2,7 @@
 
 from absl.testing import absltest
 
+from jaxlab.data import audio
 from jaxlab.testing import notebooks
 
 
@@ -16,6 +17,12 @@ class StableTokenColabTest(absltest.TestCase):
     self.assertRegex(out, r"pink     target SNR 22 dB, measured 22\.00 dB")
     self.assertIn("log-mel features: (1, 53, 40)", out)
     self.assertIn("| full |", out)
+    # The smoke preset's one variant over every evaluation perturbation; the
+    # table's cells recomputed from the run's per-seed values.
+    self.assertIn(f"variants: full | perturbations: "
+                  f"{len(audio.EVAL_PERTURBATIONS)}", out)
+    self.assertIn("average UED = mean over perturbations: True | rows = "
+                  "per-variant means: True", out)
 
 
 if __name__ == "__main__":
