@@ -153,7 +153,7 @@ class DecoderTest(parameterized.TestCase):
     results = []
     for remat in (False, True):
       model = _model(remat=remat)
-      results.append(nnx.value_and_grad(loss)(model))
+      results.append(nnx.jit(nnx.value_and_grad(loss))(model))
     (l0, g0), (l1, g1) = results
     np.testing.assert_allclose(l0, l1, rtol=1e-6)
     chex.assert_trees_all_close(nnx.state(g0), nnx.state(g1), atol=1e-6)

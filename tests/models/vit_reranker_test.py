@@ -136,8 +136,10 @@ class RerankerTest(absltest.TestCase):
         groups, tok, cfg, TEMPLATE, max_len=60).items()}
     fn = losses.get("rerank")
     for w_d in ("sft", "cl"):
-      grad_of = lambda conf: nnx.grad(
-          lambda m: fn(m, batch, rng=jax.random.key(0), config=conf)[0])(model)
+      # Compiled: one program per loss instead of op-by-op dispatch.
+      grad_of = lambda conf: nnx.jit(nnx.grad(
+          lambda m: fn(m, batch, rng=jax.random.key(0), config=conf)[0]))(
+              model)
       g_url = grad_of({"objective": "url", "weight": w_d, "direction": w_d})
       g_nat = grad_of({"objective": w_d})
       chex.assert_trees_all_close(nnx.to_pure_dict(g_url),
@@ -149,8 +151,8 @@ class RerankerTest(absltest.TestCase):
     batch = {k: jnp.asarray(v) for k, v in rr.collate_groups(
         [("f", "red", ["red", "circle"])], tok, cfg, TEMPLATE,
         max_len=24).items()}
-    grads = nnx.grad(lambda m: rerank.group_loss(
-        m.score_heads(batch), direction="random")[0])(model)
+    grads = nnx.jit(nnx.grad(lambda m: rerank.group_loss(
+        m.score_heads(batch), direction="random")[0]))(model)
     self.assertGreater(float(jnp.abs(grads.rand_head_dk[...]).sum()), 0.)
     # The LM head gets no gradient under D_Rand (weights use z_y, z_n only
     # through stop_gradient).
@@ -261,8 +263,9 @@ class EmbeddingRerankerTest(absltest.TestCase):
     params = nnx.state(model, nnx.Param)
     self.assertNotIn("head_dk", params)
     loss = lambda m, **kw: rerank.group_loss(m.score_heads(batch), **kw)[0]
-    g_url = nnx.grad(lambda m: loss(m, weight="cl", direction="cl"))(model)
-    g_nat = nnx.grad(lambda m: loss(m, objective="cl"))(model)
+    g_url = nnx.jit(nnx.grad(lambda m: loss(m, weight="cl",
+                                            direction="cl")))(model)
+    g_nat = nnx.jit(nnx.grad(lambda m: loss(m, objective="cl")))(model)
     chex.assert_trees_all_close(nnx.to_pure_dict(g_url),
                                 nnx.to_pure_dict(g_nat), rtol=1e-4,
                                 atol=1e-7)

@@ -101,17 +101,21 @@ class TinyScorerTest(absltest.TestCase):
       tx = optax.adam(1e-2)
       opt_state = tx.init(params)
       graphdef, _, rest = nnx.split(ref, nnx.Param, ...)
-      for _ in range(3):
-        rows = rng.integers(0, len(ys), 8)
 
-        def loss_fn(p, rows=rows):
+      @jax.jit  # one compiled program instead of op-by-op float64 dispatch
+      def hand_step(params, opt_state, ids_b, mask_b, ys_b):
+        def loss_fn(p):
           net = nnx.merge(graphdef, p, rest)
-          logits = net(jnp.asarray(ids[rows]), jnp.asarray(mask[rows]))
           return jnp.mean(optax.sigmoid_binary_cross_entropy(
-              logits, jnp.asarray(ys[rows])))
+              net(ids_b, mask_b), ys_b))
         grads = jax.grad(loss_fn)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        return optax.apply_updates(params, updates), opt_state
+
+      for _ in range(3):
+        rows = rng.integers(0, len(ys), 8)
+        params, opt_state = hand_step(params, opt_state, ids[rows],
+                                      mask[rows], ys[rows])
       got = nnx.state(scorer.net, nnx.Param)
       self.assertEqual({x.dtype for x in jax.tree.leaves(got)},
                        {np.dtype(np.float64)})

@@ -152,9 +152,9 @@ class LearnerTest(absltest.TestCase):
               "mask": batch.completion_mask_bt, "old": batch.old_logp_bt,
               "ref": batch.ref_logp_bt, "adv": adv}
     loss_fn = losses.get("grpo")
-    (loss, _), grads = nnx.value_and_grad(
+    (loss, _), grads = nnx.jit(nnx.value_and_grad(  # compiled, not op by op
         lambda mdl: loss_fn(mdl, arrays, rng=None, config=cfg),
-        has_aux=True)(ref)
+        has_aux=True))(ref)
     tx = optim_lib.make_optimizer(runner.optim_config(**optim), 1)
     params = nnx.state(ref, nnx.Param)
     g = nnx.state(grads, nnx.Param)

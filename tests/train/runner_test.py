@@ -44,9 +44,14 @@ class StepRunnerTest(absltest.TestCase):
       opt = nnx.Optimizer(ref, optim_lib.make_optimizer(ocfg, 3),
                           wrt=nnx.Param)
       loss_fn = losses_lib.get("lm")
+
+      @nnx.jit  # one compiled program instead of op-by-op float64 dispatch
+      def hand_step(model, opt, batch):
+        grads = nnx.grad(lambda m: loss_fn(m, batch, rng=None)[0])(model)
+        opt.update(model, grads)
+
       for _ in range(3):
-        grads = nnx.grad(lambda m: loss_fn(m, data, rng=None)[0])(ref)
-        opt.update(ref, grads)
+        hand_step(ref, opt, data)
       want = nnx.state(ref, nnx.Param)
       self.assertEqual(ref(jnp.asarray(data["inputs"][:1])).dtype,
                        jnp.float64)
