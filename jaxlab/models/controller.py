@@ -363,7 +363,7 @@ class ControllerBlock(nnx.Module):
       elif hard_now is not None:
         y = jnp.where(hard_now, gumbel.straight_through(y), y)
     else:
-      y_logits = logits.astype(jnp.float32) / jnp.asarray(tau, jnp.float32)
+      y_logits = gumbel.perturbed_logits(logits, None, tau)
       y = gumbel.one_hot_argmax(logits) if selection == "hard" else soft
     if knockout is not False:  # True or a (traced) boolean scalar
       noop = jax.nn.one_hot(jnp.full(logits.shape[:-1], NOOP), len(OPS))

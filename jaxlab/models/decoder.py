@@ -103,6 +103,11 @@ class DecoderConfig:
   def resolved_head_dim(self) -> int:
     return self.head_dim or self.dim // self.num_heads
 
+  @property
+  def rope_dtype(self) -> Any:
+    """dtype of the RoPE tables: float32, float64 for a float64 model."""
+    return dtypes.at_least_float32(to_dtype(self.dtype))
+
   def replace(self, **kw) -> "DecoderConfig":
     return dataclasses.replace(self, **kw)
 
@@ -244,7 +249,7 @@ class Decoder(nnx.Module):
     inv_freq, scale = self.cfg.rope_tables(seq_len=seq_len)
     return rope_lib.cos_sin(
         positions_bt.astype(jnp.int32), inv_freq, scale,
-        dtype=dtypes.at_least_float32(to_dtype(self.cfg.dtype)))
+        dtype=self.cfg.rope_dtype)
 
   # -- forward ---------------------------------------------------------------
 
@@ -358,11 +363,10 @@ class Decoder(nnx.Module):
         seq_len=t if cache is None else cache.max_len)
     weights = None if rope_pair_weights is None else jnp.asarray(
         rope_pair_weights)
-    rope_dtype = dtypes.at_least_float32(to_dtype(cfg.dtype))
     shared_tables = rope_lib.cos_sin(
         positions, inv_freq, scale,
         weights if weights is None or weights.ndim == 1 else None,
-        dtype=rope_dtype)
+        dtype=cfg.rope_dtype)
 
     hidden = [h] if output_hidden_states else None
     qk = [] if output_qk else None
@@ -372,7 +376,7 @@ class Decoder(nnx.Module):
     for i, block in enumerate(self.layers):
       if weights is not None and weights.ndim == 2:
         cos, sin = rope_lib.cos_sin(positions, inv_freq, scale, weights[i],
-                                    dtype=rope_dtype)
+                                    dtype=cfg.rope_dtype)
       else:
         cos, sin = shared_tables
       layer_cache = None if cache is None else (cache.k[i], cache.v[i])
