@@ -19,14 +19,14 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(PY) -m experiments.main --config=configs/lm_tiny.py --workdir=$(WORKDIR)
+	$(PY) -m jaxlab.main --config=lm_tiny --workdir=$(WORKDIR)
 
 test: $(VENV)/.installed
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS) tests
 
 bench: $(VENV)/.installed
-	$(PY) -m experiments.bench decode
-	$(PY) -m experiments.bench train
+	$(PY) -m jaxlab.experiments.bench decode
+	$(PY) -m jaxlab.experiments.bench train
 
 clean:
 	rm -rf $(VENV) workdirs

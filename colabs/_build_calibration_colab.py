@@ -55,9 +55,9 @@ print("B(answers):", classes, "-> (confidence, plurality):",
 Pre-train a tiny LM on both answer styles, tune copies with GRPO (reward: the
 mode answer) and DPO (mode preferred over another answer), and evaluate
 every variant's B-calibration against references drawn from p*."""),
-    ("code", """from configs import calibration as cfg_mod
-from experiments import calibration as exp
-from experiments import report
+    ("code", """from jaxlab.configs import calibration as cfg_mod
+from jaxlab.experiments import calibration as exp
+from jaxlab.experiments import report
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)

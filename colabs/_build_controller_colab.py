@@ -18,12 +18,12 @@ training step, executes it on the state, and writes the state change back
 into the residual stream (`jaxlab.models.controller`). This notebook shows
 the simulator's opcode traces, the temperature schedule, and trains vanilla
 and controller models on short algorithmic instances, testing on longer
-ones (`experiments/controller.py`)."""),
+ones (`jaxlab/experiments/controller.py`)."""),
     ("code", """import os, json
 import numpy as np
 from IPython.display import Image, display
-from configs import controller as controller_configs
-from experiments import controller as controller_exp
+from jaxlab.configs import controller as controller_configs
+from jaxlab.experiments import controller as controller_exp
 from jaxlab.data.synthetic import algorithmic as alg
 from jaxlab.nn import gumbel"""),
     ("md", "## Opcode traces from the simulator"),

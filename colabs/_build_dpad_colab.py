@@ -25,8 +25,8 @@ padding up to the generation length) and compares the decoding variants."""),
 import numpy as np
 import jax
 import matplotlib.pyplot as plt
-from configs import dpad as dpad_configs
-from experiments import dpad as dpad_exp
+from jaxlab.configs import dpad as dpad_configs
+from jaxlab.experiments import dpad as dpad_exp
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion"""),
     ("md", "## The keep probability (W = 64, k = 3, a = 1.6) and the schedule"),

@@ -53,8 +53,8 @@ def trust_notebook():
           "is far too short to separate them; the README table uses the "
           "full preset)."),
       v4.new_code_cell(
-          "from configs import trust_grpo as tg_config\n"
-          "from experiments import trust_grpo as tg\n"
+          "from jaxlab.configs import trust_grpo as tg_config\n"
+          "from jaxlab.experiments import trust_grpo as tg\n"
           "config = tg_config.get_config(PRESET)\n"
           "if PRESET == 'tiny':\n"
           "  config.rl.steps = 4; config.rl.eval_every = 2; "
@@ -128,8 +128,8 @@ def chart_notebook():
           "exec), then stage 2 (+ SSIM visual reward). The CI preset is "
           "minuscule; see docs/papers/grpo.md for the measured table."),
       v4.new_code_cell(
-          "from configs import chart_to_code as c2c_config\n"
-          "from experiments import chart_to_code as c2c\n"
+          "from jaxlab.configs import chart_to_code as c2c_config\n"
+          "from jaxlab.experiments import chart_to_code as c2c\n"
           "config = c2c_config.get_config(PRESET)\n"
           "if PRESET == 'tiny':\n"
           "  config.charts.eval_size = 2; config.rl.prompts_per_step = 1; "

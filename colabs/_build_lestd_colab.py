@@ -21,8 +21,8 @@ it next to two baselines: per-matrix truncated SVD and dense-core Tucker."""),
     ("code", """import os, json, tempfile
 import numpy as np
 from IPython.display import Image, display
-from configs import lestd as lestd_configs
-from experiments import lestd as lestd_exp
+from jaxlab.configs import lestd as lestd_configs
+from jaxlab.experiments import lestd as lestd_exp
 from jaxlab.compression import lestd"""),
     ("md", """## The identity behind Stage II
 

@@ -57,8 +57,8 @@ def pmc_notebook():
           "forget values in unrelated sentences "
           "(`jaxlab.evals.unlearning`)."),
       v4.new_code_cell(
-          "from configs import pmc as pmc_config\n"
-          "from experiments import pmc as pmc_exp\n"
+          "from jaxlab.configs import pmc as pmc_config\n"
+          "from jaxlab.experiments import pmc as pmc_exp\n"
           "config = pmc_config.get_config(PRESET)\n"
           "config.parts = 'unlearn'\n"
           "if PRESET == 'tiny':\n  config.methods = 'pmc,ga'\n"
@@ -93,8 +93,8 @@ def mathfimer_notebook():
       v4.new_markdown_cell(
           "## Miniature: coarse vs expanded arithmetic solutions"),
       v4.new_code_cell(
-          "from configs import mathfimer as mf_config\n"
-          "from experiments import mathfimer as mf_exp\n"
+          "from jaxlab.configs import mathfimer as mf_config\n"
+          "from jaxlab.experiments import mathfimer as mf_exp\n"
           "config = mf_config.get_config(PRESET)\n"
           "results = mf_exp.run(config, WORKDIR)\n"
           "print(open(os.path.join(WORKDIR, 'table.md')).read())"),

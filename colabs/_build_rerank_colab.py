@@ -26,8 +26,8 @@ fine-tuned with LoRA (the LM head, i.e. the directions M_y and M_n, frozen).""")
 import numpy as np
 import jax, jax.numpy as jnp
 import matplotlib.pyplot as plt
-from configs import rerank as rerank_configs
-from experiments import rerank as rerank_exp
+from jaxlab.configs import rerank as rerank_configs
+from jaxlab.experiments import rerank as rerank_exp
 from jaxlab.data.synthetic import retrieval as synth
 from jaxlab.objectives import rerank"""),
     ("md", "## The weights: CL normalises over the group, SFT per document"),
@@ -60,7 +60,7 @@ if os.path.isdir(backbone):
   print(f"imported decoder: {dcfg.num_layers} layer(s), dim {dcfg.dim}, "
         f"vocab {dcfg.vocab_size}; LoRA rank {config.lora.rank} on "
         + ", ".join(config.lora.targets))"""),
-    ("code", """table = results["extra"]["table"]  # experiments.results schema
+    ("code", """table = results["extra"]["table"]  # jaxlab.experiments.results schema
 assert all(np.isfinite(r["ndcg@10_mean"]) for r in table)
 for r in table:
   print(f'{r["cell"]:24s} nDCG@10 {100 * r["ndcg@10_mean"]:.1f} ± {100 * r["ndcg@10_std"]:.1f}'

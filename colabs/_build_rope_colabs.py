@@ -48,7 +48,7 @@ for m in ("default", "ntk", "yarn", "yarn_rotation", "mrope_uni", "mrope_pro"):
   print(f"{m:14s} first root of B(m): {rope.rope_bound_first_root(inv, 1 << 16)}"
         f"  attention scale {scale:.4f}")"""),
       v4.new_code_cell("""\
-from experiments import rope_extension as exp
+from jaxlab.experiments import rope_extension as exp
 from IPython.display import Image, display
 display(Image(exp.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""),
       v4.new_markdown_cell(
@@ -57,7 +57,7 @@ display(Image(exp.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""
           "The learning curve (held-out exact match at the training length) "
           "must be near 1 before the long-length table means anything."),
       v4.new_code_cell("""\
-from configs import rope_extension as cfg_mod
+from jaxlab.configs import rope_extension as cfg_mod
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 for rec in result["per_seed"]:
@@ -97,8 +97,8 @@ print(f"SequenceFE pure sinusoid: {float(fe.sequence_fe(2 + np.sin(2 * np.pi * 3
 print(f"SequenceFE white noise: {float(fe.sequence_fe(np.random.default_rng(0).standard_normal(4096))):.2f}")
 print(f"SpectrumFE white noise: {float(fe.spectrum_fe(np.random.default_rng(0).standard_normal(4096))):.2f}")"""),
       v4.new_code_cell("""\
-from configs import frequency_entropy as cfg_mod
-from experiments import frequency_entropy as exp
+from jaxlab.configs import frequency_entropy as cfg_mod
+from jaxlab.experiments import frequency_entropy as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)

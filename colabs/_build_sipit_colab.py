@@ -39,8 +39,8 @@ s = inj.pair_stats(x, chunk=3)
 print("min", s.min, "pair", s.pair, "collisions", s.collisions, "max", s.max)
 print("4-bit codes", inj.quantize_states(np.array([0.05, 0.5, -1.0]), 4))"""),
       ("code", """\
-from configs import sipit as cfg_mod
-from experiments import sipit as exp
+from jaxlab.configs import sipit as cfg_mod
+from jaxlab.experiments import sipit as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)

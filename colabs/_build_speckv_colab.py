@@ -23,8 +23,8 @@ compares every method at a few cache budgets C_max."""),
     ("code", """import json, os
 import numpy as np
 import jax, jax.numpy as jnp
-from configs import speckv as speckv_configs
-from experiments import speckv as speckv_exp
+from jaxlab.configs import speckv as speckv_configs
+from jaxlab.experiments import speckv as speckv_exp
 from jaxlab.decoding import kv_policies, prompt_compression as pc"""),
     ("md", "## Key selection on a toy example (window 2, kernel 1)"),
     ("code", """# One KV head, one query head, d = 1: the query "looks for" key value 3.

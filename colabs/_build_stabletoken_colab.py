@@ -62,8 +62,8 @@ print("log-mel features:", audio.log_mel(wave[None], n_mels=40).shape)"""),
           "stable), with the CTC phone error rate (PER) that shows whether "
           "the variants are at matched accuracy."),
       ("code", """\
-from configs import stabletoken as cfg_mod
-from experiments import stabletoken as exp
+from jaxlab.configs import stabletoken as cfg_mod
+from jaxlab.experiments import stabletoken as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)

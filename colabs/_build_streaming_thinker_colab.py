@@ -22,8 +22,8 @@ stories and compares streaming with the batch and interleaved baselines on
 accuracy, TTFT and Delay under a simulated input clock."""),
     ("code", """import json, os
 import numpy as np
-from configs import streaming_thinker as st_configs
-from experiments import streaming_thinker as st_exp
+from jaxlab.configs import streaming_thinker as st_configs
+from jaxlab.experiments import streaming_thinker as st_exp
 from jaxlab.data.synthetic import running_sum as rs
 from jaxlab.decoding import streaming as sd
 from jaxlab.objectives import streaming as st"""),

@@ -43,8 +43,8 @@ print("AUROC of a perfect detector:", unc.auroc([0.9, 0.1, 0.8], [True, False, T
      "are never seen, so its answers about them are confabulations. "
      "Positive class of AUROC = the greedy answer is wrong."),
     ("code", """\
-from configs import uncertainty as cfg_mod
-from experiments import uncertainty as exp
+from jaxlab.configs import uncertainty as cfg_mod
+from jaxlab.experiments import uncertainty as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)

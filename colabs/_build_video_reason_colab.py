@@ -59,8 +59,8 @@ print("malformed:", bad.malformed, "accuracy:", round(bad.accuracy, 3))"""),
        "Cup/Chip questions with a `Think:` transcript and decoded at several "
        "thinking budgets (the `smoke` preset skips the model)."),
       ("code", """\
-from configs import video_reason as cfg_mod
-from experiments import video_reason as exp
+from jaxlab.configs import video_reason as cfg_mod
+from jaxlab.experiments import video_reason as exp
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 print(result["table_markdown"])"""),

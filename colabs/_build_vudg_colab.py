@@ -40,9 +40,9 @@ print("answer:", q.answer, "=", q.answer_text)
 r = vudg.score(data.questions[:3], [q.answer, "(Z) nonsense", data.questions[2].answer_text])
 print(f"hand check: correct={r.correct} malformed={r.num_malformed}")"""),
       ("code", """\
-from configs import vudg as cfg_mod
-from experiments import vudg as exp
-from experiments import report
+from jaxlab.configs import vudg as cfg_mod
+from jaxlab.experiments import vudg as exp
+from jaxlab.experiments import report
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 for table in result["tables"]:

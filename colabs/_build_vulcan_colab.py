@@ -43,9 +43,9 @@ full = vulcan.prune(m, vulcan.Plan(vulcan.Widths((16,), (8,), (8,)), ident, iden
 print(f"full-rank SVD prune exact: {np.abs(vulcan.logits(full, x) - vulcan.logits(m, x)).max() < 1e-4}")
 print("dense params", cfg.num_params(), "| MACs/image", int(cfg.flops()))"""),
       ("code", """\
-from configs import vulcan as cfg_mod
-from experiments import vulcan as exp
-from experiments import report
+from jaxlab.configs import vulcan as cfg_mod
+from jaxlab.experiments import vulcan as exp
+from jaxlab.experiments import report
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)

@@ -15,7 +15,7 @@ PRESET_ENV = "JAXLAB_COLAB_PRESET"
 REPO_URL = "https://github.com/jaxlab/jaxlab"
 
 _TEMPLATE = '''\
-# Setup: in Colab, install jaxlab (with configs/ and experiments/) from its
+# Setup: in Colab, install jaxlab (with jaxlab/configs/ and jaxlab/experiments/) from its
 # repository; anywhere else, use the checkout this notebook sits in.
 JAXLAB_REPO_URL = "{repo_url}"  # this repository; edit for a fork or mirror
 import json, os, subprocess, sys, tempfile
@@ -25,7 +25,7 @@ if "google.colab" in sys.modules:
 else:
   ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
   sys.path.insert(0, ROOT)
-# Config preset (configs/<name>.py:<preset>); "" is the full default.
+# Config preset (jaxlab/configs/<name>.py:<preset>); "" is the full default.
 PRESET = os.environ.get("{env}", "{default}")
 WORKDIR = tempfile.mkdtemp(prefix="colab_")
 print("preset:", repr(PRESET), "| workdir:", WORKDIR)'''

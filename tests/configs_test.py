@@ -1,4 +1,4 @@
-"""One config schema: every configs/*.py file, parse_arg and rope_scaling."""
+"""One config schema: every jaxlab/configs/*.py file, parse_arg and rope_scaling."""
 
 import glob
 import importlib
@@ -9,7 +9,7 @@ from absl.testing import parameterized
 import ml_collections
 import numpy as np
 
-from configs import common
+from jaxlab.configs import common
 from jaxlab.models import registry as model_registry
 from jaxlab.nn import rope
 
@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every experiment config (a new file is covered without editing this test).
 CONFIG_NAMES = tuple(sorted(
     os.path.basename(p)[:-3]
-    for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
+    for p in glob.glob(os.path.join(ROOT, "jaxlab", "configs", "*.py"))
     if not os.path.basename(p).startswith(("_", "common"))))
 
 
@@ -49,7 +49,7 @@ class EveryConfigTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*[(n, n) for n in CONFIG_NAMES])
   def test_loads_with_default_and_tiny_from_base(self, name):
-    module = importlib.import_module(f"configs.{name}")
+    module = importlib.import_module(f"jaxlab.configs.{name}")
     base_paths = _leaf_paths(common.base_config())
     for arg in (None, "tiny"):
       cfg = module.get_config(arg)
@@ -61,19 +61,19 @@ class EveryConfigTest(parameterized.TestCase):
         self.assertIn(cfg.model.name, model_registry.available())
       missing = sorted(p for p in base_paths if not _has_path(cfg, p)
                        and (decoder or not p.startswith("model.")))
-      self.assertEqual(missing, [], f"configs/{name}.py:{arg} lacks base "
+      self.assertEqual(missing, [], f"jaxlab/configs/{name}.py:{arg} lacks base "
                        "fields: start from common.base_config() and keep its "
                        "sections; give experiment-specific sections their "
                        "own names (pmc: facts, mathfimer: problems)")
       self.assertTrue(os.path.exists(os.path.join(
-          ROOT, "experiments", f"{cfg.experiment}.py")), cfg.experiment)
+          ROOT, "jaxlab", "experiments", f"{cfg.experiment}.py")), cfg.experiment)
     # `tiny` is a real preset: it changes something.
     self.assertNotEqual(module.get_config(None).to_dict(),
                         module.get_config("tiny").to_dict())
 
   @parameterized.named_parameters(*[(n, n) for n in CONFIG_NAMES])
   def test_model_section_is_decoder_config_fields(self, name):
-    cfg = importlib.import_module(f"configs.{name}").get_config("tiny")
+    cfg = importlib.import_module(f"jaxlab.configs.{name}").get_config("tiny")
     if cfg.model.get("name") != "decoder":
       self.skipTest(f"{name}: model {cfg.model.get('name')!r}")
     dcfg = model_registry.decoder_config(cfg.model, vocab_size=300)
@@ -83,7 +83,7 @@ class EveryConfigTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*[(n, n) for n in CONFIG_NAMES])
   def test_unknown_preset_is_one_clear_error(self, name):
-    module = importlib.import_module(f"configs.{name}")
+    module = importlib.import_module(f"jaxlab.configs.{name}")
     with self.assertRaisesRegex(ValueError,
                                 r"unknown preset 'tinny'.*valid presets: .*"
                                 r"tiny"):

@@ -52,7 +52,7 @@ INDEX_FORMATS = ("none", "coo", "bitmap", "auto")
 
 @dataclasses.dataclass(frozen=True)
 class LeSTDConfig:
-  """Options of LeSTD (spec P; `config.lestd` of configs/lestd.py).
+  """Options of LeSTD (spec P; `config.lestd` of jaxlab/configs/lestd.py).
 
   Attributes:
     target_ratio: compressed / original MHA weight storage per layer

@@ -42,7 +42,7 @@ class _MemoStemmer:
   """NLTK's Porter stemmer (the one rouge_score uses) with a memo of stems.
 
   Stemming dominates a ROUGE call and a reward loop sees the same words
-  again and again (experiments/bench/text_metrics.py: about 3x per call).
+  again and again (jaxlab/experiments/bench/text_metrics.py: about 3x per call).
   """
 
   def __init__(self):

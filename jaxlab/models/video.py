@@ -33,7 +33,7 @@ Architecture (the usual LVLM recipe, e.g. VideoLLaMA / Qwen2.5-VL, shrunk):
      [prefix; real tokens], exactly as the sampler counts them.
 
 `forward(ids, prefix_inputs=frames)` has the signature of the image policy
-of `experiments/chart_to_code.py` (`prefix_inputs` / `prefix_embeds`), so
+of `jaxlab/experiments/chart_to_code.py` (`prefix_inputs` / `prefix_embeds`), so
 the GRPO loss (`jaxlab.objectives.grpo.policy_token_logprobs`) can train it
 from rollout batches that carry the frames as `prefix_inputs`.
 """

@@ -34,13 +34,14 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("head_dim", None),
     ("norm", None),
     ("lora_rank", None),
+    ("layers", None),  # stacked layers of a scanned decoder
 )
 
 
 def maybe_initialize_distributed() -> None:
   """Joins a multi-process run when one was asked for; else does nothing.
 
-  `experiments.main` sets up explicit multi-process runs from its flags
+  `jaxlab.main` sets up explicit multi-process runs from its flags
   (`jaxlab.parallel.distributed.initialize`). Here, for library use, only
   the opt-in auto-detection applies: with `JAXLAB_DISTRIBUTED=auto` in the
   environment, `jax.distributed.initialize()` detects a TPU pod slice /

@@ -94,11 +94,11 @@ class GRPOLearner:
 
   `optim_cfg`: a `config.optim` section, or a mapping of the fields to change
   in `jaxlab.train.runner.optim_config` (constant lr, no warmup, no decay,
-  clipping at 1; the rest from `configs/common.optim_config()`); the
+  clipping at 1; the rest from `jaxlab/configs/common.optim_config()`); the
   schedule counts updates (`total_steps * num_iterations * num_minibatches`).
 
   With `mesh`, the policy's weights are placed on it by their logical axis
-  names under `rules` (default `configs/common.sharding_rules()`) and every
+  names under `rules` (default `jaxlab/configs/common.sharding_rules()`) and every
   update's minibatch is split over the batch axes ('data', 'fsdp'); the same
   code then runs data-, FSDP- and tensor-parallel. Minibatch rows must divide
   by data * fsdp * optim.grad_accum. Without a mesh the learner uses one
@@ -112,7 +112,7 @@ class GRPOLearner:
     self.cfg = cfg
     self.mesh = mesh
     if rules is None:
-      from configs import common  # pylint: disable=g-import-not-at-top
+      from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
       rules = common.sharding_rules()
     self.rules = parallel.rules_from_config(rules)
     if "lr" not in optim_cfg:

@@ -1,7 +1,7 @@
 """Optimizer from `config.optim`: AdamW, warmup + decay, clipping, groups.
 
-Fields (defaults in `configs/common.py`, `optim_config()`; every field must be
-present, so a config starts from `configs/common.base_config()`):
+Fields (defaults in `jaxlab/configs/common.py`, `optim_config()`; every field must be
+present, so a config starts from `jaxlab/configs/common.base_config()`):
   lr, warmup_steps, schedule ('cosine' | 'linear' | 'constant'),
   end_lr_frac (final lr as a fraction of lr), b1, b2, eps, weight_decay,
   clip_norm (global-norm clipping over all trained parameters; 0 disables),
@@ -56,8 +56,8 @@ def field(optim_cfg: Mapping[str, Any], key: str, where: str = "optim") -> Any:
   if not hasattr(optim_cfg, "keys") or key not in optim_cfg:
     raise ValueError(
         f"config.{where}.{key} is missing: configs must start from "
-        "configs/common.base_config() (its optim section: "
-        "configs/common.optim_config(); for a sub-training, "
+        "jaxlab/configs/common.base_config() (its optim section: "
+        "jaxlab/configs/common.optim_config(); for a sub-training, "
         "jaxlab.train.runner.optim_config(...)) and override fields there")
   return optim_cfg[key]
 

@@ -31,11 +31,11 @@ def optim_config(*, lr: float, warmup_steps: int = 0,
                  weight_decay: float = 0.0, schedule: str = "constant",
                  clip_norm: float = 1.0, end_lr_frac: float = 0.0,
                  **fields) -> ml_collections.ConfigDict:
-  """A `config.optim` for a sub-training: `configs/common.optim_config()`
+  """A `config.optim` for a sub-training: `jaxlab/configs/common.optim_config()`
   with the sub-training's usual values (constant lr, no warmup, no decay,
   clipping at 1) and any other optim field (`b2`, `groups`, `grad_accum`,
   ...) overridden by keyword; an unknown field is an error."""
-  from configs import common  # pylint: disable=g-import-not-at-top
+  from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
   out = common.optim_config()
   fields.update(lr=float(lr), warmup_steps=int(warmup_steps),
                 weight_decay=float(weight_decay), schedule=schedule,
@@ -66,10 +66,10 @@ class StepRunner:
   loss updates kept, state donated, `optim.grad_accum` micro-batches).
 
   `optim` is a complete `config.optim` section (`optim_config(...)` or
-  `configs/common.base_config().optim`). The default mesh is one device: the
+  `jaxlab/configs/common.base_config().optim`). The default mesh is one device: the
   loop alternates with the KV-cache sampler, and the tiny models of the
   miniatures gain nothing from sharding. Pass `mesh` (and the logical-axis
-  `rules`, default `configs/common.sharding_rules()`) to shard the update
+  `rules`, default `jaxlab/configs/common.sharding_rules()`) to shard the update
   like the trainer does (batch rows must then divide by
   mesh.data * mesh.fsdp * optim.grad_accum). `lora` (fields of
   `config.lora`: rank, alpha, targets) adds LoRA factors and trains only
@@ -81,7 +81,7 @@ class StepRunner:
                steps: int, seed: int = 0,
                mesh: jax.sharding.Mesh | None = None, rules: Any = None,
                lora: Any = None):
-    from configs import common  # pylint: disable=g-import-not-at-top
+    from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
     self._target = model
     self.mesh = mesh or parallel.make_mesh(
         {"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])

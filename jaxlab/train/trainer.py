@@ -95,7 +95,7 @@ def _field(cfg, dotted: str):
   """`cfg.<dotted>`; a missing field is an error naming it.
 
   The trainer has no defaults of its own: they live in
-  `configs/common.base_config()`, which every config starts from.
+  `jaxlab/configs/common.base_config()`, which every config starts from.
   """
   node = cfg
   for i, part in enumerate(dotted.split(".")):
@@ -103,7 +103,7 @@ def _field(cfg, dotted: str):
       raise ValueError(
           f"config.{dotted} is missing (no "
           f"{'.'.join(dotted.split('.')[:i + 1])!r}): configs must start from "
-          "configs/common.base_config(), which holds every field the trainer "
+          "jaxlab/configs/common.base_config(), which holds every field the trainer "
           "reads with its default")
     node = node[part]
   return node
@@ -382,7 +382,7 @@ def train(config, workdir: str, *, model: Any = None,
   """Trains per `config` in `workdir`, resuming from its latest checkpoint.
 
   Args:
-    config: ConfigDict built from `configs/common.base_config()` (`seed`,
+    config: ConfigDict built from `jaxlab/configs/common.base_config()` (`seed`,
       `model`, `data`, `loss`, `optim`, `train`, `mesh`, `sharding_rules`,
       `lora`, `init_from`); the trainer has no defaults of its own.
     workdir: where checkpoints, metrics.jsonl and TensorBoard events go.

@@ -229,7 +229,7 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
 class SpecPresetTest(absltest.TestCase):
 
   def test_spec_preset_is_spec_c_model(self):
-    from configs import frequency_entropy as fe_config  # pylint: disable=g-import-not-at-top
+    from jaxlab.configs import frequency_entropy as fe_config  # pylint: disable=g-import-not-at-top
     c = fe_config.get_config("spec")
     self.assertEqual((c.model.num_layers, c.model.dim, c.train.seq_len,
                       c.fe.frame, c.fe.hop), (4, 128, 512, 128, 64))

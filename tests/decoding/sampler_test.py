@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs import generate as configs_generate
-from experiments import generate as experiments_generate
+from jaxlab.configs import generate as configs_generate
+from jaxlab.experiments import generate as experiments_generate
 from jaxlab.decoding import sampler
 from jaxlab.io import hf
 from jaxlab.testing import hf_fixtures

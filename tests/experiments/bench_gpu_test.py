@@ -1,4 +1,4 @@
-"""experiments/bench/gpu.py on CPU with a tiny shape.
+"""jaxlab/experiments/bench/gpu.py on CPU with a tiny shape.
 
 Checks that the benchmark times the library's own objects (the step
 `trainer.make_train_step` returns, `sampler.generate`) and its arithmetic:
@@ -11,8 +11,8 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-from experiments.bench import gpu
-from experiments.bench import roofline
+from jaxlab.experiments.bench import gpu
+from jaxlab.experiments.bench import roofline
 from jaxlab.decoding import sampler
 from jaxlab.models import decoder
 from jaxlab.train import trainer

@@ -1,4 +1,4 @@
-"""experiments/bench/memory.py: fsdp=8 holds 1/8 of the state per device.
+"""jaxlab/experiments/bench/memory.py: fsdp=8 holds 1/8 of the state per device.
 
 The numbers come from XLA's compiled memory analysis of the trainer's own
 train step (`trainer.make_train_step`) on 8 fake CPU devices.
@@ -7,7 +7,7 @@ train step (`trainer.make_train_step`) on 8 fake CPU devices.
 from absl.testing import absltest
 import jax
 
-from experiments.bench import memory
+from jaxlab.experiments.bench import memory
 
 TINY = dict(vocab_size=128, dim=64, num_layers=1, num_heads=4,
             num_kv_heads=2, mlp_dim=128, batch=8, seq_len=16)

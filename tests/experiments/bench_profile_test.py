@@ -1,4 +1,4 @@
-"""experiments/bench/profile.py charges each HLO op to the model part that
+"""jaxlab/experiments/bench/profile.py charges each HLO op to the model part that
 made it (from the HLO's own Python stack metadata)."""
 
 import collections
@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from experiments.bench import profile
+from jaxlab.experiments.bench import profile
 from jaxlab.models import decoder
 
 

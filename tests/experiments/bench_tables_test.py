@@ -7,7 +7,7 @@ import re
 
 from absl.testing import absltest
 
-from experiments.bench import _tables
+from jaxlab.experiments.bench import _tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -25,7 +25,7 @@ class BenchTablesTest(absltest.TestCase):
       text = _tables.main([f"--dir={os.path.join(ROOT, 'docs', 'bench')}"])
     self.assertEqual(m.group(1).strip(), text.strip(),
                      "README's benchmark tables differ from docs/bench JSON: "
-                     "rerun python -m experiments.bench._tables")
+                     "rerun python -m jaxlab.experiments.bench._tables")
 
   def test_profile_table_groups_parts(self):
     decode = {"results": [{"size": "56m", "batch": 8, "jaxlab": {"profile": {

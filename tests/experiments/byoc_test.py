@@ -16,12 +16,12 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
-from configs import finetune
-from configs import generate as generate_cfg
-from configs import rl as rl_cfg
-from experiments import generate as generate_exp
-from experiments import rl as rl_exp
-from experiments import train as train_exp
+from jaxlab.configs import finetune
+from jaxlab.configs import generate as generate_cfg
+from jaxlab.configs import rl as rl_cfg
+from jaxlab.experiments import generate as generate_exp
+from jaxlab.experiments import rl as rl_exp
+from jaxlab.experiments import train as train_exp
 from jaxlab.data import pipeline
 from jaxlab.data import tokenizers
 from jaxlab.io import hf

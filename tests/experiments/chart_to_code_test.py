@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs import chart_to_code as c2c_configs
-from experiments import chart_to_code as c2c
+from jaxlab.configs import chart_to_code as c2c_configs
+from jaxlab.experiments import chart_to_code as c2c
 from jaxlab.rewards import sandbox
 from jaxlab.rl import learner as learner_lib
 

@@ -12,14 +12,14 @@ import time
 from absl.testing import absltest
 import numpy as np
 
-from configs import lm_tiny
-from experiments import train as train_exp
+from jaxlab.configs import lm_tiny
+from jaxlab.experiments import train as train_exp
 from jaxlab.train import metrics as metrics_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 # Small and fast: 1-layer dim-32 model, 16 steps, checkpoints every 5.
-RUN_FLAGS = ["--config=configs/lm_tiny.py:tiny", "--config.train.steps=16",
+RUN_FLAGS = ["--config=jaxlab/configs/lm_tiny.py:tiny", "--config.train.steps=16",
              "--config.train.checkpoint_every=5", "--config.train.log_every=1",
              "--config.train.eval_every=0", "--config.train.eval_batches=1",
              "--config.data.num_docs=120", "--config.train.tensorboard=False",
@@ -35,7 +35,7 @@ def _env():
 
 
 def launch(workdir, *extra, wait=True):
-  cmd = [sys.executable, "-m", "experiments.main", *RUN_FLAGS,
+  cmd = [sys.executable, "-m", "jaxlab.main", *RUN_FLAGS,
          f"--workdir={workdir}", *extra]
   proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -117,13 +117,13 @@ class MainTest(absltest.TestCase):
 
     # An unknown preset of the config file: one line naming the valid ones.
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.main",
-         "--config=configs/lm_tiny.py:tinny", f"--workdir={tmp}/p"],
+        [sys.executable, "-m", "jaxlab.main",
+         "--config=jaxlab/configs/lm_tiny.py:tinny", f"--workdir={tmp}/p"],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     self.assertNotEqual(proc.returncode, 0)
     self.assertEqual(
         proc.stderr.strip(),
-        "error: flag --config=configs/lm_tiny.py:tinny: unknown preset "
+        "error: flag --config=jaxlab/configs/lm_tiny.py:tinny: unknown preset "
         "'tinny' (in config arg 'tinny'); valid presets: tiny; valid "
         "key=value args: none")
 
@@ -153,7 +153,7 @@ class MainTest(absltest.TestCase):
     code = (
         "import sys\n"
         "from ml_collections import ConfigDict\n"
-        "from experiments import main\n"
+        "from jaxlab import main\n"
         "assert 'jaxlab.objectives.unlearning' not in sys.modules\n"
         "main.check_loss(ConfigDict({'loss': {'name': 'unlearn_pmc'}}))\n"
         "from jaxlab.train import losses\n"

@@ -11,8 +11,8 @@ from flax import nnx
 import jax
 import numpy as np
 
-from configs import mathfimer as mathfimer_config
-from experiments import mathfimer as mf
+from jaxlab.configs import mathfimer as mathfimer_config
+from jaxlab.experiments import mathfimer as mf
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import arithmetic
 from jaxlab.objectives import fim

@@ -9,7 +9,7 @@ must equal those of an uninterrupted single-process run on 8 devices:
      resume from the single-process checkpoint 4; process 1 is SIGKILLed
      after checkpoint 8 is committed -> process 0 must stop on its own within
      a bounded time (JAX heartbeat) with a clear message.
-  3. Both relaunched (experiments/launch_local.py): resume from the last
+  3. Both relaunched (jaxlab/experiments/launch_local.py): resume from the last
      complete checkpoint (8), no more than one interval lost; to step 12.
   4. 1 process x 8 devices: resume from the 2-process checkpoint 12, 13-16.
 
@@ -31,8 +31,8 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
-from configs import lm_tiny
-from experiments import launch_local
+from jaxlab.configs import lm_tiny
+from jaxlab.experiments import launch_local
 from jaxlab import parallel
 from jaxlab.data import pipeline
 from jaxlab.parallel import distributed
@@ -67,7 +67,7 @@ def config(steps, **extra):
 
 def cli_flags(workdir, steps, **extra):
   flat = dict(OVERRIDES, **{"train.steps": steps}, **extra)
-  return (["--config=configs/lm_tiny.py:tiny", f"--workdir={workdir}",
+  return (["--config=jaxlab/configs/lm_tiny.py:tiny", f"--workdir={workdir}",
            f"--heartbeat_timeout_s={HEARTBEAT_S}"] +
           [f"--config.{k}={v}" for k, v in flat.items()])
 

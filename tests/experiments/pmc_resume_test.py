@@ -1,4 +1,4 @@
-"""experiments/pmc: a rerun reloads the pre-trained model and method results.
+"""jaxlab/experiments/pmc: a rerun reloads the pre-trained model and method results.
 
 A killed or extended spec-size run (hours of pre-training on 2 cores) must
 not pre-train again: the stages are cached in the workdir under a digest of
@@ -17,8 +17,8 @@ from flax import nnx
 import jax
 import numpy as np
 
-from configs import pmc as pmc_config
-from experiments import pmc as pmc_exp
+from jaxlab.configs import pmc as pmc_config
+from jaxlab.experiments import pmc as pmc_exp
 from jaxlab.train import runner
 
 

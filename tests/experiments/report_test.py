@@ -1,4 +1,4 @@
-"""Tests of experiments/results.py (schema) and experiments/report.py."""
+"""Tests of jaxlab/experiments/results.py (schema) and jaxlab/experiments/report.py."""
 
 import io
 import json
@@ -13,8 +13,8 @@ from absl.testing import parameterized
 import numpy as np
 from scipy import stats
 
-from experiments import report
-from experiments import results
+from jaxlab.experiments import report
+from jaxlab.experiments import results
 
 
 def _cell(seeds, vals):
@@ -284,9 +284,9 @@ class MergeAndVerifyTest(absltest.TestCase):
 
   def test_rerun_command(self):
     self.assertEqual(
-        report.rerun_command("python -m experiments.main --config=c.py:tiny "
+        report.rerun_command("python -m jaxlab.main --config=c.py:tiny "
                              "--workdir=workdirs/x --config.a=1", "/tmp/w"),
-        [sys.executable, "-m", "experiments.main", "--config=c.py:tiny",
+        [sys.executable, "-m", "jaxlab.main", "--config=c.py:tiny",
          "--workdir=/tmp/w", "--config.a=1"])
     self.assertEqual(report.rerun_command("tool --workdir old x", "/w"),
                      ["tool", "--workdir=/w", "x"])
@@ -333,7 +333,7 @@ class MergeAndVerifyTest(absltest.TestCase):
         t = results.Table("t", "T", [results.Column("acc", "acc", 2)])
         t.add("A", "acc", seed, 0.5 + seed)
         results.write(os.path.join(tmp, f"w{seed}"), "fake", tables=[t],
-                      argv=["experiments/main.py", f"--config.seed={seed}"])
+                      argv=["jaxlab/main.py", f"--config.seed={seed}"])
       path = report.add("fake", [os.path.join(tmp, "w0"),
                                  os.path.join(tmp, "w1")], repo=tmp)
       with open(path) as f:
@@ -347,10 +347,10 @@ class ResultsSchemaTest(absltest.TestCase):
 
   def test_command_line(self):
     self.assertEqual(
-        results.command_line(["/x/experiments/main.py",
-                              "--config=configs/a.py:tiny",
+        results.command_line(["/x/jaxlab/main.py",
+                              "--config=jaxlab/configs/a.py:tiny",
                               "--workdir=/tmp/a b"]),
-        "python -m experiments.main --config=configs/a.py:tiny "
+        "python -m jaxlab.main --config=jaxlab/configs/a.py:tiny "
         "'--workdir=/tmp/a b'")
 
   def test_table_and_write(self):
@@ -371,7 +371,7 @@ class ResultsSchemaTest(absltest.TestCase):
           tmp, "demo", tables=[t],
           comparisons=[results.Comparison("t", "acc", "A", "B")],
           extra={"curve": np.arange(3), "bad": float("inf")},
-          start_time=0.0, argv=["experiments/main.py", "--workdir=w"])
+          start_time=0.0, argv=["jaxlab/main.py", "--workdir=w"])
       with open(os.path.join(tmp, "results.json")) as f:
         self.assertEqual(json.load(f), res)
     self.assertEqual(res["tables"][0]["rows"][0]["cells"]["acc"],
@@ -379,7 +379,7 @@ class ResultsSchemaTest(absltest.TestCase):
     self.assertEqual(res["comparisons"][0]["label"], "A − B")
     self.assertEqual(res["extra"], {"curve": [0, 1, 2], "bad": None})
     self.assertEqual(res["command"],
-                     "python -m experiments.main --workdir=w")
+                     "python -m jaxlab.main --workdir=w")
     for key in ("git", "packages", "machine", "wall_time_s"):
       self.assertIn(key, res)
     self.assertIn("jax", res["packages"])
@@ -392,7 +392,7 @@ class ExperimentTablesTest(absltest.TestCase):
   """The experiments' tables carry the per-seed values they were given."""
 
   def test_pmc(self):
-    from experiments import pmc  # pylint: disable=g-import-not-at-top
+    from jaxlab.experiments import pmc  # pylint: disable=g-import-not-at-top
     rec = lambda u, f: {"utility": u, "recall_forget": f, "uq": 50.0}  # pylint: disable=g-long-lambda
     out = {"per_seed": {"seeds": [3, 4], "methods": {
         "original": [rec(97.0, 0.9), rec(98.0, 0.95)],
@@ -411,7 +411,7 @@ class ExperimentTablesTest(absltest.TestCase):
                   {c["key"]: c["label"] for c in t["columns"]}["leak_prefill"])
 
   def test_rope_extension(self):
-    from experiments import rope_extension  # pylint: disable=g-import-not-at-top
+    from jaxlab.experiments import rope_extension  # pylint: disable=g-import-not-at-top
     methods = ["default", "yarn", "mrope_uni", "mrope_pro"]
     per_seed = []
     for seed in (0, 1):
@@ -440,7 +440,7 @@ class RepoDocsTest(absltest.TestCase):
   def test_committed_tables_are_generated(self):
     """Fails when a table in README.md / docs/papers differs from its data.
 
-    Fix: `python -m experiments.report` (never edit a generated table).
+    Fix: `python -m jaxlab.experiments.report` (never edit a generated table).
     """
     self.assertEqual(report.update_docs(report.REPO, check=True), [])
 

@@ -7,8 +7,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from configs import rerank as rerank_configs
-from experiments import rerank as rerank_exp
+from jaxlab.configs import rerank as rerank_configs
+from jaxlab.experiments import rerank as rerank_exp
 from jaxlab.models import reranker as rr
 from jaxlab.train import losses
 

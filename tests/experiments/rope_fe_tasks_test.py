@@ -5,8 +5,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from experiments import frequency_entropy as fe_exp
-from experiments import rope_extension as rope_exp
+from jaxlab.experiments import frequency_entropy as fe_exp
+from jaxlab.experiments import rope_extension as rope_exp
 from jaxlab.data.tokenizers import ByteTokenizer
 from jaxlab.models import decoder as decoder_lib
 

@@ -10,8 +10,8 @@ import math
 import numpy as np
 from absl.testing import absltest
 
-from configs import trust_grpo as trust_config_lib
-from experiments import trust_grpo as tg
+from jaxlab.configs import trust_grpo as trust_config_lib
+from jaxlab.experiments import trust_grpo as tg
 from jaxlab.rewards import thinking
 
 

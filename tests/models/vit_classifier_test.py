@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs import common
+from jaxlab.configs import common
 from jaxlab.data import images
 from jaxlab.models import registry
 from jaxlab.models import vit_classifier as vc

@@ -6,7 +6,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from experiments import mathfimer as mathfimer_exp
+from jaxlab.experiments import mathfimer as mathfimer_exp
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import arithmetic
 from jaxlab.objectives import fim

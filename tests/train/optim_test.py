@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from configs import common
+from jaxlab.configs import common
 from jaxlab.train import optim
 
 

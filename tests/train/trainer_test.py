@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from configs import common
+from jaxlab.configs import common
 from jaxlab import parallel
 from jaxlab.data import pipeline
 from jaxlab.io import hf

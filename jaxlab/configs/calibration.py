@@ -1,0 +1,86 @@
+r"""B-calibration miniature (paper N, "Trained on Tokens, Calibrated on
+Concepts"): base vs RL (GRPO) vs DPO vs chain-of-thought.
+
+    python -m jaxlab.main --config=jaxlab/configs/calibration.py \
+        --workdir=/tmp/calibration
+    python -m jaxlab.main --config=jaxlab/configs/calibration.py:tiny \
+        --workdir=/tmp/calibration_tiny
+
+A tiny byte-level decoder is trained with cross-entropy on synthetic
+questions whose answers are aleatoric (`jaxlab.data.synthetic.aleatoric`:
+p*(.|x) over 3 numbers, 4 question and 4 answer paraphrases) in two styles,
+direct (" A:") and chain of thought (" T:", a scratchpad with compounding
+copy errors). B = the last number of a response (`numeric`). Variants: the
+base model answering directly, the base model prompted for CoT, and two
+"instruction-tuned" copies of it: GRPO with reward 1[B(z) = mode of p*]
+(`jaxlab.rl.learner`) and DPO on (mode, other answer) pairs
+(`jaxlab.objectives.dpo`, reference = the base model). Each is evaluated
+with M samples at T = 1 per question (spec N.3) against references drawn
+from p*; the learnability probe (rank-8 LoRA, spec N.6) is fitted per
+variant on half of the questions and scored on the other half.
+
+The default preset is the docs miniature (3 seeds, sized for a 2-core
+machine shared by many jobs); `tiny` runs in a few minutes on 2 CPU cores;
+`tiny,smoke` is the colab test's.
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False)
+  c = common.base_config()
+  c.experiment = "calibration"
+  c.seeds = (0, 1, 2)
+  c.variants = "base,rl,dpo,cot"
+  # jaxlab.data.synthetic.aleatoric.make_task(**task); the question set is
+  # the same for every seed (seeds vary the model, its data and sampling).
+  c.task = dict(num_questions=16, num_values=10, values_per_question=3,
+                concentration=1.0, cot_steps=4, cot_error=0.15, seed=0)
+  c.model.update(dim=48, num_layers=2, num_heads=4, num_kv_heads=2,
+                 mlp_dim=128, max_position_embeddings=64)
+  c.pretrain = dict(samples_per_question=64, steps=800, batch_size=32,
+                    lr=3e-3, warmup_steps=50, max_len=40)
+  # Spec N.3: M = 50 samples at T = 1. Each question is scored against
+  # `references_per_question` draws y ~ p*(.|x) (more (x, y) pairs, less
+  # label noise in smECE; every pair keeps its question's confidence).
+  c.eval = dict(num_samples=50, temperature=1.0, references_per_question=8,
+                max_new_tokens=24, num_bins=10, num_bootstrap=50,
+                sample_batch_size=1200)
+  # "Instruction tuning" = RL toward the plurality (mode) answer, spec N
+  # miniature (a): reward 1[B(z) = mode of p*(.|x)], not a proper loss.
+  c.grpo = dict(group_size=8, num_iterations=1, num_minibatches=1,
+                kl_beta=0.04, entropy_coef=0.0, temperature=1.0,
+                max_new_tokens=12)
+  c.rl = dict(steps=20, prompts_per_step=8, lr=2e-3)
+  # DPO: chosen = the mode answer, rejected = another answer of p*(.|x).
+  c.dpo = dict(beta=0.1, pairs_per_question=8, steps=30, batch_size=32,
+               lr=1e-3)
+  # Learnability probe (spec N.6): rank-8 LoRA, fitted on `train_frac` of
+  # the questions, KL(pi_hat_x || q_x) on the rest.
+  c.probe = dict(rank=8, alpha=16.0, steps=60, batch_size=8, lr=2e-2,
+                 train_frac=0.5)
+  if args.tiny:
+    c.seeds = (0,)
+    c.task.update(num_questions=12)
+    c.pretrain.update(samples_per_question=16, steps=150, warmup_steps=10)
+    c.eval.update(num_samples=16, references_per_question=2,
+                  num_bootstrap=10, sample_batch_size=192)
+    c.rl.update(steps=3, prompts_per_step=6)
+    c.dpo.update(pairs_per_question=4, steps=5, batch_size=16)
+    c.probe.update(steps=10, batch_size=6)
+  if args.smoke:  # the colab test: every code path, seconds
+    c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                   mlp_dim=64)
+    c.task.update(num_questions=6)
+    c.pretrain.update(samples_per_question=4, steps=10, warmup_steps=2,
+                      batch_size=16)
+    c.eval.update(num_samples=4, references_per_question=1, num_bootstrap=3,
+                  sample_batch_size=24)
+    c.rl.update(steps=1, prompts_per_step=2)
+    c.grpo.update(group_size=2)
+    c.dpo.update(pairs_per_question=2, steps=2, batch_size=4)
+    c.probe.update(steps=2, batch_size=3)
+  return c

@@ -1,0 +1,122 @@
+r"""DPad miniature (paper L): a masked-diffusion LM decoded with DPad.
+
+    python -m jaxlab.main --config=jaxlab/configs/dpad.py:tiny \
+        --workdir=/tmp/dpad
+    python -m jaxlab.experiments.bench dpad --config=tiny --workdir=/tmp/dpad
+
+A 4-layer bidirectional decoder (dim 64) is trained from scratch with the
+LLaDA SFT objective (`llada_sft`: the prompt is never masked) on digit-copy
+sequences (or reversal / arithmetic chains, `task.kind`) followed by EOS padding
+(`jaxlab.data.synthetic.arith_chains`), then decoded on held-out prompts by
+`jaxlab.decoding.diffusion.generate` under each variant of `decode.variants`
+(vanilla, +early stop, +DPad, +threshold, +threshold+prefix cache, +all) at
+each `decode.gen_lens`, block 32, DPad W = 64, k = 3, a = 1.6 (spec L's
+CPU miniature), threshold 0.9.
+
+The task (default) is copying 4-14 random digits with the prompt padded on
+the right, so each answer token sits a constant 16 positions after its
+source and a small model learns it in a few hundred steps; the answer is
+followed by EOS padding up to the generation length (the long all-EOS
+suffix DPad drops).
+
+Args: `tiny` (2 seeds, 500 steps on a 64-token canvas, 4-12 digits, 32
+held-out prompts, gen_len 64/128; bench 128/256/512: what 2 shared CPU
+cores allow), `smoke` (seconds; plumbing only, used by the colab test),
+`seeds=N`, `steps=N`, `prompts=N` (held-out prompts per gen_len),
+`kind=copy|reverse|chain` (`chain`: the arithmetic chains of 2-5
+operations, left-padded, which the 400-step model did not learn),
+`init_from=PATH` (continue training from a run's `seed{seed}/params.npz`;
+the committed miniature is `tiny` then `tiny,steps=300,init_from=...`).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+from jaxlab.data.synthetic import arith_chains
+
+# name -> generate() keywords (DPad settings come from config.decode.dpad).
+VARIANTS = {
+    "vanilla": {},
+    "+early stop": {"early_stop": True},
+    "+DPad": {"early_stop": True, "dpad": True},
+    "+threshold": {"threshold": True},
+    "+threshold+prefix cache": {"threshold": True, "cache": "prefix"},
+    "+all": {"early_stop": True, "threshold": True, "cache": "prefix",
+             "dpad": True},
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
+                          prompts=0, kind="", init_from="")
+  c = common.base_config()
+  c.experiment = "dpad"
+  c.seeds = (0, 1, 2)
+  c.model.update(vocab_size=arith_chains.VOCAB_SIZE, dim=64, num_layers=4,
+                 num_heads=4, num_kv_heads=4, mlp_dim=192,
+                 max_position_embeddings=1024, init_std=0.02)
+  c.model.causal = False
+  c.task = ml_collections.ConfigDict({
+      # "copy": n random digits then "?", answer = the digits, then EOS
+      # padding; "reverse": reversed; "chain": arithmetic chains mod 10
+      # (min_ops..max_ops count digits for copy/reverse, operations for
+      # chain). See jaxlab/data/synthetic/arith_chains.py.
+      "kind": "copy",
+      "pad": "right",           # prompt padded with PAD to prompt_len
+      "prompt_len": 16,
+      "min_ops": 4,
+      "max_ops": 14,            # answer <= 14 tokens, then EOS padding
+      "train_gen_len": 128,     # canvas = prompt_len + train_gen_len
+      "train_examples": 20000,
+      "data_seed": 1234,
+  })
+  c.loss = ml_collections.ConfigDict({"name": "llada_sft",
+                                      "mask_id": arith_chains.MASK,
+                                      "eps": 1e-3})
+  c.train.update(steps=2000, batch_size=32, log_every=100)
+  # A params.npz to continue training from ("{seed}" is the seed); the
+  # optimizer state and schedule start afresh. "" = from scratch.
+  c.train.init_from = ""
+  c.optim.update(lr=3e-3, warmup_steps=50, weight_decay=0.0,
+                 end_lr_frac=0.0)
+  c.decode = ml_collections.ConfigDict({
+      "gen_lens": (128, 256),
+      "block_len": 32,
+      "threshold": 0.9,
+      "dpad": ml_collections.ConfigDict({"window": 64, "k": 3.0, "a": 1.6,
+                                         "sampler": "gaussian", "n": 0}),
+      "variants": tuple(VARIANTS),
+      "prompts": 64,            # held-out prompts per gen_len
+      "batch": 64,
+      "repeats": 1,             # timed passes (median)
+  })
+  c.bench = ml_collections.ConfigDict({"gen_lens": (128, 256, 512)})
+  if args.tiny:  # what 2 shared CPU cores allow: short canvas, few prompts
+    c.seeds = (0, 1)
+    c.task.update(max_ops=12, train_gen_len=48)
+    c.train.update(steps=500, batch_size=32, log_every=50)
+    c.decode.update(gen_lens=(64, 128), prompts=32, batch=32)
+    c.bench.gen_lens = (128, 256, 512)
+  if args.smoke:  # seconds-long plumbing check (colab tests); not a result
+    c.seeds = (0,)
+    c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                   mlp_dim=64)
+    c.task.update(train_examples=64, max_ops=6)
+    c.train.update(steps=2, batch_size=8, log_every=1)
+    c.decode.update(gen_lens=(32,), block_len=16, prompts=4, batch=4,
+                    variants=("vanilla", "+all"))
+    c.decode.dpad.window = 16
+    c.bench.gen_lens = (32,)
+  if args.kind:
+    c.task.kind = args.kind
+    if args.kind == "chain":  # the original templated chains: 2-5 ops
+      c.task.update(pad="left", min_ops=2, max_ops=5)
+  if args.seeds:
+    c.seeds = tuple(range(args.seeds))
+  if args.steps:
+    c.train.steps = args.steps
+  if args.init_from:
+    c.train.init_from = args.init_from
+  if args.prompts:
+    c.decode.prompts = c.decode.batch = args.prompts
+  return c

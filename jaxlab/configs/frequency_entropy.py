@@ -1,0 +1,79 @@
+r"""Frequency Entropy miniature (paper C): FE maps and an attenuation sweep.
+
+    python -m jaxlab.main --config=jaxlab/configs/frequency_entropy.py \
+        --workdir=workdirs/frequency_entropy
+    python -m jaxlab.main --config=jaxlab/configs/frequency_entropy.py:tiny \
+        --workdir=/tmp/fe
+
+A byte-level decoder whose last layer is NoPE (iRoPE-style control) is
+trained on the generated corpus (`data.source=synthetic`), then probed:
+SpectrumFE / SequenceFE of post-RoPE query-pair norms per (layer, head,
+pair) with the native (half-split) pairing and the non-native adjacent
+pairing, heatmaps, and an alpha sweep of weighted RoPE with perplexity for
+the spec's selection rules (a, b, c, a+b at the paper's thresholds) and for
+equal-size quantile selections (lowest/highest `fraction` of RoPE-layer
+pairs, and a random control). Spec C "CPU-only miniature": 4 layers,
+d=128, head_dim 32, L=512, F=128, H=64. Args: `tiny` (3 layers, d=64,
+L=256, F=64, H=32, 600 steps; about 3-5 minutes on 2 shared CPU cores),
+`spec` (spec C's model and length, 4 layers, d=128, head_dim 32, L=512,
+F=128, H=64, on a training budget that fits a shared CPU: 300 steps of
+batch 4, checkpoint every 50 steps so a stopped run resumes),
+`smoke` (seconds; plumbing only, used by the colab test), `steps=N`;
+another training seed with `--config.seed=N`.
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, spec=False, smoke=False, steps=0)
+  c = common.base_config()
+  c.experiment = "frequency_entropy"
+  c.model.update(dim=128, num_layers=4, num_heads=4, num_kv_heads=2,
+                 mlp_dim=384, nope_layers=(3,), max_position_embeddings=512,
+                 vocab_size=320)  # bytes + specials, rounded up to 64
+  c.data.num_docs = 6000
+  c.train.update(steps=1500, batch_size=16, seq_len=512, log_every=100,
+                 eval_every=0, eval_batch_size=16, eval_batches=2,
+                 checkpoint_every=500, keep_checkpoints=1, tensorboard=False,
+                 peak_flops=-1.0)
+  c.optim.update(lr=2e-3, warmup_steps=100, weight_decay=0.01)
+  c.fe = ml_collections.ConfigDict({
+      "frame": 128,
+      "hop": 64,
+      "window": "hann",          # [inferred] (spec C.2)
+      "which": "q",
+      "pairings": ("native", "adjacent"),
+      "num_eval_seqs": 8,        # sequences of seq_len for FE and perplexity
+      "alphas": (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0),
+      "rules": ("a", "b", "c", "a+b"),
+      "fraction": 0.1,           # size of the quantile selections
+      "mode": "magnitude",       # magnitude (paper) | angle
+      "seed": 0,
+  })
+  if args.spec:  # the default model at a budget 2 shared CPU cores can run
+    c.train.update(steps=300, batch_size=4, eval_batch_size=4,
+                   checkpoint_every=50, log_every=25)
+    c.optim.update(lr=3e-3, warmup_steps=30)
+    c.fe.update(alphas=(0.0, 0.1, 0.5, 0.9, 1.0))
+  if args.tiny:
+    c.model.update(dim=64, num_layers=3, num_heads=2, num_kv_heads=1,
+                   mlp_dim=128, nope_layers=(2,), max_position_embeddings=256)
+    c.data.num_docs = 6000
+    c.train.update(steps=600, batch_size=8, seq_len=256, log_every=100,
+                   eval_batch_size=8, checkpoint_every=0)
+    c.optim.update(lr=3e-3, warmup_steps=50)
+    c.fe.update(frame=64, hop=32, num_eval_seqs=8,
+                alphas=(0.0, 0.1, 0.5, 0.9, 1.0))
+  if args.smoke:  # seconds-long plumbing check (colab tests); not a result
+    c.model.update(dim=32, num_layers=2, num_heads=1, num_kv_heads=1,
+                   mlp_dim=64, nope_layers=(1,), max_position_embeddings=128)
+    c.data.num_docs = 400  # >= 8 held-out rows of 128 tokens
+    c.train.update(steps=5, batch_size=8, seq_len=128, log_every=5,
+                   eval_batch_size=8, eval_batches=1, checkpoint_every=0)
+    c.fe.update(frame=32, hop=16, num_eval_seqs=2, alphas=(0.1, 1.0))
+  if args.steps:
+    c.train.steps = args.steps
+  return c

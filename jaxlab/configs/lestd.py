@@ -1,0 +1,76 @@
+r"""LeSTD miniature (paper P): perplexity vs MHA compression ratio.
+
+    python -m jaxlab.main --config=jaxlab/configs/lestd.py:tiny \
+        --workdir=/tmp/lestd
+
+For each seed a byte-level multi-head-attention decoder is trained on the
+generated corpus (`jaxlab.train.runner.train_lm`), then its attention
+weights are compressed, data-free, at each target ratio of
+`compress.ratios` by LeSTD (sparse Tucker core, index-counting ratio),
+dense-core Tucker (TensorLLM) and per-matrix truncated SVD, and held-out
+perplexity is measured through the compressed model's normal forward
+(`TuckerAttention` inside the decoder). Latency and memory of the dense and
+compressed models are measured at `compress.latency_ratio`. Spec P.8(b):
+4 layers, d=128, 4 heads, ~2k steps. Args: `tiny` (2 layers, d=64, 500
+steps, 3 seeds; minutes on 2 shared CPU cores), `smoke` (seconds; plumbing
+only, used by the colab test), `steps=N`, `seeds=N` (seeds 0..N-1).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False, steps=0, seeds=0)
+  c = common.base_config()
+  c.experiment = "lestd"
+  # MHA: LeSTD stacks K and V per query head (num_kv_heads == num_heads)
+  c.model.update(dim=128, num_layers=4, num_heads=4, num_kv_heads=4,
+                 mlp_dim=384, max_position_embeddings=256)
+  c.data.num_docs = 6000
+  c.train.update(steps=2000, batch_size=16, seq_len=128)
+  c.optim.update(lr=2e-3, warmup_steps=100, weight_decay=0.01)
+  c.seeds = (0, 1, 2)
+  c.eval_seqs = 32                 # held-out windows of train.seq_len
+  c.lestd = ml_collections.ConfigDict({
+      # jaxlab.compression.lestd.LeSTDConfig fields (target_ratio is swept)
+      "rank_fractions": ((0.125, 0.25, 0.5, 0.75, 1.0), (0.5, 0.75, 1.0)),
+      "r3_values": (2, 3, 4),
+      "alpha": 0.1,                # spec P.3
+      "refit": True,
+      "hooi_iters": 50,            # [inferred] 20-50
+      "hooi_tol": 1e-6,            # [inferred]
+      "index_format": "auto",      # [inferred] spec P.5: coo | bitmap | auto | none
+      "index_bits": 32,
+      "value_bits": 32,
+  })
+  c.compress = ml_collections.ConfigDict({
+      "ratios": (0.2, 0.4, 0.6, 0.8),   # spec P.6's axis
+      "methods": ("lestd", "tucker", "svd"),
+      "latency_ratio": 0.4,
+      "latency_batch": 8,
+      "latency_repeats": 20,          # 0: no timing
+  })
+  if args.tiny:
+    c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=4,
+                   mlp_dim=128, max_position_embeddings=128)
+    c.data.num_docs = 3000
+    c.train.update(steps=500, batch_size=16, seq_len=64)
+    c.optim.update(lr=3e-3, warmup_steps=50)
+    c.eval_seqs = 32
+  if args.smoke:  # seconds-long plumbing check (colab tests); not a result
+    c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                   mlp_dim=64, max_position_embeddings=64)
+    c.data.num_docs = 200
+    c.train.update(steps=3, batch_size=4, seq_len=32)
+    c.seeds = (0,)
+    c.eval_seqs = 2
+    c.lestd.update(rank_fractions=((0.25, 0.5), (0.5,)), r3_values=(2,))
+    c.compress.update(ratios=(0.5,), methods=("lestd", "svd"),
+                      latency_ratio=0.5, latency_batch=1, latency_repeats=0)
+  if args.steps:
+    c.train.steps = args.steps
+  if args.seeds:
+    c.seeds = tuple(range(args.seeds))
+  return c

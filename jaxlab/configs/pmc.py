@@ -1,0 +1,123 @@
+r"""PMC unlearning miniatures (paper B): lottery machine + tiny-LM TOFU-like.
+
+    python -m jaxlab.main --config=jaxlab/configs/pmc.py --workdir=workdirs/pmc
+    python -m jaxlab.main --config=jaxlab/configs/pmc.py:table --workdir=workdirs/pmc_table
+    python -m jaxlab.main --config=jaxlab/configs/pmc.py:tiny --workdir=/tmp/pmc
+
+    python -m jaxlab.main --config=jaxlab/configs/pmc.py:spec --workdir=/tmp/pmc_spec
+
+The default preset is the full miniature (3 seeds, 7 methods, 40 people);
+`spec` is the spec's size (200 people, 10 % forgotten, 3 seeds; table id
+`unlearning_spec`); `table` (10 people, 2 forgotten, shorter training; ~15
+min on 2 shared CPU cores) is the first docs table; `small` is in between;
+`tiny` is the test/colab version. Unlearning lr/steps are [inferred]
+for a tiny model (the spec's lr 1e-5 is for a 1.3B model); every method gets
+the same lr, steps, warm-up and lam. Spec defaults kept in the default
+preset: warm-up of one epoch over the forget set (`unlearn.warmup_epochs`),
+200-token generations (`unlearn.max_new_tokens`, `ref_max_new_tokens`,
+`eval.max_new_tokens`); smaller presets shrink them.
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, small=False, table=False,
+                          spec=False, fit=False)
+  tiny, small, table, spec = args.tiny, args.small, args.table, args.spec
+  fit = args.fit
+  c = common.base_config()
+  c.experiment = "pmc"
+  c.parts = "lottery,unlearn"
+  c.seeds = (0, 1, 2)
+  c.methods = "pmc,ga,gd,npo,simnpo,idk,dpo"
+  c.table_id = "unlearning"  # the results table's id (docs markers)
+  c.table_caption = "Tiny-LM TOFU-like unlearning"
+  # Utility's third term (spec B.10): "who wrote <book>" QA, trained with the
+  # rest (jaxlab.data.synthetic.real_authors), never unlearned.
+  c.num_real_authors = 20
+  c.idk_answer = "I don't know."
+  c.lottery = dict(num_colours=10, retain_colours=7, balls=100,
+                   retain_balls=100, rounds=1500, seeds=(0, 1, 2))
+  # jaxlab.data.synthetic.facts.make_fact_set(**c.facts)
+  c.facts = dict(num_people=40, forget_frac=0.1, num_world=20, seed=0)
+  c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                 mlp_dim=192)
+  c.pretrain = dict(steps=1500, batch_size=32, lr=3e-3, warmup_steps=50,
+                    max_len=96)
+  c.unlearn = dict(lam=1.5, beta=0.1, simnpo_beta=2.5, gamma=0.0,
+                   num_samples=5, temperature=1.2, top_p=0.95, bt_tau=0.0,
+                   max_new_tokens=200, batch_size=8, max_len=96, steps=40,
+                   lr=5e-4, weight_decay=0.01, warmup_steps=0,
+                   warmup_epochs=1.0, sample_batch_size=64, min_len=0,
+                   ref_max_new_tokens=200)
+  c.eval = dict(max_new_tokens=200, leak_samples=8, leak_temperature=1.0,
+                prefill_modes="answer_prefix,fixed", prefix_words=3,
+                fixed_prefill="The answer is: ", retain_limit=80)
+  # jaxlab.evals.unlearning: MC least-likely-option attack (K options, score
+  # = mean token log-lik [inferred]) and drift; max_len of scored rows.
+  c.probes = dict(mc_options=4, mc_normalize="mean", max_len=96)
+  if small:  # the CPU-budget table of docs/papers/pmc_mathfimer.md
+    c.facts.update(num_people=20)
+    c.pretrain.update(steps=600)
+    c.unlearn.update(steps=30)
+    c.eval.update(leak_samples=4, retain_limit=40)
+  if spec:  # spec B miniature size: 200 people, 10 % forget
+    c.parts = "unlearn"
+    c.table_id = "unlearning_spec"
+    c.table_caption = ("Tiny-LM TOFU-like unlearning at the spec's size "
+                       "(200 people, 10 % forgotten)")
+    c.facts.update(num_people=200, forget_frac=0.1, num_world=20)
+    # Spec model size (2 layers, d = 128); enough steps to memorise ~840
+    # QA pairs; 6 epochs over the 80 forget QA (1 of warm-up) [inferred:
+    # the spec's 40 epochs do not fit a 2-core CPU budget]. Measured on the
+    # 2-core machine at load 6-12: ~35 min of pre-training per seed, then
+    # 2-7 min per method (at load ~16 a step took 4.4 s, i.e. ~3 h); run
+    # one seed per workdir with `--config.seeds=(N,)` and merge with
+    # `jaxlab.experiments.report --add`. The pre-trained model and each method's
+    # result are cached in the workdir (a killed run resumes; another
+    # `unlearn` budget reuses the pre-trained model).
+    c.model.update(dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                   mlp_dim=384)
+    c.pretrain.update(steps=2500, batch_size=32, lr=2e-3, warmup_steps=100)
+    c.unlearn.update(steps=60)
+    c.eval.update(leak_samples=4, retain_limit=80)
+  if fit:  # spec's 10 % forget at the largest size that fit the session's
+    # loaded 2-core machine (20 people; spec-size run: the `spec` preset)
+    c.parts = "unlearn"
+    c.table_id = "unlearning_10pct"
+    c.table_caption = ("Tiny-LM TOFU-like unlearning, 10 % of 20 people "
+                       "forgotten")
+    # PMC and the baselines whose comparisons the text claims (GA and NPO
+    # drift / MC attack, DPO utility); `--config.methods` adds the others.
+    c.methods = "pmc,ga,npo,dpo"
+    c.facts.update(num_people=20, forget_frac=0.1, num_world=10)
+    c.num_real_authors = 10
+    c.pretrain.update(steps=300, lr=3e-3)
+    c.unlearn.update(steps=30, lr=1e-3, num_samples=5, temperature=1.2,
+                     max_new_tokens=48, ref_max_new_tokens=48)
+    c.eval.update(max_new_tokens=48, leak_samples=2, retain_limit=24)
+    c.probes.update(max_len=96)
+  if table:  # the measured docs table: ~15 min on 2 shared CPU cores
+    c.lottery.update(rounds=1500)
+    c.facts.update(num_people=10, forget_frac=0.2, num_world=10)
+    c.pretrain.update(steps=300)
+    c.unlearn.update(steps=40, lr=1e-3, num_samples=6, temperature=1.5,
+                     max_new_tokens=40, ref_max_new_tokens=40,
+                     warmup_epochs=None)
+    c.eval.update(max_new_tokens=40, leak_samples=4, retain_limit=32)
+  if tiny:
+    c.seeds = (0,)
+    c.lottery.update(rounds=100, seeds=(0,))
+    c.facts.update(num_people=10, num_world=5)
+    c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                   mlp_dim=64)
+    c.pretrain.update(steps=30, batch_size=16, warmup_steps=5)
+    c.num_real_authors = 4
+    c.unlearn.update(steps=3, num_samples=2, max_new_tokens=16,
+                     ref_max_new_tokens=16, batch_size=4)
+    c.eval.update(max_new_tokens=16, leak_samples=2, retain_limit=8)
+    c.probes.update(max_len=64)
+  return c

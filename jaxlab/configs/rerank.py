@@ -1,0 +1,198 @@
+r"""CL vs SFT for (multimodal) LLM reranking (paper A): weight x direction.
+
+    python -m jaxlab.main --config=jaxlab/configs/rerank.py:probe,tiny \
+        --workdir=/tmp/rerank_probe            # the README table, ~minutes
+    python -m jaxlab.main --config=jaxlab/configs/rerank.py:probe --workdir=D
+    python -m jaxlab.main --config=jaxlab/configs/rerank.py:directions ...
+    python -m jaxlab.main --config=jaxlab/configs/rerank.py:negatives ...
+
+Presets (comma-separated, combinable with `tiny`):
+  probe       the spec's probing table: W x D in {CL, SFT}^2, W_base (constant)
+              and W_base + tau-mask (both with D_SFT).
+  directions  W in {CL, SFT} x D in {random (learnable), multi_token}, with
+              the reference cells sft/sft, cl/sft, cl/cl (table "directions").
+  native      native L_CL and L_SFT (should match the (CL,CL), (SFT,SFT) cells;
+              with `directions`: one table).
+  all         every cell above.
+  negatives   N in {2, 4, 8, 16, 32} for (SFT, SFT) and (CL, CL).
+  mm          the probing cells on the multimodal reranker (ViT + decoder):
+              the decoder is a tiny HF Qwen2 checkpoint written into the
+              workdir (`jaxlab.testing.hf_fixtures`, needs the [test] extra:
+              torch + transformers), imported with `jaxlab.io.hf.load` and
+              fine-tuned with LoRA (rank 16) on every linear layer; the
+              LM head (M_y, M_n) and the embeddings stay frozen.
+  smoke       2 cells x 1 seed, a few steps (tests, colab): the embedding
+              miniature, or with `mm` the LoRA run on a 1-layer decoder.
+  tiny        fewer steps / eval queries (alone: `tiny,smoke`).
+A cell is "W/D" (surrogate L_URL) or "native/cl", "native/sft".
+
+Training is full fine-tuning of a tiny decoder + ViT from scratch by
+default. LoRA on an imported HF decoder: `--config.init_from=DIR
+--config.lora.rank=16` (the ViT and the rest stay frozen then).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+PROBE_CELLS = ("sft/sft", "sft/cl", "cl/sft", "cl/cl", "constant/sft",
+               "constant_tau_mask/sft")
+DIRECTION_CELLS = ("sft/random", "cl/random", "sft/multi_token",
+                   "cl/multi_token")
+NATIVE_CELLS = ("native/cl", "native/sft")
+# The cells the direction probes and native losses are paired with (same
+# seeds, same run): D_SFT and D_CL under each weight.
+DIRECTION_REFS = ("sft/sft", "cl/sft", "cl/cl")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  a = common.parse_arg(arg, tiny=False, probe=False, directions=False,
+                       native=False, all=False, negatives=False, mm=False,
+                       smoke=False)
+  c = common.base_config()
+  c.experiment = "rerank"
+  c.seeds = (0, 1, 2, 3, 4)  # a seed of the probing miniature costs < 1 min
+  cells = []
+  if a.probe or a.all:
+    cells += PROBE_CELLS
+  if a.directions or a.all:
+    cells += DIRECTION_CELLS
+  if a.native or a.all:
+    cells += NATIVE_CELLS
+  # Id of the results table (docs/results/rerank*.json hold one per preset).
+  c.table = "negatives" if a.negatives else "probe"
+  if (a.directions or a.native) and not (a.probe or a.all):
+    # Their own table, with the reference cells they are compared with.
+    cells = list(DIRECTION_REFS) + cells
+    c.table = "directions"
+  if a.negatives and not cells:
+    cells = ["sft/sft", "cl/cl"]
+  if not cells:
+    cells = list(PROBE_CELLS)
+  c.cells = ",".join(cells)
+  # Negatives per query; a non-empty sweep trains every cell at each N.
+  c.negatives_sweep = (2, 4, 8, 16, 32) if a.negatives else ()
+  # A tiny random HF checkpoint written into WORKDIR/backbone and imported as
+  # the reranker's decoder when `fixture` names an architecture (llama,
+  # qwen2); "" = none (the decoder is `reranker.decoder`, or `init_from`).
+  c.backbone = ml_collections.ConfigDict({
+      "fixture": "", "hidden_size": 32, "intermediate_size": 64,
+      "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
+      "init_std": 0.05, "seed": 0,
+  })
+
+  # "embedding": the spec's CPU miniature (MLP over [q; d] embeddings with a
+  # frozen, pretrained yes/no head) -- learnable in seconds, used for the
+  # probing tables. "multimodal": the ViT + decoder reranker on synthetic
+  # universal retrieval (text/image/both), much slower to learn on CPU.
+  c.model_kind = "embedding"
+  c.embedding = ml_collections.ConfigDict({
+      "embed_dim": 16, "hidden": 64, "dim": 32,
+      "pos_noise": 0.8, "hard_noise": 1.1,
+      "pretrain_steps": 300, "pretrain_lr": 3e-3, "pretrain_batch_size": 128,
+  })
+  c.task = ml_collections.ConfigDict({
+      "tasks": "t2t,t2i,i2t,it2it",
+      "num_negatives": 4,          # spec 9: the section-4 analysis uses 4
+      "hard_fraction": 0.5,        # spec 9: random : hard = 1 : 1
+      "image_size": 16,
+      "train_examples": 4096,      # distinct training groups (then repeats)
+      "data_seed": 1000,
+      "eval_seed": 2000,           # held-out queries: another seed stream
+      "eval_queries": 500,
+      "eval_candidates": 16,       # first-stage list: 1 positive + 15 negatives
+      "word_tokens": True,         # caption words as single tokens
+      "doc_style": 1,              # 1: documents rephrase the query; 0: same
+  })
+  c.prompt = ml_collections.ConfigDict({
+      # [inferred] Qwen3-Reranker style; the tiny model gets no system line.
+      "system": "",
+      "template": ("{system}<Instruct>: {instruction}\n<Query>: {query}\n"
+                   "<Document>: {document}\nAnswer:"),
+      "max_len": 104,
+  })
+  # Sections reach their classes whole: DecoderConfig(**decoder),
+  # ViTConfig(**vit), RerankerConfig.from_tokenizer(**labels); vocabulary,
+  # context length, image size and the ViT's output width are derived.
+  c.reranker = ml_collections.ConfigDict({
+      "decoder": {"dim": 64, "num_layers": 2, "num_heads": 4,
+                  "num_kv_heads": 2, "mlp_dim": 128, "init_std": 0.02},
+      "vit": {"dim": 64, "num_layers": 1, "num_heads": 4, "mlp_dim": 128,
+              "patch_size": 4, "init_std": 0.02},
+      # Label tokens: byte-tokenizer specials by default; with an imported
+      # model (init_from + data.tokenizer=sentencepiece) use its pieces,
+      # e.g. "▁yes" / "▁no" and an existing special for the image slots.
+      "labels": {
+          "yes_token": "<yes>", "no_token": "<no>", "image_token": "<image>",
+          "label_tokens_pos": ("<yes>", "<true>", "<right>", "<correct>"),
+          "label_tokens_neg": ("<no>", "<false>", "<wrong>", "<incorrect>"),
+          # multi_token direction: 4 yes-like + 4 no-like
+          "num_label_tokens": 8,
+      },
+  })
+  c.loss = ml_collections.ConfigDict({
+      "name": "rerank",
+      "objective": "url",          # set per cell
+      "weight": "sft",
+      "direction": "sft",
+      "temperature": 1.0,          # InfoNCE temperature (spec: none -> 1)
+      "mask_tau": 0.1,             # [inferred] tau-mask threshold (0.1-0.2)
+  })
+  c.eval = ml_collections.ConfigDict({
+      "rank_score": "direction",   # direction | sft | cl
+      "batch_size": 128,
+      "k": 10,
+  })
+  c.optim.update(lr=1e-3, warmup_steps=20, weight_decay=0.0, clip_norm=1.0,
+                 schedule="cosine")
+  c.train.update(steps=400, batch_size=32, seq_len=104, log_every=10,
+                 eval_every=0, checkpoint_every=0, keep_checkpoints=1,
+                 async_checkpoint=False, tensorboard=False, peak_flops=-1.0)
+  if a.tiny:
+    # Short prompts: single-token words/instructions, 4 patches per image.
+    c.prompt.update(template="{system}{instruction}\nQ:{query}\nD:{document}"
+                    "\nA:", max_len=48)
+    c.reranker.vit.patch_size = 8
+    c.train.seq_len = 48
+    c.task.update(train_examples=2048)
+    c.train.update(steps=150)
+    c.embedding.pretrain_steps = 200
+    c.reranker.decoder.update(dim=48, mlp_dim=96, num_heads=4,
+                              num_kv_heads=2)
+    c.reranker.vit.update(dim=48, mlp_dim=96)
+    if not (a.probe or a.directions or a.native or a.all or a.negatives
+            or a.mm):
+      a.smoke = True
+  if a.mm:
+    # The multimodal probing table: ViT + an imported (tiny, random) HF
+    # Qwen2 decoder, LoRA on every linear layer (spec 9: rank 16). LoRA
+    # targets are parameter names, which the ViT's blocks share with the
+    # decoder's, so the ViT's linear layers and its projection to the
+    # decoder width get adapters too; embeddings, norms, the patch embedding
+    # and the LM head (M_y, M_n: the directions) stay frozen.
+    c.model_kind = "multimodal"
+    c.table = "mm_" + c.table      # mm_probe, mm_directions
+    c.seeds = (0, 1, 2)
+    c.backbone.fixture = "qwen2"
+    c.backbone.init_std = 0.2
+    c.lora.update(rank=16, alpha=16.0, targets=(
+        "q_dnh", "k_dkh", "v_dkh", "o_nhd", "gate_df", "up_df", "down_fd",
+        "proj_in_df", "proj_out_fo"))
+    c.task.update(tasks="it2it", doc_style=0, eval_queries=200)
+    c.prompt.update(template="{query}|{document}:", max_len=32)
+    c.train.update(seq_len=32, batch_size=16, steps=300)
+    c.reranker.vit.update(dim=32, mlp_dim=64, patch_size=8)
+    c.optim.update(lr=5e-3)
+  if a.smoke:
+    # Smoke run (tests, colab): 2 cells, 1 seed, a few steps; the embedding
+    # miniature, or with `mm` LoRA on a 1-layer imported decoder.
+    c.cells = "sft/sft,cl/cl"
+    c.seeds = (0,)
+    c.embedding.pretrain_steps = 30
+    c.train.update(steps=30)
+    c.task.eval_queries = 100
+    if a.mm:
+      c.backbone.num_layers = 1
+      c.train.update(steps=4, batch_size=8)
+      c.task.eval_queries = 8
+  return c

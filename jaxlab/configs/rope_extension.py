@@ -1,0 +1,78 @@
+r"""MrRoPE miniature (paper D): train short on passkey data, test long.
+
+    python -m jaxlab.main --config=jaxlab/configs/rope_extension.py \
+        --workdir=workdirs/rope_extension
+    python -m jaxlab.main --config=jaxlab/configs/rope_extension.py:tiny \
+        --workdir=/tmp/rope_ext
+
+A 2-layer byte-level decoder (dim 64, 2 heads of head_dim 32 as in spec D's
+"tiny model", base 1e4) is trained at `train_len` on a copy-style passkey
+corpus (`#` + 3 distinct digits hidden at a random depth in filler
+sentences; the prompt ends with `#`; see jaxlab/experiments/rope_extension.py),
+then evaluated training-free at 1x..16x the training length under every
+RoPE scaling: passkey exact match over a depth grid and perplexity of
+one full-length window.
+
+Args: `tiny` (fewer steps, fewer methods and lengths: the quick look, a few
+minutes on 2 CPU cores), `smoke` (seconds; plumbing only, used by the colab
+test), `seeds=N`, `steps=N`, `samples=N` (passkey prompts per depth per
+length), `train_len=N`, `lr=F`.
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
+                          samples=0, train_len=0, lr=0.0)
+  c = common.base_config()
+  c.experiment = "rope_extension"
+  c.seeds = (0, 1, 2, 3, 4)
+  c.model.update(dim=64, num_layers=2, num_heads=2, num_kv_heads=2,
+                 mlp_dim=256, rope_theta=10000.0,
+                 max_position_embeddings=64, vocab_size=320)  # bytes+specials
+  c.task = ml_collections.ConfigDict({
+      "train_len": 64,
+      "eval_factors": (1, 2, 4, 8, 16),
+      "digits": 3,
+      "answer_weight": 20.0,    # loss weight of an answer digit vs filler
+      "train_examples": 200000,  # effectively fresh data every step
+      "eval_docs": 4,           # long documents for perplexity per length
+      "depths": (0.0, 0.25, 0.5, 0.75, 1.0),
+      "samples": 8,             # passkey prompts per (length, depth)
+      "data_seed": 1234,
+      "eval_batch_size": 8,
+  })
+  c.methods = ("default", "pi", "ntk", "dynamic_ntk", "yarn", "yarn_rotation",
+               "llama3", "mrope_uni", "mrope_pro")
+  c.train.update(steps=1000, batch_size=32, seq_len=64, log_every=100,
+                 eval_every=250, eval_batch_size=64, eval_batches=2,
+                 checkpoint_every=1000, keep_checkpoints=1, tensorboard=False,
+                 peak_flops=-1.0)
+  c.optim.update(lr=3e-3, warmup_steps=100, weight_decay=0.01)
+  if args.tiny:
+    c.methods = ("default", "pi", "ntk", "yarn", "mrope_uni", "mrope_pro")
+    c.task.update(eval_factors=(1, 4, 8), samples=4, eval_docs=2)
+    c.seeds = (0,)
+    c.train.update(steps=800, eval_every=200)
+  if args.smoke:  # seconds-long plumbing check (colab tests); not a result
+    c.seeds = (0,)
+    c.methods = ("default", "yarn", "mrope_pro")
+    c.task.update(train_len=64, eval_factors=(1, 4), train_examples=256,
+                  samples=1, depths=(0.5,), eval_docs=1, eval_batch_size=2)
+    c.train.update(steps=10, batch_size=8, seq_len=64, log_every=5,
+                   eval_every=0, eval_batch_size=8, eval_batches=1,
+                   checkpoint_every=0)
+  if args.seeds:
+    c.seeds = tuple(range(args.seeds))
+  if args.steps:
+    c.train.steps = args.steps
+  if args.samples:
+    c.task.samples = args.samples
+  if args.train_len:
+    c.task.train_len = c.train.seq_len = args.train_len
+  if args.lr:
+    c.optim.lr = args.lr
+  return c

@@ -1,0 +1,92 @@
+r"""SipIt inversion and injectivity miniature (paper Q, spec Q.6).
+
+    python -m jaxlab.main --config=jaxlab/configs/sipit.py --workdir=workdirs/sipit
+    python -m jaxlab.main --config=jaxlab/configs/sipit.py:tiny --workdir=/tmp/sipit
+
+Per seed, a decoder is initialised and (a copy) trained with the trainer's
+step (`runner.train_lm`) on a noisy bigram-chain "text" over the whole
+vocabulary; for both, SipIt (gradient policy) and the brute-force random
+policy invert random prompts from every layer's states (exact accuracy,
+proposals per token), HardPrompts runs on the last layer, and the
+collision test (per-layer minimum pairwise distance of last-token states),
+the exhaustive continuation test and the negative controls (tied embedding
+rows; b-bit quantised states) run on the same models.
+
+Default: the spec's miniature (V=1000, d=128, 4 layers, 20 prompts of 20
+tokens, 5k collision prompts of 8-32 tokens, 3 closest prompts x V). `tiny`
+(V=256, d=64, 2 layers, 3 seeds; a few minutes on 2 shared CPU cores) is
+what docs/papers/sipit.md reports; `smoke` (seconds; the colab test) only
+checks the plumbing. Args: `seeds=N` (seeds 0..N-1).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0)
+  c = common.base_config()
+  c.experiment = "sipit"
+  c.seeds = (0, 1, 2)
+  # GPT-2-style miniature of spec Q.6 in our Llama-style decoder (SwiGLU /
+  # SiLU and RMSNorm: both real-analytic, so Thm 2.2 applies).
+  c.model.update(vocab_size=1000, dim=128, num_layers=4, num_heads=4,
+                 num_kv_heads=2, mlp_dim=256, max_position_embeddings=64,
+                 init_std=0.02)
+  # The "text" a model is trained on: a bigram chain over V (each token has
+  # one preferred successor, taken with probability `follow`).
+  c.text = ml_collections.ConfigDict({
+      "num_seqs": 2048, "seq_len": 32, "follow": 0.8})
+  c.pretrain = ml_collections.ConfigDict({
+      "steps": 1000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 50})
+  c.sipit = ml_collections.ConfigDict({
+      "num_prompts": 20,
+      "prompt_len": 20,
+      "policies": ("gradient", "random"),
+      "layers": (),            # () = every layer 0..L
+      "tol": 0.0,              # 0: allclose(atol, rtol) (the code); > 0: L2
+      "atol": 1e-5,
+      "rtol": 1e-5,
+      "step_size": 1.0,        # SGD step gamma (code default)
+      "clip_norm": 1.0,
+      "project_every": 50,     # K
+      "loss": "mse",
+      "candidates_per_step": 1,
+      "verify_batch": 128,
+      "hard_prompts_prompts": 2,  # HardPrompts on the last layer (0: off)
+      "hard_prompts_steps": 0,    # 0: the spec's T*|V|/4
+      "hard_prompts_lr": 0.1,
+  })
+  c.collision = ml_collections.ConfigDict({
+      "num_prompts": 5000,
+      "min_len": 8,
+      "max_len": 32,
+      "chunk": 256,
+      "exhaustive_prompts": 3,
+      "quant_bits": (4, 3, 2),
+      "quant_per": "tensor",   # [inferred] one absmax scale per layer
+      "tie": (1, 2),           # (src, dst): row dst := row src
+      "control_prompts": 4,    # prompts with dst inverted under the tie
+  })
+  if args.tiny:
+    c.model.update(vocab_size=256, dim=64, num_layers=2, mlp_dim=128)
+    c.text.update(num_seqs=512, seq_len=24)
+    c.pretrain.update(steps=300, batch_size=16)
+    c.sipit.update(num_prompts=4, prompt_len=12, hard_prompts_prompts=1,
+                   hard_prompts_steps=300)
+    c.collision.update(num_prompts=1000, min_len=4, max_len=16,
+                       exhaustive_prompts=2, control_prompts=2)
+  if args.smoke:  # seconds-long plumbing check (colab test); not a result
+    c.seeds = (0,)
+    c.model.update(vocab_size=64, dim=32, num_layers=2, num_heads=4,
+                   num_kv_heads=2, mlp_dim=64)
+    c.text.update(num_seqs=64, seq_len=16)
+    c.pretrain.update(steps=5, batch_size=8)
+    c.sipit.update(num_prompts=1, prompt_len=4, hard_prompts_prompts=0)
+    c.collision.update(num_prompts=40, min_len=3, max_len=6,
+                       exhaustive_prompts=2, quant_bits=(2,),
+                       control_prompts=1)
+  if args.seeds:
+    c.seeds = tuple(range(args.seeds))
+  return c

@@ -1,0 +1,100 @@
+r"""StableToken miniature (paper E): noise-robust speech tokens from audio.
+
+    python -m jaxlab.main --config=jaxlab/configs/stabletoken.py:tiny \
+        --workdir=/tmp/stabletoken          # the docs table, CPU minutes
+    python -m jaxlab.main --config=jaxlab/configs/stabletoken.py --workdir=D
+
+Presets:
+  tiny   short utterances, a 32-wide tokenizer, 3 seeds (the miniature).
+  smoke  with tiny: 1 seed, a few steps, 2 variants (tests and the colab).
+  vq     also train the VQ baseline.
+  seed=S run only seed S (several workdirs merge with
+         `python -m jaxlab.experiments.report --add stabletoken DIR1 DIR2 ...`).
+
+Variants (config.variants, comma-separated): full (Voting-LFQ n=5, 3:2
+clean:noisy routing, consensus loss), no_consensus (lambda1 = 0),
+no_routing (all branches read the same input: the perturbed copy with
+probability loss.augment_prob, else clean), single_branch (plain LFQ n=1
+with the same augmentation), vq (VQ with the same augmentation).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+from jaxlab.data import audio
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  a = common.parse_arg(arg, tiny=False, smoke=False, vq=False, seed=-1)
+  c = common.base_config()
+  c.experiment = "stabletoken"
+  c.seeds = (0, 1, 2)
+  c.variants = "full,no_consensus,no_routing,single_branch"
+  if a.vq:
+    c.variants += ",vq"
+  # Spec miniature: 20 phones of 2-6 token frames (jaxlab.data.synthetic
+  # .speech.SpeechConfig fields).
+  c.speech = ml_collections.ConfigDict({
+      "num_phones": 16, "min_phones": 20, "max_phones": 20,
+      "min_frames": 2, "max_frames": 6, "inventory_seed": 1234,
+  })
+  c.utterances = ml_collections.ConfigDict({
+      "train_utterances": 1024, "eval_utterances": 128,
+      "noisy_copies": 2,          # perturbed copies per training utterance
+      "train_clips": 8, "eval_clips": 8,   # held-out clips for evaluation
+  })
+  c.features = ml_collections.ConfigDict({
+      "n_mels": 40, "n_fft": 400, "hop": 160, "pad_mode": "constant"})
+  # Spec E.3 training ranges and E.6 evaluation settings.
+  c.perturb = ml_collections.ConfigDict({
+      "train": {k: list(v) for k, v in audio.TRAIN_PERTURBATIONS.items()},
+      "eval": dict(audio.EVAL_PERTURBATIONS),
+  })
+  # The tokenizer (model registry "speech_tokenizer"); `config.model` keeps
+  # the base decoder section, unused here.
+  c.tokenizer = ml_collections.ConfigDict({
+      "name": "speech_tokenizer", "dim": 64, "num_heads": 4, "mlp_dim": 128,
+      "lower_layers": 2, "upper_layers": 1, "quantizer": "voting_lfq",
+      "n_voters": 5, "bits": 8, "num_clean": 3, "codebook_scale": 1.0,
+      "vq_codebook_size": 256, "vq_beta": 0.25,
+  })
+  c.loss = ml_collections.ConfigDict({
+      "name": "stabletoken",
+      "routing": "noise_aware",   # set per variant
+      "consensus_weight": 0.25,   # lambda1
+      "commit_weight": 0.25,      # lambda2
+      "entropy_weight": 1.0,      # lambda3
+      "entropy_temperature": 0.01,
+      "sample_entropy_weight": 1.0,
+      "batch_entropy_weight": 1.0,
+      "consensus_stop_gradient": True,   # [code]; the paper does not say
+      # [inferred] plain augmentation: the share of perturbed inputs equals
+      # the noisy branches' share under 3:2 routing.
+      "augment_prob": 0.4,
+  })
+  c.optim.update(lr=2e-3, warmup_steps=50, schedule="cosine",
+                 weight_decay=0.01, clip_norm=1.0, end_lr_frac=0.05,
+                 b2=0.98)
+  c.train.update(steps=1500, batch_size=32, log_every=50, eval_every=0,
+                 checkpoint_every=0, keep_checkpoints=1,
+                 async_checkpoint=False, tensorboard=False, peak_flops=-1.0)
+  if a.tiny:
+    c.speech.update(num_phones=8, min_phones=6, max_phones=8, min_frames=2,
+                    max_frames=4)
+    c.utterances.update(train_utterances=384, eval_utterances=64, noisy_copies=2,
+                  train_clips=4, eval_clips=4)
+    c.tokenizer.update(dim=32, num_heads=2, mlp_dim=64)
+    c.train.update(steps=500, batch_size=16)
+    c.optim.update(lr=3e-3, warmup_steps=30)
+    if a.smoke:
+      c.seeds = (0,)
+      c.variants = "full"
+      c.speech.update(min_phones=3, max_phones=4, max_frames=3)
+      c.utterances.update(train_utterances=32, eval_utterances=8, noisy_copies=1,
+                    train_clips=2, eval_clips=2)
+      c.tokenizer.update(dim=16, mlp_dim=32, lower_layers=1, bits=4)
+      c.features.n_mels = 16
+      c.train.update(steps=4, batch_size=8)
+  if a.seed >= 0:  # one seed per process (report --add merges workdirs)
+    c.seeds = (a.seed,)
+  return c

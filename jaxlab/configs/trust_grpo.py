@@ -1,0 +1,85 @@
+r"""Trust-GRPO miniature (paper G, SophiaVL-R1): thinking-reward hacking.
+
+    python -m jaxlab.main --config=jaxlab/configs/trust_grpo.py --workdir=/tmp/tg
+    python -m jaxlab.main --config=jaxlab/configs/trust_grpo.py:tiny \
+        --workdir=/tmp/tg_tiny
+    # any field from the command line, e.g. DAPO-style asymmetric clipping:
+    python -m jaxlab.main --config=jaxlab/configs/trust_grpo.py:tiny \
+        --workdir=/tmp/tg_tiny --config.grpo.clip_eps_high=0.28
+
+A tiny decoder answers "(a + b) mod K" as `<think> <answer> EOS`, where the
+thinking token is a value v ("I get v") or the degenerate filler HACK, which
+never yields a correct outcome. A synthetic thinking reward model (TRM)
+rates the right v highest on most questions but, on a fixed 30 % "hackable"
+subset, rates HACK highest. Variants: outcome-only, +thinking (no trust, no
+anneal), +anneal, Trust-GRPO (trust + anneal), Trust-GRPO at the shipped
+code's T = 12000 ("trust_T12000", spec G 8(a)), and Trust-GRPO with the
+shipped code's switches (b) saturated-group skip and (c) R^t only when
+R^o >= 0.2 ("trust_code"). The others use the paper's reading of (a)-(c)
+(T = total steps; binary outcomes make gamma = 1 always under (c), spec G
+8(c)).
+
+Sections reach their classes whole: `DecoderConfig` from `model`
+(`jaxlab.models.registry.decoder_config`; vocab_size 0 = the task's),
+`GRPOConfig(**grpo)` (sampling length and special ids come from the task),
+the RL optimizer from `optim`, the SFT warm start's from `sft`.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, learned=False, smoke=False)
+  c = common.base_config()
+  c.experiment = "trust_grpo"
+  c.seeds = tuple(range(10))  # RL miniatures: 10 seeds (issue 11)
+  c.variants = "outcome,thinking,anneal,trust,trust_code"
+  c.task = dict(modulus=5, hackable_frac=0.3, task_seed=1234,
+                # informative questions: right v / wrong v / HACK
+                trm_right=0.9, trm_wrong=0.3, trm_hack=0.3,
+                # hackable questions: HACK / any v
+                trm_hack_hackable=0.9, trm_value_hackable=0.1)
+  c.model.update(dim=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                 mlp_dim=64, max_position_embeddings=16)
+  # Format warm start: plain Adam (b2 0.999, no clipping or decay).
+  c.sft = dict(steps=60, batch_size=64, lr=3e-3, hack_prob=0.5)
+  # jaxlab.rl.learner.GRPOConfig fields (max_new_tokens, eos_id and pad_id
+  # are the task's).
+  c.grpo = dict(group_size=8, num_iterations=2, num_minibatches=1,
+                advantage="grpo", clip_eps=0.2,
+                clip_eps_high=config_dict.placeholder(float),
+                kl_beta=0.04, entropy_coef=1e-3, aggregation="token_mean",
+                temperature=1.0, top_p=config_dict.placeholder(float))
+  c.rl = dict(steps=150, prompts_per_step=25, eval_every=10, eval_samples=16)
+  c.optim.update(lr=3e-3, warmup_steps=0, schedule="constant", b1=0.9,
+                 b2=0.99, weight_decay=0.0, clip_norm=1.0)
+  # anneal_T 0: T = total RL steps (paper). trm: "synthetic" (the rule
+  # judge) or "learned" (a TinyThinkingScorer fitted on judge labels, `trm`).
+  c.trust = dict(alpha=0.3, anneal_T=0.0, trm="synthetic")
+  # The learned TRM (trust.trm="learned"): `samples` judge-labelled rollout
+  # pairs (HACK w.p. hack_prob), label noise sd before rounding to 0.1,
+  # bin balancing (at most per_bin rows per 0.1 bin), scorer widths and fit.
+  c.trm = dict(samples=4000, hack_prob=0.5, label_noise=0.1, balance=True,
+               per_bin=400, num_buckets=512, dim=64, hidden=256, steps=2000,
+               batch_size=64, lr=1e-2)
+  if args.learned:
+    # The learned TRM in the loop, and the shipped code's T = 12000.
+    c.trust.trm = "learned"
+    c.seeds = (0, 1, 2)
+    c.variants = "outcome,thinking,trust,trust_T12000"
+    c.rl.eval_every = 50  # evaluation does not touch training's keys
+  if args.tiny:
+    c.seeds = (0,)
+    c.variants = "outcome,thinking,trust"
+    c.sft.update(steps=30)
+    c.rl.update(steps=20, eval_every=10, eval_samples=4)
+    c.trm.update(samples=600, per_bin=60, steps=150)
+  if args.smoke:  # colab/test size: a few seconds per variant
+    c.seeds = (0,)
+    c.sft.update(steps=10)
+    c.rl.update(steps=3, eval_every=3, eval_samples=2)
+    c.trm.update(samples=300, per_bin=30, steps=40)
+  return c

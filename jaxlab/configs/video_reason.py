@@ -1,0 +1,65 @@
+r"""VideoReasonBench miniature (paper R): solvers and a tiny video LM.
+
+    python -m jaxlab.main --config=jaxlab/configs/video_reason.py \
+        --workdir=/tmp/vrb/full
+    python -m jaxlab.main --config=jaxlab/configs/video_reason.py:tiny \
+        --workdir=/tmp/vrb/tiny
+
+Part "solvers": the full benchmark layout per seed (6 demos x 2 sizes x 2
+reveals x 10 operation counts = 240 videos, 1440 questions) answered by the
+oracle, noisy-perception solvers at `bench.error_rates` and the
+no-reasoning (visible-state) solver, scored by the exact checker.
+Part "model": the shared video LM (`config.model.name = "video"`: ViT per
+frame + temporal blocks + decoder with the frames as a prefix) trained on
+short Cup videos (3x3, 2-3 swaps) to answer all six skills, with a "Think:" transcript
+(the revealed state and the operations) before "Final Answer:" in half of
+the training examples; evaluated at each thinking budget of
+`task.budgets` (0 = answer at once; the decode is cut after the budget and
+"Final Answer:" forced). The default preset is the docs' table (~15 min on
+2 heavily shared CPU cores); `tiny` is the test/colab version (`smoke` shrinks it
+further).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False)
+  c = common.base_config()
+  c.experiment = "video_reason"
+  c.parts = "solvers,model"
+  c.seeds = (0, 1, 2)       # the solvers part
+  c.model_seeds = (0, 1)    # the video-LM part (the CPU-heavy one)
+  # The benchmark layout (jaxlab.data.synthetic.video_reason.generate).
+  c.bench = dict(demos="number,circle,cup,file,card,chip", num_ops_min=5,
+                 num_ops_max=14, frame_size=16,
+                 error_rates=(0.02, 0.05, 0.1, 0.2, 0.4))
+  # The model's task: short videos of a few demos; frames padded to
+  # model.video.num_frames (>= num_ops_max + 2).
+  c.task = dict(demos="cup", sizes="cup:3", num_ops_min=2, num_ops_max=3,
+                train_videos_per_cell=100, eval_videos_per_cell=4,
+                frame_size=16, seq_len=384, think_fraction=0.5,
+                budgets=(0, 96), answer_tokens=48)
+  c.model.update(name="video", dim=32, num_layers=1, num_heads=2,
+                 num_kv_heads=1, mlp_dim=96, max_position_embeddings=512)
+  c.model.vit = dict(image_size=16, patch_size=4, channels=3, dim=32,
+                     num_layers=1, num_heads=2, mlp_dim=64)
+  c.model.video = dict(num_frames=5, frame_pooling="mean", temporal_layers=1,
+                       temporal_heads=2, temporal_mlp_dim=64)
+  c.train.update(steps=150, batch_size=16)
+  c.optim.update(lr=3e-3, warmup_steps=20, weight_decay=0.0)
+  if args.tiny:
+    c.seeds = (0, 1)
+    c.model_seeds = (0,)
+    c.bench.update(num_ops_max=7, error_rates=(0.1, 0.4))
+    c.task.update(train_videos_per_cell=8, eval_videos_per_cell=1,
+                  budgets=(0, 96))
+    c.train.update(steps=10, batch_size=8)
+  if args.smoke:  # the colab test: solvers only (the model's compiles
+    # alone take longer than the test budget on a loaded CPU)
+    c.parts = "solvers"
+    c.seeds = (0,)
+    c.bench.update(demos="number,cup,chip", num_ops_max=5)
+  return c

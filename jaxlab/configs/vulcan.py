@@ -1,0 +1,69 @@
+r"""Vulcan class-specific ViT pruning miniature (paper O, papers/O-S.md).
+
+    python -m jaxlab.main --config=jaxlab/configs/vulcan.py --workdir=/tmp/vulcan
+    python -m jaxlab.main --config=jaxlab/configs/vulcan.py:tiny --workdir=/tmp/v
+
+A ViT classifier is pre-trained on all 10 classes of scikit-learn's digits,
+then compressed for the target classes `target_classes` (the 10-way head is
+kept, O.1) at each pruning rate R of `rates`: Vulcan (score, cluster,
+post-train with the collapse and rank regularisers, prune), and at Vulcan's
+exact widths the baselines magnitude and Taylor (scores on S, prune, fine-
+tune on S) and a generic one (Taylor on all classes, fine-tuned on all
+classes); plus the unpruned model fine-tuned on S. The default preset is
+the docs miniature (3 seeds; `seed=N` runs one of them, so seeds can run
+as separate processes merged by `jaxlab.experiments.report --add`); `tiny` is the
+CPU test/colab version, `smoke` an even shorter one for the colab test. Steps and lr are [inferred] for the
+tiny model (the code's 3000-6000 steps at lr 1e-4 are for DeiT).
+"""
+
+import ml_collections
+
+from jaxlab.configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = common.parse_arg(arg, tiny=False, smoke=False, seed=-1)
+  c = common.base_config()
+  c.experiment = "vulcan"
+  c.seeds = (0, 1, 2)
+  c.model = ml_collections.ConfigDict(dict(
+      name="vit_classifier", image_size=8, patch_size=2, channels=1, dim=32,
+      num_layers=2, num_heads=2, head_dim=16, mlp_dim=128, num_classes=10,
+      init_std=0.02))
+  c.loss.name = "classification"
+  c.images = ml_collections.ConfigDict(dict(
+      name="digits", eval_fraction=0.3, options=ml_collections.ConfigDict()))
+  c.target_classes = (3, 5, 8)
+  c.rates = (0.6, 0.8)
+  # The methods compared at each rate (besides "dense" and "finetune").
+  c.methods = "vulcan,magnitude,taylor,generic"
+  c.pretrain = ml_collections.ConfigDict(dict(
+      steps=300, batch_size=64, lr=3e-3, warmup_steps=20,
+      weight_decay=0.05))
+  # Post-training (Vulcan) and the baselines' fine-tuning: same steps/lr.
+  c.posttrain = ml_collections.ConfigDict(dict(
+      steps=60, batch_size=64, lr=1e-3, weight_decay=0.05))
+  # jaxlab.compression.vulcan.VulcanConfig (rate comes from `rates`).
+  c.vulcan = ml_collections.ConfigDict(dict(
+      norm_type="z_score", width_multiple=8, min_width=8,
+      uniform_widths=False, anchor="max_activation", collapse=True,
+      rank_loss=True, rho=1.0, kmeans_iters=100))
+  # Score batches (target-class images) for neuron and Taylor scores.
+  c.score_batches = 2
+  c.measure = ml_collections.ConfigDict(dict(batch_size=256, repeats=10))
+  if args.tiny or args.smoke:
+    c.seeds = (0,)
+    c.rates = (0.6,)
+    c.model.update(dim=32, num_layers=2, num_heads=2, head_dim=16,
+                   mlp_dim=64)
+    c.pretrain.update(steps=150, batch_size=64, lr=3e-3, warmup_steps=10)
+    c.posttrain.update(steps=40, batch_size=64)
+    c.score_batches = 1
+    c.measure.update(repeats=3)
+  if args.seed >= 0:   # one seed per process; merge with report --add
+    c.seeds = (args.seed,)
+  if args.smoke:
+    c.methods = "vulcan,magnitude"
+    c.pretrain.update(steps=60)
+    c.posttrain.update(steps=15)
+  return c

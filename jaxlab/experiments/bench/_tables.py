@@ -1,0 +1,204 @@
+"""Markdown tables of the CPU benchmark JSON under docs/bench/.
+
+    python -m jaxlab.experiments.bench._tables [--dir=docs/bench]
+
+Reads decode_cpu.json, train_cpu.json and memory_cpu.json (those present)
+and prints one table each, for the README's performance section, plus,
+when rows were run with `--profile`, where jaxlab's time goes per model
+part, and one table of every accelerator run `h200_run*.json` (written by
+`python -m jaxlab.experiments.bench.gpu`).
+"""
+
+import glob
+
+import json
+import os
+import sys
+
+
+def _f(x, nd=2):
+  return "-" if x is None else f"{x:.{nd}f}"
+
+
+def decode_table(rep) -> str:
+  lines = [f"Decode (greedy, prompt {rep['prompt_len']}, "
+           f"{rep['new_tokens']} new tokens, fp32; load average "
+           f"{_f(rep['machine']['loadavg'][0], 1)}):", "",
+           "| size | batch | jaxlab tok/s (call) | transformers tok/s (call) "
+           "| ratio | fraction of roofline | prefill share |",
+           "|---|---|---|---|---|---|---|"]
+  n = rep["new_tokens"]
+  for r in rep["results"]:
+    b = r["batch"]
+    t = r["torch"]
+    torch_call = b * n / (t["prefill_s"] + t["decode_s"])
+    roof = r["roofline"]
+    lines.append(
+        f"| {r['size']} | {b} | {_f(roof['jaxlab_call_tokens_per_s'], 0)} | "
+        f"{_f(torch_call, 0)} | "
+        f"{_f(roof['jaxlab_call_tokens_per_s'] / torch_call)}x | "
+        f"{_f(100 * roof['fraction_of_roofline'], 0)}% | "
+        f"{_f(100 * roof['prefill_share_of_call'], 0)}% |")
+  return "\n".join(lines)
+
+
+# Model parts of `jaxlab/experiments/bench/profile.py`, grouped into table columns.
+_PART_GROUPS = (
+    ("LM head + CE", ("lm_head", "cross_entropy")),
+    ("MLP", ("mlp",)),
+    ("attn proj", ("attention_qkv_proj", "attention_out_proj")),
+    ("attn core + cache", ("attention_core", "attention_mask", "rope",
+                           "kv_cache_write")),
+    ("optimizer", ("optimizer",)),
+)
+
+
+def _profile_cells(by_part) -> list[str]:
+  cells, used = [], 0.0
+  for _, parts in _PART_GROUPS:
+    share = sum(by_part.get(p, 0.0) for p in parts)
+    used += share
+    cells.append(f"{_f(100 * share, 0)}%")
+  cells.append(f"{_f(100 * max(1.0 - used, 0.0), 0)}%")
+  return cells
+
+
+def profile_table(decode_rep, train_rep) -> str:
+  """Share of jaxlab's op time per model part, for rows run with --profile
+  (decode: the decode loop's module; train: the whole step). Empty when no
+  row carries a profile."""
+  rows = []
+  for r in (decode_rep or {}).get("results", []):
+    prof = r["jaxlab"].get("profile")
+    if prof and "by_module" in prof:
+      loop = prof["by_module"].get("jit__decode", {}).get("by_part", {})
+      kinds = prof.get("by_op_kind", {})
+      rows.append([f"decode loop {r['size']} B={r['batch']}",
+                   *_profile_cells(loop),
+                   f"{_f(100 * kinds.get('dot', 0.0), 0)}%"])
+  for r in (train_rep or {}).get("results", []):
+    prof = r["jax"].get("profile")
+    if prof and "by_part" in prof:
+      kinds = prof.get("by_op_kind", {})
+      rows.append([f"train step {r['size']} {r['batch']}x{r['seq_len']}",
+                   *_profile_cells(prof["by_part"]),
+                   f"{_f(100 * kinds.get('dot', 0.0), 0)}%"])
+  if not rows:
+    return ""
+  head = ["what", *[g for g, _ in _PART_GROUPS], "rest", "in matmuls"]
+  lines = ["Where jaxlab's time goes (share of XLA op time per model part, "
+           "`--profile`, jaxlab/experiments/bench/profile.py):", "",
+           "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+  lines += ["| " + " | ".join(row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def train_table(rep) -> str:
+  lines = [f"Training step (fp32, AdamW; load average "
+           f"{_f(rep['machine']['loadavg'][0], 1)}):", "",
+           "| size | B x T | jaxlab tok/s | transformers tok/s | ratio | "
+           "fraction of matmul peak | chunked CE tok/s |",
+           "|---|---|---|---|---|---|---|"]
+  for r in rep["results"]:
+    chunked = next((v for k, v in r.items()
+                    if k.startswith("jax_chunked_ce")), None)
+    lines.append(
+        f"| {r['size']} | {r['batch']}x{r['seq_len']} | "
+        f"{_f(r['jax']['tokens_per_s'], 0)} | "
+        f"{_f(r.get('torch', {}).get('tokens_per_s'), 0)} | "
+        f"{_f(r.get('jax_over_torch_tokens_per_s'))}x | "
+        f"{_f(100 * r['jax']['fraction_of_matmul_peak'], 0)}% | "
+        f"{_f(chunked and chunked['tokens_per_s'], 0)} |")
+  return "\n".join(lines)
+
+
+def memory_table(rep) -> str:
+  lines = ["Training memory per device (compiled memory analysis of "
+           "`trainer.make_train_step`, MiB):", "",
+           "| size | fsdp | remat | chunked CE | params + optimizer | temp "
+           "| peak | state vs fsdp=1 |", "|---|---|---|---|---|---|---|---|"]
+  mib = 1 << 20
+  for r in rep["results"]:
+    ratio = r.get("param_plus_optimizer_ratio_to_fsdp1")
+    lines.append(
+        f"| {r['size']} | {r['fsdp']} | {r['remat']} | {r['chunk'] or '-'} | "
+        f"{_f(r['param_plus_optimizer_bytes_per_device'] / mib, 1)} | "
+        f"{_f(r['temp_bytes'] / mib, 1)} | {_f(r['peak_bytes'] / mib, 1)} | "
+        f"{'-' if ratio is None else f'1/{1 / ratio:.2f}'} |")
+  timing = rep.get("step_time_noisy")
+  if timing:
+    lines += ["", "Step time (noisy, shared machine): " + "; ".join(
+        f"{t['size']} remat={t['remat']} chunk={t['chunk']}: "
+        f"{_f(t['step_s'], 2)} s (load {_f(t['loadavg_1m'], 1)})"
+        for t in timing)]
+  return "\n".join(lines)
+
+
+def gpu_table(reports) -> str:
+  """Training rows of accelerator runs ([(file name, report)]), in order."""
+  if not reports:
+    return ""
+  first = reports[0][1]
+  lines = [f"Accelerator training step ({first['device']}, jax {first['jax']}, "
+           "bf16 compute, fp32 master weights, AdamW; measured bf16 matmul "
+           "peak " + ", ".join(f"{_f(r['measured_matmul_peak_tflops'], 0)}"
+                               for _, r in reports) +
+           f" TFLOP/s, spec {_f(first['spec_peak_tflops'], 0)}):", "",
+           "| run | model | params | batch x T | attention | remat | tokens/s "
+           "| MFU vs spec peak | MFU vs measured peak | temp GB | "
+           "process peak GB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, rep in reports:
+    run = name.rsplit("_", 1)[-1].removesuffix(".json")
+    for r in rep.get("train", []):
+      attn = r.get("attention_impl") or "default"
+      if "error" in r:
+        err = r["error"].split("(", 1)[0]
+        lines.append(f"| {run} | {r['size']} | - | - | {attn} | {r['remat']} "
+                     f"| failed: {err} | - | - | - | - |")
+        continue
+      lines.append(
+          f"| {run} | {r['size']} | {r['params'] / 1e6:.0f}M | "
+          f"{r['batch']}x{r['seq_len']} | {attn} | {r['remat']} | "
+          f"{r['tokens_per_s'] / 1e3:.0f}k | "
+          f"{_f(100 * r['mfu_vs_spec_peak'], 1)}% | "
+          f"{_f(100 * r['mfu_vs_measured_peak'], 1)}% | "
+          f"{_f(r['temp_bytes'] / 1e9, 1)} | "
+          f"{_f(r['peak_bytes_in_use'] / 1e9, 1)} |")
+  lines += ["", "\"default\" attention is the decoder's default of that run "
+            "(run1: XLA masked attention; run2: the cuDNN fused path it "
+            "selects for bf16 on GPU). Temp is the compiled step's temporary "
+            "memory; the process peak carries over from earlier rows of the "
+            "same run."]
+  return "\n".join(lines)
+
+
+def main(argv=()):
+  args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
+  root = args.get("dir", "docs/bench")
+  out, reps = [], {}
+  for name, fn in (("decode_cpu.json", decode_table),
+                   ("train_cpu.json", train_table),
+                   ("memory_cpu.json", memory_table)):
+    path = os.path.join(root, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        reps[name] = json.load(f)
+      out.append(fn(reps[name]))
+  prof = profile_table(reps.get("decode_cpu.json"), reps.get("train_cpu.json"))
+  if prof:
+    out.insert(min(2, len(out)), prof)
+  gpu = []
+  for path in sorted(glob.glob(os.path.join(root, "h200_run*.json"))):
+    with open(path) as f:
+      gpu.append((os.path.basename(path), json.load(f)))
+  if gpu:
+    out.append(gpu_table(gpu))
+  text = "\n\n".join(out)
+  print(text)
+  return text
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -1,0 +1,379 @@
+"""PMC miniatures (spec B, "CPU-only miniature"): see jaxlab/configs/pmc.py.
+
+1. Lottery machine: pi_t(forget colours) with and without retain data.
+2. Tiny LM: memorise a TOFU-like fact set (+ a real-authors split), then
+   unlearn its forget split with PMC and the baselines (GA, GD, NPO, SimNPO,
+   IDK, DPO) from the same start; report UQ, utility (retain, world, real
+   authors), forget recall, leakage (greedy, two prefilling attacks,
+   sampling), the multiple-choice least-likely-option attack and the
+   log-prob drift of the forget values in unrelated text
+   (`jaxlab.evals.unlearning`).
+Writes WORKDIR/results.json, lottery.png, table.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from flax import nnx
+import jax
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import numpy as np
+
+from jaxlab.data import tokenizers
+from jaxlab.data.synthetic import facts as facts_lib
+from jaxlab.data.synthetic import real_authors as real_authors_lib
+from jaxlab.evals import unlearning as unlearning_evals
+from jaxlab.io import params as params_io
+from jaxlab.models import decoder
+from jaxlab.models import registry as model_registry
+from jaxlab.objectives import pmc
+from jaxlab.objectives import self_generated as sg
+from jaxlab.train import runner
+from jaxlab.experiments import results as results_lib
+
+METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
+           "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
+           "recall_prefill", "leak_sampling", "recall_real_authors",
+           "leak_prefill_fixed", "recall_prefill_fixed",
+           "mc_least_likely_acc", "mc_most_likely_acc", "drift",
+           "abs_drift")
+
+
+def run_lottery(cfg, workdir: str) -> dict:
+  lc = dict(cfg.lottery)
+  seeds = lc.pop("seeds")
+  out = {}
+  fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+  for use_retain, a in ((True, ax[0]), (False, ax[1])):
+    finals = []
+    for s in seeds:
+      h = pmc.lottery_machine(use_retain=use_retain, seed=s, **lc)
+      forget_mass = h[:, lc["retain_colours"]:].sum(-1)
+      finals.append((forget_mass[-1], h[-1].max()))
+      if use_retain:
+        a.plot(forget_mass, label=f"seed {s}")
+      else:
+        a.plot(h.max(-1), label=f"seed {s}")
+    tag = "with_retain" if use_retain else "no_retain"
+    out[f"lottery_{tag}_per_seed"] = [
+        {"seed": int(s), "forget_mass": float(f[0]), "top_colour": float(f[1])}
+        for s, f in zip(seeds, finals)]
+    out[f"lottery_{tag}_forget_mass"] = float(np.mean([f[0] for f in finals]))
+    out[f"lottery_{tag}_top_colour"] = float(np.mean([f[1] for f in finals]))
+  ax[0].set(title="with retain set: mass on forget colours",
+            xlabel="round", ylabel="pi_t(forget)")
+  ax[1].set(title="no retain set: mass of the top colour",
+            xlabel="round", ylabel="max_c pi_t(c)")
+  for a in ax:
+    a.legend()
+  fig.tight_layout()
+  fig.savefig(os.path.join(workdir, "lottery.png"), dpi=100)
+  plt.close(fig)
+  return out
+
+
+def _prompts(items):
+  return [facts_lib.qa_prompt(x.question) for x in items]
+
+
+def _value_pool(fs):
+  """Attribute -> every value of that attribute in the fact set (MC decoys)."""
+  pool = {}
+  for x in fs.forget + fs.retain + fs.world:
+    pool.setdefault(x.attribute, set()).add(x.value)
+  return {k: sorted(v) for k, v in pool.items()}
+
+
+def _eval(model, tok, fs, cfg, seed, *, base=None, authors=()):
+  """pmc.evaluate_unlearning + the MC attack + drift against `base`."""
+  out = pmc.evaluate_unlearning(
+      model, tok, fs, prompt_fn=facts_lib.qa_prompt,
+      key=jax.random.key(1000 + seed), real_authors=authors, **dict(cfg.eval))
+  p = cfg.probes
+  out.update(unlearning_evals.mc_attack(
+      model, tok, fs.forget, _prompts(fs.forget), _value_pool(fs),
+      num_options=p.mc_options, normalize=p.mc_normalize, seed=seed,
+      max_len=p.max_len))
+  if base is not None:
+    out.update(unlearning_evals.value_drift(model, base, tok, fs.forget,
+                                            max_len=p.max_len))
+  return out
+
+
+def _unlearn_config(cfg, method, seed):
+  u = dict(cfg.unlearn)
+  c = pmc.default_config()
+  beta = u.pop("simnpo_beta") if method == "simnpo" else u["beta"]
+  u.pop("simnpo_beta", None)
+  c.update(u)
+  c.beta = beta
+  c.loss = f"unlearn_{method}"
+  c.seed = seed
+  return c
+
+
+def _dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
+  """DPO's extra forget rows: rejected answers + both reference NLLs."""
+  rej = sg.encode_pairs(tok, prompts, rejected, max_len=max_len)
+  ref_chosen = sg.sequence_nll_dataset(base, tok, prompts, chosen,
+                                       max_len=max_len)
+  extra = {"rejected_inputs": rej["inputs"],
+           "rejected_targets": rej["targets"],
+           "rejected_mask": rej["mask"],
+           "rejected_ref_nll": sg.sequence_nll_dataset(
+               base, tok, prompts, rejected, max_len=max_len)}
+  return ref_chosen, extra
+
+
+# What the pre-trained model and a method's evaluation depend on: a run
+# whose config differs in these fields recomputes that stage (new file
+# names: WORKDIR/pretrained_seedS_<digest>.npz, seedS_<method>_<digest>.json),
+# one that does not reloads it, so a killed run resumes per method and a run
+# with another unlearning budget reuses the pre-trained model.
+_PRETRAIN_FIELDS = ("model", "facts", "pretrain", "num_real_authors")
+_METHOD_FIELDS = _PRETRAIN_FIELDS + ("unlearn", "eval", "probes",
+                                     "idk_answer")
+
+
+def _cached_json(path: str, meta: dict, compute):
+  if os.path.isfile(path):
+    with open(path) as f:
+      saved = json.load(f)
+    if saved.get("meta") == json.loads(json.dumps(meta, default=str)):
+      return saved["value"], True
+  value = compute()
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump({"meta": meta, "value": value}, f, default=float)
+  os.replace(tmp, path)
+  return value, False
+
+
+def _unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
+  """Unlearns from a clone of `base` with `method`; its eval and extras."""
+  f_prompts = _prompts(fs.forget)
+  r_prompts = _prompts(fs.retain)
+  r_answers = [x.answer for x in fs.retain]
+  model = nnx.clone(base)
+  ucfg = _unlearn_config(cfg, method, seed)
+  ucfg.warmup_steps = pmc.warmup_steps(ucfg, len(fs.forget))
+  extra = {}
+  if method == "pmc":
+    res = pmc.run_pmc(model, tok, forget_questions=[x.question
+                                                    for x in fs.forget],
+                      retain_prompts=r_prompts, retain_answers=r_answers,
+                      config=ucfg, prompt_fn=facts_lib.qa_prompt)
+    extra["pmc_cache_done_frac"] = res["history"][-1]["cache_done_frac"]
+    extra["pmc_skipped_empty_questions"] = res["skipped_empty_questions"]
+  else:
+    truth = [x.answer for x in fs.forget]
+    answers = ([cfg.idk_answer] * len(fs.forget)
+               if method in ("idk", "dpo") else truth)
+    ref, extra_arrays = None, None
+    if method == "npo":
+      ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
+                                    max_len=ucfg.max_len)
+    if method == "dpo":  # chosen "I don't know.", rejected the truth
+      ref, extra_arrays = _dpo_arrays(base, tok, f_prompts, answers,
+                                      truth, ucfg.max_len)
+    sg.run_self_generated(model, tok, forget_prompts=f_prompts,
+                          retain_prompts=r_prompts,
+                          retain_answers=r_answers, score_fn=None,
+                          fixed_forget_answers=answers,
+                          ref_forget_nll=ref,
+                          extra_forget_arrays=extra_arrays, config=ucfg)
+  return {"eval": _eval(model, tok, fs, cfg, seed, base=base,
+                        authors=authors), "extra": extra}
+
+
+def run_unlearning(cfg, workdir: str) -> dict:
+  tok = tokenizers.ByteTokenizer()
+  fs = facts_lib.make_fact_set(**dict(cfg.facts))
+  authors = real_authors_lib.real_authors_qa(cfg.num_real_authors)
+  methods = [m for m in cfg.methods.split(",") if m]
+  per_seed = {m: [] for m in ["original"] + methods}
+  extra = {}
+  t0 = time.time()
+  log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
+                          flush=True)
+  for seed in cfg.seeds:
+    mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
+    base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
+    pre_meta, pre_key = params_io.config_key(cfg, *_PRETRAIN_FIELDS)
+    pre_meta["seed"] = int(seed)
+    base_path = os.path.join(workdir, f"pretrained_seed{seed}_{pre_key}.npz")
+
+    if params_io.exists(base_path):
+      final_loss = params_io.load(base, base_path, pre_meta)["final_loss"]
+      reused = True
+    else:
+      train = fs.train + authors
+      data = sg.encode_for_lm(tok, _prompts(train),
+                              [x.answer for x in train],
+                              max_len=cfg.pretrain.max_len)
+      p = dict(cfg.pretrain)
+      p.pop("max_len")
+      logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
+      final_loss = float(logs[-1]["loss"])
+      params_io.save(base, base_path, {**pre_meta, "final_loss": final_loss})
+      reused = False
+    extra[f"pretrain_final_loss_seed{seed}"] = final_loss
+    ometa, okey = params_io.config_key(cfg, *_PRETRAIN_FIELDS, "eval",
+                                       "probes")
+    ometa["seed"] = int(seed)
+    ev, _ = _cached_json(
+        os.path.join(workdir, f"seed{seed}_original_{okey}.json"), ometa,
+        lambda: {"eval": _eval(base, tok, fs, cfg, seed, authors=authors)})  # pylint: disable=cell-var-from-loop
+    meta, key = params_io.config_key(cfg, *_METHOD_FIELDS)
+    meta["seed"] = int(seed)
+    stage = lambda name: os.path.join(workdir, f"seed{seed}_{name}_{key}.json")  # pylint: disable=cell-var-from-loop
+    per_seed["original"].append(ev["eval"])
+    log(f"seed {seed}: pretrained (loss {final_loss:.4f}"
+        f"{', reloaded' if reused else ''}): {ev['eval']}")
+    for method in methods:
+      res, reused = _cached_json(
+          stage(method), meta,
+          lambda m=method, s=seed, b=base: _unlearn_and_eval(m, s, b, cfg,
+                                                             tok, fs,
+                                                             authors))
+      per_seed[method].append(res["eval"])
+      extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
+      log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "
+          f"{res['eval']}")
+  summary = {}
+  for m, rows in per_seed.items():
+    for k in METRICS:
+      vals = [r[k] for r in rows if k in r]
+      if vals:
+        summary[f"{m}/{k}_mean"], summary[f"{m}/{k}_std"], _ = (
+            results_lib.mean_std(vals))
+  _write_table(summary, ["original"] + methods, len(cfg.seeds), workdir)
+  summary.update(extra)
+  summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
+                         "methods": per_seed}
+  return summary
+
+
+METHOD_LABELS = {"original": "original", "pmc": "PMC", "ga": "GA",
+                 "gd": "GD", "npo": "NPO", "simnpo": "SimNPO", "idk": "IDK",
+                 "dpo": "DPO"}
+# The prefilling attacks: evaluate_unlearning's prefill_modes "answer_prefix"
+# (eval.prefix_words=3) and "fixed" (the paper's "The answer is: ").
+TABLE_COLUMNS = (
+    ("uq", "UQ"), ("utility", "utility"),
+    ("recall_forget", "forget recall ↓"),
+    ("recall_forget_paraphrased", "paraphrased forget recall ↓"),
+    ("recall_retain", "retain recall"), ("recall_world", "world recall"),
+    ("recall_real_authors", "real-authors recall"),
+    ("leak_greedy", "leak greedy ↓"),
+    ("leak_prefill_fixed", "leak, prefilled \"The answer is: \" ↓"),
+    ("leak_prefill", "leak, prefilled with the answer's first 3 words ↓"),
+    ("leak_sampling", "leak sampling ↓"),
+    ("mc_least_likely_acc", "MC least-likely attack acc. ↓"),
+    ("drift", "Δ log p of forget values in unrelated text (nats/token, "
+              "not × 100)"))
+PERCENT_ALREADY = ("uq", "utility")  # pmc.unlearning_quality / utility
+NOT_PERCENT = ("drift",)  # nats per token, shown as is
+
+
+def results_tables(out: dict, table_id: str = "unlearning",
+                   caption: str = "Tiny-LM TOFU-like unlearning"
+                   ) -> tuple[list, list]:
+  """The docs' tables and claimed comparisons from `run`'s results."""
+  tables = []
+  for tag, label in (("with_retain", "with retain set"),
+                     ("no_retain", "without retain set")):
+    recs = out.get(f"lottery_{tag}_per_seed")
+    if recs is None:
+      continue
+    if not tables:
+      tables.append(results_lib.Table(
+          "lottery", "Lottery machine (spec B.7) at the last round",
+          [results_lib.Column("forget_mass", "mass on forget colours", 3),
+           results_lib.Column("top_colour", "mass of the top colour", 3)],
+          row_label="setting"))
+    for r in recs:
+      tables[0].add_seed(label, r["seed"], {"forget_mass": r["forget_mass"],
+                                            "top_colour": r["top_colour"]})
+  comparisons = []
+  ps = out.get("per_seed")
+  if ps:
+    t = results_lib.Table(
+        table_id, f"{caption} (values × 100)",
+        [results_lib.Column(k, lab, decimals=2 if k in NOT_PERCENT else 1,
+                            scale=1 if k in PERCENT_ALREADY + NOT_PERCENT
+                            else 100)
+         for k, lab in TABLE_COLUMNS], row_label="method")
+    for m, rows in ps["methods"].items():
+      for seed, r in zip(ps["seeds"], rows):
+        t.add_seed(METHOD_LABELS.get(m, m), seed,
+                   {k: r[k] for k, _ in TABLE_COLUMNS if k in r})
+    tables.append(t)
+    methods = ps["methods"]
+    cmp = lambda col, a, b: results_lib.Comparison(  # pylint: disable=g-long-lambda
+        table_id, col, METHOD_LABELS[a], METHOD_LABELS[b])
+    wanted = [("recall_retain", "pmc", "original"),
+              ("recall_world", "pmc", "original"),
+              ("utility", "pmc", "original"),
+              ("utility", "pmc", "ga"), ("utility", "pmc", "gd"),
+              ("utility", "pmc", "npo"), ("recall_forget", "pmc", "npo"),
+              ("leak_prefill", "pmc", "idk"),
+              ("utility", "pmc", "dpo"), ("recall_forget", "pmc", "dpo"),
+              ("drift", "pmc", "ga"), ("drift", "pmc", "npo"),
+              ("mc_least_likely_acc", "pmc", "ga"),
+              ("mc_least_likely_acc", "pmc", "npo"),
+              ("leak_prefill_fixed", "pmc", "npo"),
+              ("utility", "pmc", "simnpo"), ("utility", "pmc", "idk"),
+              ("recall_forget", "pmc", "gd"),
+              ("recall_forget", "pmc", "simnpo"),
+              ("recall_forget", "pmc", "idk")]
+    comparisons = [cmp(c, a, b) for c, a, b in wanted
+                   if a in methods and b in methods]
+  return tables, comparisons
+
+
+def _write_table(summary, methods, n_seeds, workdir):
+  cols = ("uq", "utility", "recall_forget", "recall_retain", "recall_world",
+          "recall_real_authors", "leak_greedy", "leak_prefill_fixed",
+          "leak_prefill", "leak_sampling", "mc_least_likely_acc", "drift")
+  lines = [f"mean ± sample std (ddof 1) over {n_seeds} seed(s)", "",
+           "| method | " + " | ".join(cols) + " |",
+           "|---" * (len(cols) + 1) + "|"]
+  for m in methods:
+    cells = []
+    for k in cols:
+      if f"{m}/{k}_mean" not in summary:  # e.g. drift of the original
+        cells.append("–")
+        continue
+      scale = 1.0 if k in ("uq", "utility", "drift") else 100.0
+      mu, sd = summary[f"{m}/{k}_mean"] * scale, summary[f"{m}/{k}_std"] * scale
+      cells.append(f"{mu:.1f} ± {sd:.1f}")
+    lines.append(f"| {m} | " + " | ".join(cells) + " |")
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def run(config, workdir: str) -> dict:
+  os.makedirs(workdir, exist_ok=True)
+  parts = [p for p in config.parts.split(",") if p]
+  bad = set(parts) - {"lottery", "unlearn"}
+  if bad:
+    raise ValueError(f"config.parts has unknown {sorted(bad)}; valid: "
+                     "lottery, unlearn")
+  t0 = time.time()
+  results = {}
+  if "lottery" in parts:
+    results.update(run_lottery(config, workdir))
+  if "unlearn" in parts:
+    results.update(run_unlearning(config, workdir))
+  tables, comparisons = results_tables(
+      results, config.get("table_id", "unlearning"),
+      config.get("table_caption", "Tiny-LM TOFU-like unlearning"))
+  results_lib.write(workdir, "pmc", tables=tables, comparisons=comparisons,
+                    extra=results, config=config, start_time=t0)
+  return results

@@ -1,0 +1,315 @@
+"""VideoReasonBench miniature (spec R.6): see jaxlab/configs/video_reason.py.
+
+1. Solvers on the full benchmark layout: the oracle (must be 100%),
+   noisy-perception solvers (each operation mis-seen with probability p) and
+   the no-reasoning solver (answers with the revealed state), per skill and
+   level, and by operation-count bin.
+2. The shared video LM (`jaxlab.models.video`) trained with the `video_lm`
+   loss through the generic step runner on Cup/Chip videos, decoded by the
+   library sampler at several thinking budgets (spec R.5: the thinking
+   budget helps most on this benchmark).
+Writes WORKDIR/results.json and budget.png.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import numpy as np
+
+from jaxlab.data import tokenizers
+from jaxlab.data.synthetic import video_reason as vr
+from jaxlab.evals import video_reason as ev
+from jaxlab.models import registry as model_registry
+from jaxlab.objectives import video_lm  # pylint: disable=unused-import
+from jaxlab.train import runner
+from jaxlab.experiments import report
+from jaxlab.experiments import results as results_lib
+
+SKILL_LABELS = {"recall_order": "RecO", "recall_count": "RecC",
+                "infer_state": "InfS", "compare_state": "CmpS",
+                "predict_state": "PrdS", "predict_operation": "PrdO"}
+THINK = " Think:"
+FINAL = " Final Answer:"
+
+
+def _columns(with_malformed: bool = False) -> list[results_lib.Column]:
+  cols = [results_lib.Column(s, SKILL_LABELS[s], decimals=1, scale=100)
+          for s in vr.SKILLS]
+  cols += [results_lib.Column(f"L{l}", f"L{l} {vr.LEVELS[l]}", decimals=1,
+                              scale=100) for l in vr.LEVELS]
+  cols.append(results_lib.Column("overall", "overall", decimals=1,
+                                 scale=100))
+  if with_malformed:
+    cols.append(results_lib.Column("malformed", "malformed", decimals=1,
+                                   scale=100))
+  return cols
+
+
+def _row_values(rep: ev.Report) -> dict[str, float]:
+  out = dict(rep.per_skill)
+  out.update({f"L{l}": v for l, v in rep.per_level.items()})
+  out["overall"] = rep.accuracy
+  out["malformed"] = rep.malformed / max(rep.n, 1)
+  return out
+
+
+def _demos(text: str) -> list[str]:
+  return [d.strip() for d in text.split(",") if d.strip()]
+
+
+def _sizes(text: str) -> dict[str, list[int]]:
+  out = {}
+  for part in _demos(text):
+    demo, size = part.split(":")
+    out.setdefault(demo.strip(), []).append(int(size))
+  return out
+
+
+# -- part 1: solvers -----------------------------------------------------------
+
+
+def run_solvers(cfg, seed: int, table, bins: dict, bin_table=None) -> None:
+  b = cfg.bench
+  videos = vr.generate(_demos(b.demos),
+                       num_ops=range(b.num_ops_min, b.num_ops_max + 1),
+                       seed=seed, frame_size=b.frame_size, progress=False)
+  recs = vr.records(videos)
+  rows = [("oracle", vr.solvers.oracle(videos))]
+  rows += [(f"noisy p={p:g}", vr.solvers.noisy(videos, p, seed=seed))
+           for p in b.error_rates]
+  rows.append(("visible state (no reasoning)",
+               vr.solvers.visible_state(videos)))
+  for label, responses in rows:
+    rep = ev.score(recs, responses)
+    table.add_seed(label, seed, {k: v for k, v in _row_values(rep).items()
+                                 if k != "malformed"})
+    bins.setdefault(label, []).append(rep.by["op_bin"])
+    if bin_table is not None:
+      bin_table.add_seed(label, seed, {f"ops {k}": v
+                                       for k, v in rep.by["op_bin"].items()})
+
+
+# -- part 2: the video LM --------------------------------------------------------
+
+
+def _think_text(video: vr.Video) -> str:
+  eng = video.engine
+  shown = eng.format_state(eng.view(video.visible_state()))
+  ops = "; ".join(eng.op_text(o) for o in video.ops)
+  return f" shown at {video.reveal}: {shown} | ops: {ops}"
+
+
+def _prompt(rec: dict) -> str:
+  return f"{rec['demo']}: {rec['question']}"
+
+
+def _clip(video: vr.Video, num_frames: int) -> np.ndarray:
+  f = video.frames.astype(np.float32) / 255.0
+  if len(f) > num_frames:
+    raise ValueError(f"a video has {len(f)} frames > model.video.num_frames="
+                     f"{num_frames}: raise it to task.num_ops_max + 2")
+  pad = np.zeros((num_frames - len(f),) + f.shape[1:], np.float32)
+  return np.concatenate([f, pad])
+
+
+def task_videos(cfg, seed: int, per_cell: int) -> list[vr.Video]:
+  t = cfg.task
+  return vr.generate(_demos(t.demos), sizes=_sizes(t.sizes),
+                     num_ops=range(t.num_ops_min, t.num_ops_max + 1),
+                     videos_per_cell=per_cell, seed=seed,
+                     frame_size=t.frame_size, progress=False)
+
+
+def encode_examples(cfg, tok, videos, rng) -> dict[str, np.ndarray]:
+  """Teacher-forcing rows: prompt [+ Think: transcript] + Final Answer.
+
+  The loss covers everything after the prompt; a fraction
+  `task.think_fraction` of the rows carry the transcript.
+  """
+  t = cfg.task
+  length = t.seq_len
+  nf = cfg.model.video.num_frames
+  rows = {"inputs": [], "targets": [], "loss_mask": [], "attention_mask": [],
+          "frames": []}
+  for v in videos:
+    clip = _clip(v, nf)
+    for rec in v.questions:
+      prompt = [tok.bos_id] + tok.encode(_prompt(rec))
+      think = rng.random() < t.think_fraction
+      body = (THINK + _think_text(v) if think else "") + FINAL + " " + \
+          rec["answer"]
+      ids = prompt + tok.encode(body) + [tok.eos_id]
+      if len(ids) > length + 1:
+        raise ValueError(f"an example has {len(ids)} tokens > task.seq_len="
+                         f"{length} + 1: raise task.seq_len")
+      n = len(ids) - 1
+      pad = length - n
+      rows["inputs"].append(ids[:-1] + [tok.pad_id] * pad)
+      rows["targets"].append(ids[1:] + [tok.pad_id] * pad)
+      mask = [0.0] * (len(prompt) - 1) + [1.0] * (n - len(prompt) + 1)
+      rows["loss_mask"].append(mask + [0.0] * pad)
+      rows["attention_mask"].append([1] * n + [0] * pad)
+      rows["frames"].append(clip)
+  return {k: np.asarray(v, np.float32 if k in ("loss_mask", "frames")
+                        else np.int32) for k, v in rows.items()}
+
+
+def train_model(cfg, tok, seed: int):
+  train = task_videos(cfg, 10_000 + seed, cfg.task.train_videos_per_cell)
+  data = encode_examples(cfg, tok, train, np.random.default_rng(seed))
+  model = model_registry.get_spec(cfg.model, vocab_size=tok.vocab_size,
+                                  seed=seed).factory()
+  steps, bs = cfg.train.steps, cfg.train.batch_size
+  run = runner.StepRunner(
+      model, loss="video_lm", loss_config=None,
+      optim=runner.optim_config(lr=cfg.optim.lr,
+                                warmup_steps=cfg.optim.warmup_steps,
+                                weight_decay=cfg.optim.weight_decay,
+                                schedule="cosine"),
+      steps=steps, seed=seed)
+  rng = np.random.default_rng(seed)
+  n = len(data["inputs"])
+  order = np.array([], np.int64)
+  curve = []
+  for step in range(steps):
+    while len(order) < bs:
+      order = np.concatenate([order, rng.permutation(n)])
+    idx, order = order[:bs], order[bs:]
+    m = run.step({k: v[idx] for k, v in data.items()}, step)
+    if step % max(1, steps // 10) == 0 or step == steps - 1:
+      curve.append({"step": step, "loss": m["loss"],
+                    "answer_acc": m["answer_acc"]})
+  return run.model(), curve, n
+
+
+def respond(model, tok, videos, budget: int, answer_tokens: int,
+            num_frames: int) -> tuple[list[str], float]:
+  """Responses at a thinking budget; also the mean thinking tokens used."""
+  frames, prompts = [], []
+  for v in videos:
+    clip = _clip(v, num_frames)
+    for rec in v.questions:
+      frames.append(clip)
+      prompts.append([tok.bos_id] + tok.encode(_prompt(rec)))
+  frames = np.stack(frames)
+  final_ids = tok.encode(FINAL)
+  used = 0.0
+  if budget > 0:
+    stage1 = [p + tok.encode(THINK) for p in prompts]
+    out = model.generate(frames, stage1, max_new_tokens=budget,
+                         eos_id=tok.eos_id)
+    prompts2 = []
+    for p, toks in zip(stage1, out.tokens):
+      text = tok.decode([t for t in toks if t != tok.eos_id])
+      text = text.split(FINAL.strip())[0].rstrip()
+      think_ids = tok.encode(text)
+      used += len(think_ids)
+      prompts2.append(p + think_ids + final_ids)
+    used /= max(len(prompts), 1)
+  else:
+    prompts2 = [p + final_ids for p in prompts]
+  out = model.generate(frames, prompts2, max_new_tokens=answer_tokens,
+                       eos_id=tok.eos_id)
+  responses = ["Final Answer:" + tok.decode([t for t in toks
+                                            if t != tok.eos_id])
+               for toks in out.tokens]
+  return responses, used
+
+
+def run_model(cfg, seed: int, table, extra: dict) -> None:
+  tok = tokenizers.ByteTokenizer()
+  model, curve, n_train = train_model(cfg, tok, seed)
+  evals = task_videos(cfg, 20_000 + seed, cfg.task.eval_videos_per_cell)
+  recs = vr.records(evals)
+  per_budget = {}
+  for budget in cfg.task.budgets:
+    responses, used = respond(model, tok, evals, budget,
+                              cfg.task.answer_tokens,
+                              cfg.model.video.num_frames)
+    rep = ev.score(recs, responses)
+    label = f"budget {budget}"
+    table.add_seed(label, seed, _row_values(rep))
+    per_budget[label] = {"think_tokens": used, "accuracy": rep.accuracy,
+                         "by": rep.by, "malformed": rep.malformed,
+                         "example": responses[:6]}
+  # Chance-free reference: the same questions answered by the oracle and by
+  # a noisy viewer (p = 0.2) of the same videos.
+  for label, responses in (("oracle", vr.solvers.oracle(evals)),
+                           ("noisy p=0.2", vr.solvers.noisy(evals, 0.2,
+                                                            seed=seed))):
+    table.add_seed(label, seed, _row_values(ev.score(recs, responses)))
+  extra.setdefault("model", []).append({
+      "seed": seed, "train_examples": n_train, "eval_questions": len(recs),
+      "curve": curve, "budgets": per_budget})
+
+
+def _plot(path: str, bins: dict) -> str:
+  fig, ax = plt.subplots(figsize=(5, 3.2))
+  for label, per_seed in bins.items():
+    keys = sorted(per_seed[0])
+    ax.plot(keys, [np.mean([s[k] for s in per_seed]) for k in keys],
+            marker="o", label=label)
+  ax.set_xlabel("operations")
+  ax.set_ylabel("accuracy")
+  ax.legend(fontsize=6)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def run(config, workdir: str) -> dict:
+  t0 = time.time()
+  os.makedirs(workdir, exist_ok=True)
+  parts = {p.strip() for p in config.parts.split(",") if p.strip()}
+  unknown = parts - {"solvers", "model"}
+  if unknown:
+    raise ValueError(f"config.parts has unknown parts {sorted(unknown)}; "
+                     "valid: solvers, model")
+  solvers_table = results_lib.Table(
+      "solvers", "Reference solvers on the benchmark layout (accuracy %)",
+      _columns(), row_label="solver")
+  model_table = results_lib.Table(
+      "model", "Tiny video LM on Cup at each thinking budget "
+      "(accuracy %)", _columns(with_malformed=True), row_label="decode")
+  b = config.bench
+  bin_keys = sorted({ev.op_bin(t) for t in range(b.num_ops_min,
+                                                 b.num_ops_max + 1)},
+                    key=lambda k: int(k.split("-")[0]))
+  bin_table = results_lib.Table(
+      "op_bins", "Solvers' overall accuracy by operation count (%)",
+      [results_lib.Column(f"ops {k}", f"{k} ops", decimals=1, scale=100)
+       for k in bin_keys], row_label="solver")
+  bins, extra = {}, {}
+  if "solvers" in parts:
+    for seed in config.seeds:
+      run_solvers(config, seed, solvers_table, bins, bin_table)
+  if "model" in parts:
+    for seed in config.model_seeds:
+      run_model(config, seed, model_table, extra)
+  tables, comparisons, plots = [], [], []
+  if "solvers" in parts:
+    tables += [solvers_table, bin_table]
+    worst = f"noisy p={config.bench.error_rates[-1]:g}"
+    comparisons.append(results_lib.Comparison("solvers", "overall", "oracle",
+                                              worst))
+    extra["op_bins"] = bins
+    plots.append(_plot(os.path.join(workdir, "op_bins.png"), bins))
+  if "model" in parts:
+    tables.append(model_table)
+    budgets = [f"budget {b}" for b in config.task.budgets]
+    comparisons.append(results_lib.Comparison("model", "overall",
+                                              budgets[-1], budgets[0]))
+  out = results_lib.write(workdir, "video_reason", tables=tables,
+                          comparisons=comparisons, extra=extra, config=config,
+                          start_time=t0)
+  out["plots"] = plots
+  out["table_markdown"] = "\n\n".join(
+      report.render_table(out, t.id) for t in tables)
+  return out

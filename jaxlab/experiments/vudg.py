@@ -1,0 +1,269 @@
+r"""Experiment "vudg": video QA domain generalisation on mini-VUDG (paper S).
+
+    python -m jaxlab.main --config=jaxlab/configs/vudg.py:tiny --workdir=/tmp/v
+
+Per seed: generate the mini-VUDG train and test splits
+(`jaxlab.data.synthetic.video_domains`, disjoint script seeds), then train
+the shared video model (`jaxlab.models.video`, built by name from
+`config.model`) with the generic trainer's step (`StepRunner`, the
+`video_lm` loss: NLL of the answer tokens given frames + question) once per
+protocol split of `jaxlab.evals.vudg` (full-domain, leave-one-domain-out
+for `protocols.lodo_domains`, single-source for
+`protocols.single_source_domains`), each for `fit.steps` steps, and answer
+the test questions by greedy decoding through the library sampler
+(`VideoLM.generate`: frames as `prefix_embeds`). Replies are scored by the
+harness (letter extraction, malformed counted). The full-domain model is
+also probed with blank frames (text-only) and one repeated frame
+(single-frame); the longest-option baseline and chance need no model.
+
+Tables (results.json): `protocols` (D-Avg / Avg_m / Avg_s, malformed
+rate; paired comparisons full vs held-out), `domains` (per-domain
+in-domain accuracy of the full model beside the held-out accuracy of the
+LODO models), `qtypes` (per question type, full model).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxlab.experiments import results as results_lib
+from jaxlab.data import tokenizers
+from jaxlab.data.synthetic import video_domains as vd
+from jaxlab.evals import vudg
+from jaxlab.models import registry as model_registry
+from jaxlab.objectives import video_lm  # pylint: disable=unused-import
+from jaxlab.train import runner as runner_lib
+
+ANSWER_CUE = "\nAnswer:"
+STEMS = ("What does the person do first?", "What colour is the ",
+         "Which object is in the scene?", "What does the person do after "
+         "they ")
+
+
+def make_tokenizer() -> tokenizers.ByteTokenizer:
+  """Bytes + one token per answer word, question stem, option marker."""
+  markers = tuple(f"\n({l}) " for l in vd.LETTERS)
+  return tokenizers.ByteTokenizer(
+      special_tokens=vd.vocabulary() + STEMS + markers + (ANSWER_CUE,))
+
+
+def prompt_ids(tok, q: vd.MCQ) -> list[int]:
+  return tok.encode(q.question + ANSWER_CUE, add_bos=True)
+
+
+def target_text(q: vd.MCQ, answer_format: str) -> str:
+  if answer_format == "letter":
+    return q.answer
+  if answer_format == "text":
+    return q.answer_text
+  raise ValueError(f"vudg.answer_format={answer_format!r}; valid: letter, "
+                   "text")
+
+
+def encode(data: vd.VideoQASet, tok, answer_format: str, max_len: int
+           ) -> dict[str, np.ndarray]:
+  """Teacher-forcing arrays: frames, inputs, targets, loss_mask,
+  attention_mask (right padding); the loss is on the answer + EOS."""
+  n = len(data.questions)
+  inputs = np.full((n, max_len), tok.pad_id, np.int32)
+  targets = np.full((n, max_len), tok.pad_id, np.int32)
+  loss_mask = np.zeros((n, max_len), np.float32)
+  attn = np.zeros((n, max_len), bool)
+  for i, q in enumerate(data.questions):
+    p = prompt_ids(tok, q)
+    a = tok.encode(target_text(q, answer_format), add_eos=True)
+    seq = p + a
+    if len(seq) - 1 > max_len:
+      raise ValueError(f"question {q.qa_num}: {len(seq)} tokens > max_len")
+    inputs[i, :len(seq) - 1] = seq[:-1]
+    targets[i, :len(seq) - 1] = seq[1:]
+    loss_mask[i, len(p) - 1:len(seq) - 1] = 1.0
+    attn[i, :len(seq) - 1] = True
+  frames = np.stack([data.frames(q.video) for q in data.questions])
+  return {"frames": frames, "inputs": inputs, "targets": targets,
+          "loss_mask": loss_mask, "attention_mask": attn}
+
+
+def train(config, arrays, domains_of_rows, train_domains, tok, seed):
+  """A fresh video model trained on the rows of `train_domains` (None for
+  zero-shot: the untrained model)."""
+  spec = model_registry.get_spec(config.model, vocab_size=tok.vocab_size,
+                                 seed=seed)
+  import flax.nnx as nnx  # pylint: disable=g-import-not-at-top
+  model = nnx.jit(spec.factory)()
+  if not train_domains:
+    return model, []
+  fit = config.fit
+  rows = np.flatnonzero(np.isin(domains_of_rows, list(train_domains)))
+  runner = runner_lib.StepRunner(
+      model, loss="video_lm", loss_config=None,
+      optim=runner_lib.optim_config(
+          lr=float(fit.lr), warmup_steps=int(fit.warmup_steps),
+          weight_decay=float(fit.weight_decay), schedule="cosine"),
+      steps=int(fit.steps), seed=seed)
+  rng = np.random.default_rng(seed)
+  log = []
+  for step in range(int(fit.steps)):
+    idx = rows[rng.integers(0, len(rows), int(fit.batch_size))]
+    m = runner.step({k: v[idx] for k, v in arrays.items()}, step)
+    if step % 50 == 0 or step == int(fit.steps) - 1:
+      log.append({"step": step, "loss": m["loss"],
+                  "answer_acc": m["answer_acc"]})
+  print(f"trained on {len(train_domains)} domains, {int(fit.steps)} steps:"
+        f" loss {log[0]['loss']:.3f} -> {log[-1]['loss']:.3f}", flush=True)
+  return runner.write_back(), log
+
+
+def answer(model, data: vd.VideoQASet, tok, *, batch: int,
+           probe: str | None = None) -> list[str]:
+  """Greedy replies (text) to every question; fixed batch size (the last
+  batch padded by repetition) so one compilation serves all."""
+  qs = data.questions
+  replies = []
+  for start in range(0, len(qs), batch):
+    chunk = qs[start:start + batch]
+    pad = chunk + [chunk[-1]] * (batch - len(chunk))
+    frames = np.stack([data.frames(q.video) for q in pad])
+    if probe is not None:
+      frames = vudg.probe_frames(frames, probe)
+    res = model.generate(frames, [prompt_ids(tok, q) for q in pad],
+                         max_new_tokens=3, eos_id=tok.eos_id,
+                         pad_id=tok.pad_id, pad_multiple=8,
+                         new_tokens_multiple=4)
+    replies += [tok.decode(t) for t in res.tokens[:len(chunk)]]
+  return replies
+
+
+def run(config, workdir: str) -> dict[str, Any]:
+  t0 = time.time()
+  tok = make_tokenizer()
+  vcfg, pcfg, fit = config.vudg, config.protocols, config.fit
+  lodo = vd.check_domains(pcfg.lodo_domains, "protocols.lodo_domains")
+  single = vd.check_domains(pcfg.single_source_domains,
+                            "protocols.single_source_domains")
+  score_kw = dict(match_option_text=bool(vcfg.match_option_text))
+
+  pct = dict(decimals=1, scale=100)
+  protocols = results_lib.Table(
+      "protocols", "Mini-VUDG: protocols and probes (accuracy %, 6 options)",
+      row_label="setting",
+      columns=[results_lib.Column("acc", "accuracy", **pct),
+               results_lib.Column("malformed", "malformed %", **pct)])
+  domains_t = results_lib.Table(
+      "domains", "Per domain: in-domain (full-domain model) vs held out "
+      "(leave-one-domain-out model), accuracy %", row_label="domain",
+      columns=[results_lib.Column("in_domain", "in-domain", **pct),
+               results_lib.Column("held_out", "held out", **pct)])
+  qtypes = results_lib.Table(
+      "qtypes", "Full-domain model per question type (accuracy %)",
+      row_label="question type",
+      columns=[results_lib.Column("acc", "accuracy", **pct)])
+  full_lbl = "Full-domain: D-Avg (upper bound)"
+  full_h_lbl = "Full-domain on the LODO domains"
+  lodo_lbl = "Multi-source LODO: Avg_m"
+  full_s_lbl = "Full-domain on the single-source test domains"
+  single_lbl = "Single-source: Avg_s"
+  extra: dict[str, Any] = {"curves": {}, "splits": {}}
+
+  def add(label, seed, res: vudg.MCQResult, value=None):
+    protocols.add(label, "acc", seed, res.d_avg if value is None else value)
+    protocols.add(label, "malformed", seed,
+                  res.num_malformed / res.num_questions)
+
+  for seed in config.seeds:
+    seed = int(seed)
+    train_set = vd.generate("train",
+                            clips_per_domain=int(vcfg.train_clips_per_domain),
+                            seed=seed, num_frames=config.model.video.num_frames,
+                            size=int(vcfg.size))
+    test_set = vd.generate("test",
+                           clips_per_domain=int(vcfg.test_clips_per_domain),
+                           seed=seed, num_frames=config.model.video.num_frames,
+                           size=int(vcfg.size))
+    max_len = max(len(prompt_ids(tok, q)) for q in train_set.questions) + 4
+    arrays = encode(train_set, tok, vcfg.answer_format, max_len)
+    row_domains = np.array([q.domain for q in train_set.questions])
+
+    def evaluate(model, test_domains, probe=None):
+      sub = test_set.select(test_domains)
+      replies = answer(model, sub, tok, batch=int(fit.eval_batch),
+                       probe=probe)
+      return vudg.score(sub.questions, replies, **score_kw)
+
+    # Full-domain (upper bound) + probes.
+    model, log = train(config, arrays, row_domains, vd.ALL_DOMAINS, tok,
+                       seed)
+    extra["curves"][f"seed{seed}/full"] = log
+    full = evaluate(model, vd.ALL_DOMAINS)
+    extra["splits"][f"seed{seed}/full"] = full.to_json()
+    add(full_lbl, seed, full)
+    for d, acc in full.by_domain.items():
+      domains_t.add(d, "in_domain", seed, acc)
+    for t, acc in full.by_question_type.items():
+      qtypes.add(vd.QUESTION_TYPES[t], "acc", seed, acc)
+    for probe in pcfg.probes:
+      res = evaluate(model, vd.ALL_DOMAINS, probe)
+      add(f"Probe {probe.replace('_', '-')} (full-domain model)", seed, res)
+    qs = test_set.questions
+    add("Longest-option baseline", seed,
+        vudg.score(qs, vudg.longest_option(qs), **score_kw))
+    protocols.add("Chance", "acc", seed, vudg.chance(qs))
+    protocols.add("Chance", "malformed", seed, 0.0)
+    if pcfg.zero_shot:
+      untrained, _ = train(config, arrays, row_domains, (), tok, seed)
+      add("Zero-shot (untrained model)", seed,
+          evaluate(untrained, vd.ALL_DOMAINS))
+
+    def run_splits(protocol, only):
+      """Trains and evaluates one model per split; records curve and result."""
+      runs = []
+      for split in vudg.protocol_splits(protocol, vd.ALL_DOMAINS, only=only):
+        model, log = train(config, arrays, row_domains, split.train, tok,
+                           seed)
+        res = evaluate(model, split.test)
+        extra["curves"][f"seed{seed}/{split.name}"] = log
+        extra["splits"][f"seed{seed}/{split.name}"] = res.to_json()
+        runs.append((split, res))
+      return runs
+
+    def malformed_rate(runs):
+      return float(np.mean([r.num_malformed / r.num_questions
+                            for _, r in runs]))
+
+    # Multi-source: leave one domain out.
+    if lodo:
+      runs = run_splits("multi_source", lodo)
+      for split, res in runs:
+        domains_t.add(split.test[0], "held_out", seed, res.overall)
+      protocols.add(lodo_lbl, "acc", seed, vudg.protocol_average(
+          "multi_source", (), [r for _, r in runs]))
+      protocols.add(lodo_lbl, "malformed", seed, malformed_rate(runs))
+      protocols.add(full_h_lbl, "acc", seed,
+                    float(np.mean([full.by_domain[d] for d in lodo])))
+
+    # Single-source: train on one domain, test on the other ten.
+    if single:
+      runs = run_splits("single_source", single)
+      protocols.add(single_lbl, "acc", seed, vudg.protocol_average(
+          "single_source", (), [r for _, r in runs]))
+      protocols.add(single_lbl, "malformed", seed, malformed_rate(runs))
+      protocols.add(full_s_lbl, "acc", seed, float(np.mean(
+          [np.mean([full.by_domain[d] for d in s.test]) for s, _ in runs])))
+
+  comparisons = []
+  if lodo:
+    comparisons.append(results_lib.Comparison("protocols", "acc", full_h_lbl,
+                                              lodo_lbl))
+  if single:
+    comparisons.append(results_lib.Comparison("protocols", "acc", full_s_lbl,
+                                              single_lbl))
+  if lodo and single:
+    comparisons.append(results_lib.Comparison("protocols", "acc", lodo_lbl,
+                                              single_lbl))
+  return results_lib.write(workdir, "vudg",
+                           tables=[protocols, domains_t, qtypes],
+                           comparisons=comparisons, extra=extra,
+                           config=config, start_time=t0)
