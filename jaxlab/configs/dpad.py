@@ -9,7 +9,8 @@ LLaDA SFT objective (`llada_sft`: the prompt is never masked) on digit-copy
 sequences (or reversal / arithmetic chains, `task.kind`) followed by EOS padding
 (`jaxlab.data.synthetic.arith_chains`), then decoded on held-out prompts by
 `jaxlab.decoding.diffusion.generate` under each variant of `decode.variants`
-(vanilla, +early stop, +DPad, +threshold, +threshold+prefix cache, +all) at
+(vanilla, +early stop, +DPad, +threshold, +threshold+prefix cache,
++threshold+early stop, +threshold+prefix cache+early stop, +all) at
 each `decode.gen_lens`, block 32, DPad W = 64, k = 3, a = 1.6 (spec L's
 CPU miniature), threshold 0.9.
 
@@ -41,6 +42,12 @@ VARIANTS = {
     "+DPad": {"early_stop": True, "dpad": True},
     "+threshold": {"threshold": True},
     "+threshold+prefix cache": {"threshold": True, "cache": "prefix"},
+    # +all without DPad, and threshold + early stop alone: what DPad adds on
+    # top of the Fast-dLLM accelerations (issue 29: the +all speed-up is
+    # mostly threshold decoding and early stop).
+    "+threshold+early stop": {"threshold": True, "early_stop": True},
+    "+threshold+prefix cache+early stop": {"early_stop": True, "threshold": True,
+                                           "cache": "prefix"},
     "+all": {"early_stop": True, "threshold": True, "cache": "prefix",
              "dpad": True},
 }
