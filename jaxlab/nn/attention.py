@@ -29,6 +29,12 @@ of `jax.nn.dot_product_attention`.
 `KVCache` stores keys/values `[B, S, K, H]` per layer with slot positions
 `[B, K, S]`, and has helpers to gather, concatenate, split, tile and grow
 caches. A write past the capacity raises (see `KVCache.check_capacity`).
+
+Kernels (`select_attention_impl`): `Attention` runs cuDNN flash attention on
+GPU (bf16/f16, no dense mask) and Pallas splash attention on TPU
+(`jaxlab.nn.splash`: causal / bidirectional self-attention, optional sliding
+window and segment ids, no dense mask, no KV cache); everything else, and
+every call on CPU, takes the XLA path of `jax.nn.dot_product_attention`.
 """
 
 from collections.abc import Sequence
@@ -42,6 +48,7 @@ from jaxlab.nn import dtypes
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import partitioning as pt
 from jaxlab.nn import rope
+from jaxlab.nn import splash
 
 
 def expand_kv_heads(mask_bkts: jax.Array, num_heads: int) -> jax.Array:
@@ -377,6 +384,60 @@ def concatenate(caches: Sequence[KVCache], axis: str = "batch") -> KVCache:
                    f"{axis!r}")
 
 
+# Below this many tokens the XLA path is used on TPU by default: splash pads
+# to a 128-token block, which dominates the work of shorter sequences.
+SPLASH_MIN_AUTO_LEN = 128
+
+
+def select_attention_impl(impl: str | None, *, platform: str | None = None,
+                          dtype=jnp.float32, q_len: int, kv_len: int,
+                          dense_mask: bool, kv_cache: bool = False
+                          ) -> str | None:
+  """The attention kernel for one call: "splash", "cudnn", "xla" or None.
+
+  None lets `jax.nn.dot_product_attention` choose (its XLA path). `impl`
+  forces a kernel; "splash" is checked here and raises ValueError for a call
+  it cannot compute. With `impl=None` (auto):
+
+    * platform "gpu", no dense mask, bfloat16/float16: "cudnn";
+    * platform "tpu": "splash" when the call is a splash case -- causal or
+      bidirectional self-attention, optionally with a sliding window and
+      packed-sequence ids, described without a dense mask (`dense_mask`
+      False), no KV cache, `q_len == kv_len >= SPLASH_MIN_AUTO_LEN` (so never
+      a T=1 decode step); otherwise None (the XLA path);
+    * anything else: None.
+
+  Args:
+    impl: `Attention.attention_impl` / `DecoderConfig.attention_impl`.
+    platform: backend name; default `jax.default_backend()`.
+    dtype: dtype of the queries.
+    q_len, kv_len: number of queries T and keys S.
+    dense_mask: the call carries an explicit boolean mask array.
+    kv_cache: the keys come from a KV cache.
+  """
+  platform = jax.default_backend() if platform is None else platform
+  splash_case = not dense_mask and not kv_cache and q_len == kv_len
+  if impl == "splash":
+    if not splash_case:
+      raise ValueError(
+          "attention_impl='splash' supports causal / bidirectional "
+          "self-attention with an optional sliding window and segment ids; "
+          f"this call has dense_mask={dense_mask}, kv_cache={kv_cache}, "
+          f"T={q_len}, S={kv_len}: use attention_impl=None or 'xla'")
+    return impl
+  if impl is not None:
+    return impl
+  if (platform == "gpu" and not dense_mask
+      and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)):
+    # Measured on an H200 (150M decoder, bf16, T=2048): the cuDNN flash
+    # kernel trains 2.7x faster than XLA's attention with 4.6x less
+    # temporary memory; jax does not pick it by default.
+    return "cudnn"
+  if platform == "tpu" and splash_case and q_len >= SPLASH_MIN_AUTO_LEN:
+    return "splash"
+  return None
+
+
 class Attention(nnx.Module):
   """Multi-head attention with grouped-query KV heads and RoPE.
 
@@ -391,7 +452,8 @@ class Attention(nnx.Module):
                param_dtype=jnp.float32, dtype=jnp.float32,
                init_std: float = 0.02, use_rope: bool = True,
                attention_impl: str | None = None, qk_norm: bool = False,
-               norm_eps: float = 1e-6):
+               norm_eps: float = 1e-6,
+               splash_block_size: int | None = None):
     if num_heads % num_kv_heads:
       raise ValueError(f"num_heads={num_heads} must be a multiple of "
                        f"num_kv_heads={num_kv_heads}")
@@ -401,6 +463,8 @@ class Attention(nnx.Module):
     self.dtype = dtype
     self.use_rope = use_rope
     self.attention_impl = attention_impl
+    # Splash kernel block size (None: jaxlab.nn.splash.default_block_size).
+    self.splash_block_size = splash_block_size
     self.q_dnh = pt.param(init(rngs.params(), (dim, num_heads, head_dim),
                                param_dtype), (pt.EMBED, pt.HEADS, pt.HEAD_DIM))
     self.k_dkh = pt.param(init(rngs.params(), (dim, num_kv_heads, head_dim),
@@ -453,13 +517,24 @@ class Attention(nnx.Module):
                is_causal: bool = False,
                layer_cache: tuple[jax.Array, jax.Array] | None = None,
                cache_index: jax.Array | None = None,
-               output_attentions: bool = False):
+               output_attentions: bool = False,
+               segment_ids_bt: jax.Array | None = None,
+               sliding_window: int | None = None):
     """Attends; returns (output `[B,T,D]`, updated (k, v) cache or None).
 
     With `layer_cache`, the new keys/values are written at `cache_index` and
     the queries attend over the whole cache (`mask` is `[B, 1|N, T, S]`).
     `mask=None, is_causal=True` is the plain causal case, which lets
     `jax.nn.dot_product_attention` pick a fused (cuDNN flash) kernel.
+    Instead of a dense `mask`, self-attention may describe its mask by
+    `segment_ids_bt` (`[B, T]` packed-sequence ids) and / or
+    `sliding_window` (with `is_causal`): the mask of `make_attention_mask`
+    for arange positions, built here for the XLA path; on TPU these calls
+    (and the plain causal / bidirectional one) run the splash kernel
+    (`select_attention_impl`, `jaxlab.nn.splash`); `attention_impl="splash"`
+    forces it and raises for a call it cannot compute (a dense mask, a
+    cache). A dense mask, a KV cache or T < `SPLASH_MIN_AUTO_LEN` falls back
+    to the XLA path under auto selection.
     With `output_attentions=True` attention is computed explicitly
     (`attention_probs`, float32 softmax; float64 for a float64 model,
     which always takes this path) and a third element, the probabilities
@@ -474,9 +549,25 @@ class Attention(nnx.Module):
       v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
       new_cache = (k, v)
       k, v = k.astype(self.dtype), v.astype(self.dtype)
+    structured = segment_ids_bt is not None or sliding_window is not None
+    if structured and (mask is not None or layer_cache is not None):
+      raise ValueError("segment_ids_bt / sliding_window describe the mask of "
+                       "self-attention without a cache; with a dense mask or "
+                       "a KV cache, put them into the mask")
     # jax.nn.dot_product_attention's XLA path takes its softmax in float32,
     # so a float64 model (a reference run) attends explicitly in float64.
-    if output_attentions or jnp.dtype(q.dtype) == jnp.float64:
+    explicit = output_attentions or jnp.dtype(q.dtype) == jnp.float64
+    impl = None if explicit else select_attention_impl(
+        self.attention_impl, dtype=q.dtype, q_len=q.shape[1],
+        kv_len=k.shape[1], dense_mask=mask is not None,
+        kv_cache=layer_cache is not None)
+    if structured and impl != "splash":
+      pos_bt = jnp.broadcast_to(jnp.arange(q.shape[1], dtype=jnp.int32),
+                                q.shape[:2])
+      mask = make_attention_mask(
+          pos_bt, pos_bt, causal=is_causal, sliding_window=sliding_window,
+          q_segment_ids_bt=segment_ids_bt, k_segment_ids_bs=segment_ids_bt)
+    if explicit:
       probs = attention_probs(q, k, mask, scale=self.head_dim ** -0.5,
                               is_causal=is_causal)
       n, kh = q.shape[2], k.shape[2]
@@ -484,16 +575,15 @@ class Attention(nnx.Module):
       out_btnh = jnp.einsum("bnts,bsnh->btnh", probs.astype(self.dtype), v_n)
     else:
       probs = None
-      impl = self.attention_impl
-      if (impl is None and mask is None and jax.default_backend() == "gpu"
-          and q.dtype in (jnp.bfloat16, jnp.float16)):
-        # Measured on an H200 (150M decoder, bf16, T=2048): the cuDNN flash
-        # kernel trains 2.7x faster than XLA's attention with 4.6x less
-        # temporary memory; jax does not pick it by default.
-        impl = "cudnn"
-      out_btnh = jax.nn.dot_product_attention(
-          q, k, v, mask=mask, is_causal=is_causal and mask is None,
-          scale=self.head_dim ** -0.5, implementation=impl)
+      if impl == "splash":
+        out_btnh = splash.splash_attention(
+            q, k, v, causal=is_causal, sliding_window=sliding_window,
+            segment_ids_bt=segment_ids_bt, scale=self.head_dim ** -0.5,
+            block_size=self.splash_block_size)
+      else:
+        out_btnh = jax.nn.dot_product_attention(
+            q, k, v, mask=mask, is_causal=is_causal and mask is None,
+            scale=self.head_dim ** -0.5, implementation=impl)
     # One contraction over N*H: with two contracted axes XLA:CPU may order
     # them (H, N) to match the attention output's layout and transpose the
     # whole output weight to fit, at every decode step (measured on the 56M
