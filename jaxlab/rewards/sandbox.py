@@ -14,8 +14,12 @@ Layers of defence (docs/sandbox.md says what each guarantees and what not):
    non-root: the same through a user namespace): no network interface but a
    down loopback, the job is pid 1 so its death kills every process it made,
    a private /proc, and /tmp replaced by the throw-away work dir (empty
-   read-only /dev/shm, /var/tmp, /run/lock). Otherwise the socket blocking of
-   layer 5 alone; `RenderResult.net_mode` says which.
+   read-only /dev/shm, /var/tmp, /run/lock). The mounts also let the dropped
+   user read the interpreter where a directory above it is private (a
+   virtualenv under a 0700 /root): that directory is an empty tmpfs in the
+   job with only the interpreter's dirs bound back read-only
+   (`RenderResult.covered`; no mode on disk changes). Otherwise the socket
+   blocking of layer 5 alone; `RenderResult.net_mode` says which.
 3. Privilege drop when the worker is root: supplementary groups cleared,
    setresgid/setresuid to `user`/`group` (default nobody/nogroup), verified
    (and `setuid(0)` checked to fail), umask 077, no_new_privs, not dumpable.
@@ -50,6 +54,7 @@ import json
 import os
 import pwd
 import queue
+import re
 import select
 import shutil
 import signal
@@ -66,6 +71,11 @@ _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "sandbox_worker.py")
 _OUT_NAME = "__sandbox_out__.npy"
 _ERROR_MARKER = "__SANDBOX_ERROR__ "
+# A job error that may come from an interpreter dir the job cannot read (not
+# a refusal of the audit hook, whose messages start with "sandbox:").
+_LOOKS_UNREADABLE = re.compile(
+    r"^(PermissionError|FileNotFoundError|ModuleNotFoundError|ImportError|"
+    r"OSError)(?!: sandbox:)")
 
 
 @dataclasses.dataclass
@@ -81,6 +91,12 @@ class RenderResult:
   fs_mode: "private-tmp" (mount namespace, /tmp = the work dir) or "shared".
   uid: the uid the code ran as (-1 if unknown); dropped: whether the
     privilege drop ran; pid_ns: whether the job had its own pid namespace.
+  covered: ancestors of the interpreter's dirs that the sandbox user cannot
+    search (a 0700 /root above a virtualenv): in the job's mount namespace
+    each was an empty tmpfs with only those dirs bound back read-only.
+  unreachable: interpreter dirs the job could still not read (no mount
+    namespace to expose them); a failure to read a file there names them
+    in `error`.
   """
   ok: bool
   image: np.ndarray | None
@@ -93,6 +109,8 @@ class RenderResult:
   uid: int = -1
   dropped: bool = False
   pid_ns: bool = False
+  covered: tuple[str, ...] = ()
+  unreachable: tuple[str, ...] = ()
 
 
 def _default_mplconfigdir() -> str:
@@ -288,7 +306,9 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
     info = dict(net_mode=rep.get("net_mode", ""),
                 fs_mode=rep.get("fs_mode", ""), uid=int(rep.get("uid", -1)),
                 dropped=bool(rep.get("dropped", False)),
-                pid_ns=bool(rep.get("pid_ns", False)))
+                pid_ns=bool(rep.get("pid_ns", False)),
+                covered=tuple(str(p) for p in rep.get("covered", ())),
+                unreachable=tuple(str(p) for p in rep.get("unreachable", ())))
     if "supervisor_error" in rep:
       return RenderResult(False, None,
                           f"sandbox failed: {rep['supervisor_error']}",
@@ -304,6 +324,10 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
         error = f"killed by signal {rep['signal']}"
       else:
         error = f"exit code {rc}"
+      if info["unreachable"] and _LOOKS_UNREADABLE.search(error):
+        error += (f" [the sandbox user (uid {info['uid']}) cannot read "
+                  f"{', '.join(info['unreachable'])}: "
+                  f"{rep.get('unreachable_why', '?')}; see docs/sandbox.md]")
       return RenderResult(False, None, error, stdout, stderr, elapsed, **info)
     if drop and not info["dropped"]:
       return RenderResult(False, None, "privilege drop not confirmed",

@@ -18,7 +18,10 @@ survives it):
   job          pid 1 of the new pid namespace when there is one (its death
                kills every process the code made). As root: private mounts
                (/proc of the namespace, /tmp = the throw-away work dir, empty
-               read-only /dev/shm, /var/tmp, /run/lock), resource limits,
+               read-only /dev/shm, /var/tmp, /run/lock; a directory above
+               the interpreter that the sandbox user cannot search, such as
+               a 0700 /root, replaced by an empty tmpfs with only the
+               interpreter's dirs bound back read-only), resource limits,
                supplementary groups cleared, setgid/setuid to the sandbox
                user, umask 077, no_new_privs, parent-death signal. Then the
                in-process layers (capped stdout/stderr, socket stubs, the
@@ -79,9 +82,10 @@ def _prctl(option: int, arg: int) -> None:
   _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl {option}")
 
 
-# Modules a plotting program may import: loaded once here, since the job,
-# running as an unprivileged user, may not be able to read the Python
-# installation (e.g. a pyenv under /root).
+# Modules a plotting program may import: loaded once here (a job then pays
+# no import), and without a mount namespace the job, running as an
+# unprivileged user, may not be able to read the Python installation (e.g.
+# a pyenv under /root; with one, `_private_mounts` exposes it).
 _PRELOAD = (
     "math", "cmath", "random", "statistics", "json", "colorsys", "fractions",
     "decimal", "datetime", "calendar", "time", "itertools", "functools",
@@ -150,22 +154,62 @@ def _limit(kind: int, soft: int, hard: int | None = None) -> None:
 _PRIVATE_DIRS = ("/tmp", "/dev/shm", "/var/tmp", "/run/lock")
 
 
-def _python_dirs() -> list[str]:
-  """The interpreter's own directories (prefixes and sys.path entries),
-  outermost only: what the job must still read after the temp dirs are
-  replaced (a virtualenv or checkout under /tmp, e.g. a CI clone)."""
-  cands = {os.path.realpath(p) for p in (
-      sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
-      *sys.path) if p and os.path.isdir(p)}
+def _under(path: str, d: str) -> bool:
+  return path.startswith(d.rstrip("/") + "/")
+
+
+def _outermost(paths) -> list[str]:
+  """Sorted, without any path that lies inside another one."""
   out = []
-  for p in sorted(cands):
+  for p in sorted(set(paths)):
     if not any(p == q or _under(p, q) for q in out):
       out.append(p)
   return out
 
 
-def _under(path: str, d: str) -> bool:
-  return path.startswith(d.rstrip("/") + "/")
+def _python_dirs() -> list[str]:
+  """The interpreter's own directories (prefixes and sys.path entries),
+  outermost only: what the job must still read after the temp dirs are
+  replaced (a virtualenv or checkout under /tmp, e.g. a CI clone)."""
+  return _outermost(os.path.realpath(p) for p in (
+      sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+      *sys.path) if p and os.path.isdir(p))
+
+
+def _needed_dirs() -> list[str]:
+  """What the job reads after the privilege drop, outermost only.
+
+  The interpreter's prefixes (stdlib, lib-dynload, the virtualenv), the
+  sys.path entries and site dirs inside them, the directories of the
+  top-level packages the zygote imported (also those that a `.pth` file put
+  elsewhere) and matplotlib's data dir (fonts are opened lazily). Not the
+  other sys.path entries (e.g. an editable checkout of a project): the job
+  does not need them.
+  """
+  import site  # pylint: disable=g-import-not-at-top
+  prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix,
+              sys.base_exec_prefix}
+  real = [os.path.realpath(p) for p in prefixes if p]
+  cands = set(real)
+  for p in (*sys.path, *site.getsitepackages()):
+    r = os.path.realpath(p) if p else ""
+    if r and any(r == q or _under(r, q) for q in real):
+      cands.add(r)
+  for name, mod in list(sys.modules.items()):
+    path = getattr(mod, "__path__", None)  # a package (maybe a namespace)
+    if "." in name or name == "__main__" or path is None:
+      continue
+    try:
+      cands.update(os.path.realpath(p) for p in list(path))
+    except TypeError:
+      pass
+  mpl = sys.modules.get("matplotlib")
+  if mpl is not None:
+    try:
+      cands.add(os.path.realpath(mpl.get_data_path()))
+    except Exception:  # pylint: disable=broad-except
+      pass
+  return _outermost(p for p in cands if os.path.isdir(p))
 
 
 def _kept_dirs(python_dirs: list[str], work: str) -> list[str]:
@@ -177,14 +221,88 @@ def _kept_dirs(python_dirs: list[str], work: str) -> list[str]:
           and not (work == p or _under(work, p))]
 
 
-def _private_mounts(work: str, pid_ns: bool) -> str:
-  """Root only, in a new mount namespace: private /proc and temp dirs.
+def _searchable(st: os.stat_result, uid: int, gid: int) -> bool:
+  """Whether uid (primary group gid, no supplementary groups) may search."""
+  if st.st_uid == uid:
+    return bool(st.st_mode & 0o100)
+  if st.st_gid == gid:
+    return bool(st.st_mode & 0o010)
+  return bool(st.st_mode & 0o001)
+
+
+def _blocking_ancestor(path: str, uid: int, gid: int) -> str | None:
+  """The outermost proper ancestor of `path` that uid/gid cannot search
+  (e.g. a 0700 /root above a virtualenv), or None."""
+  anc = "/"
+  for name in [""] + path.strip("/").split("/")[:-1]:
+    anc = os.path.join(anc, name)
+    try:
+      if not _searchable(os.stat(anc), uid, gid):
+        return anc
+    except OSError:
+      return None
+  return None
+
+
+def _masks(paths: list[str], uid: int, gid: int) -> list[str]:
+  """The blocking ancestors of `paths` (never "/"): each gets an empty
+  tmpfs with only the needed paths bound back (`_cover`)."""
+  out = {_blocking_ancestor(p, uid, gid) for p in paths}
+  return _outermost(m for m in out if m and m != "/")
+
+
+def _skeleton(top: str, path: str) -> None:
+  """Creates the missing dirs from `top` (a fresh tmpfs) down to `path`,
+  root-owned 0755 whatever the umask (searchable, not writable by the
+  sandbox user)."""
+  cur = top
+  for name in path[len(top.rstrip("/")) + 1:].split("/"):
+    cur = os.path.join(cur, name)
+    if not os.path.isdir(cur):
+      os.mkdir(cur, 0o755)
+      os.chmod(cur, 0o755)
+
+
+def _cover(dirs: list[str], ro: list[str], rw: list[str]) -> None:
+  """In a private mount namespace, as root: an empty root-owned 0755 tmpfs
+  on each of `dirs` (in order), then each path of `ro` (read-only,
+  recursively) and `rw` (as is) inside it bound back at its own path.
+  Nothing else of the covered dir is visible; the bound paths keep their
+  own owners and modes."""
+  fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in {*ro, *rw}}
+  try:
+    for d in dirs:
+      _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+             "size=64k,mode=755")
+      for p in sorted(q for q in {*ro, *rw} if _under(q, d)):
+        _skeleton(d, p)
+        if p in rw:
+          _mount(f"/proc/self/fd/{fds[p]}", p, None, MS_BIND)
+        else:
+          _mount(f"/proc/self/fd/{fds[p]}", p, None, MS_BIND | MS_REC)
+          _mount("none", p, None,
+                 MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+  finally:
+    for f in fds.values():
+      os.close(f)
+
+
+def _private_mounts(work: str, pid_ns: bool, needed: list[str],
+                    drop_to: tuple[int, int] | None) -> tuple[str, list[str]]:
+  """Root only, in a new mount namespace: private /proc and temp dirs, and
+  the interpreter made reachable for the sandbox user.
 
   /tmp, /var/tmp, /dev/shm and /run/lock become empty root-owned 0755
   tmpfs mounts (the sandbox user cannot write there), with the work dir
   bind-mounted back at its own path, and the interpreter's directories
   that lived under them (`_python_dirs`) bind-mounted back read-only.
-  Returns the work dir's path.
+  When dropping to `drop_to` = (uid, gid): each directory of `needed`
+  (`_needed_dirs`) below an ancestor that uid cannot search (a virtualenv
+  or pyenv in a 0700 /root) is exposed the same way: that ancestor gets an
+  empty tmpfs with only the needed dirs bound back read-only (and the work
+  dir, if it lies there too), so nothing else of it becomes visible and no
+  permission on disk changes. Returns the work dir's path and the covered
+  ancestors.
   """
   _mount("none", "/", None, MS_REC | MS_PRIVATE)
   if pid_ns:
@@ -193,28 +311,29 @@ def _private_mounts(work: str, pid_ns: bool) -> str:
     except OSError:
       pass
   work = os.path.realpath(work)
-  under = _under
-  keep = _kept_dirs(_python_dirs(), work)
-  fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in keep}
-  fd = os.open(work, os.O_PATH | os.O_DIRECTORY)
-  try:
-    for d in _PRIVATE_DIRS:
-      if os.path.isdir(d) and not os.path.islink(d):
-        _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-               "size=64k,mode=755")
-        if under(work, d):
-          os.makedirs(work, mode=0o755, exist_ok=True)
-          _mount(f"/proc/self/fd/{fd}", work, None, MS_BIND)
-        for p in (p for p in keep if under(p, d)):
-          os.makedirs(p, mode=0o755, exist_ok=True)
-          _mount(f"/proc/self/fd/{fds[p]}", p, None, MS_BIND | MS_REC)
-          _mount("none", p, None,
-                 MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-  finally:
-    os.close(fd)
-    for f in fds.values():
-      os.close(f)
-  return work
+  holds_work = lambda p: work == p or _under(work, p)
+  masks = []
+  if drop_to is not None:
+    blocked = [p for p in needed
+               if not any(_under(p, d) for d in _PRIVATE_DIRS)
+               and not holds_work(p)]
+    masks = _masks(blocked, *drop_to)
+  temp = [d for d in _PRIVATE_DIRS
+          if os.path.isdir(d) and not os.path.islink(d)]
+  ro = _outermost(
+      _kept_dirs(_outermost(_python_dirs() + needed), work)
+      + [p for p in needed
+         if any(_under(p, m) for m in masks) and not holds_work(p)])
+  _cover(temp + masks, ro, [work])
+  return work, masks
+
+
+_NEEDED: list[str] | None = None  # `_needed_dirs()` of the warm zygote
+
+
+def _unreachable(dirs: list[str]) -> list[str]:
+  """Which of `dirs` this process (after the drop) cannot list."""
+  return [p for p in dirs if not os.access(p, os.R_OK | os.X_OK)]
 
 
 def job_main(job: dict, ns: dict, setup_fd: int) -> None:
@@ -222,10 +341,15 @@ def job_main(job: dict, ns: dict, setup_fd: int) -> None:
   os.setsid()
   work = job["work"]
   setup = {"fs_mode": "shared", "dropped": False}
+  drop_to = (int(job["uid"]), int(job["gid"])) if job["drop"] else None
+  # Before the drop (the job may not see them); computed once by the zygote.
+  needed = _NEEDED if _NEEDED is not None else _needed_dirs()
   if ns.get("mnt") and os.geteuid() == 0:
     try:
-      work = _private_mounts(work, ns.get("pid", False))
+      work, masks = _private_mounts(work, ns.get("pid", False), needed,
+                                    drop_to)
       setup["fs_mode"] = "private-tmp"
+      setup["covered"] = masks
     except OSError as e:
       setup["fs_error"] = str(e)
   os.chdir(work)
@@ -253,6 +377,15 @@ def job_main(job: dict, ns: dict, setup_fd: int) -> None:
     else:
       raise RuntimeError("could regain root after the drop")
     setup["dropped"] = True
+    blocked = _unreachable(needed)
+    if blocked:  # the job fails only if it needs a file there
+      setup["unreachable"] = blocked
+      setup["unreachable_why"] = (
+          f"mounts failed: {setup['fs_error']}" if "fs_error" in setup else
+          "their own mode on disk, or they hold the work dir" if ns.get(
+              "mnt") else
+          "no mount namespace to expose them (namespaces=False, or the "
+          "kernel refused one)")
   os.umask(0o077)
   _prctl(PR_SET_NO_NEW_PRIVS, 1)
   _prctl(PR_SET_DUMPABLE, 0)
@@ -261,7 +394,7 @@ def job_main(job: dict, ns: dict, setup_fd: int) -> None:
   os.environ.update(HOME=work, TMPDIR=work)
   os.write(setup_fd, json.dumps(setup).encode())
   os.close(setup_fd)
-  _run_untrusted(job, work)
+  _run_untrusted(job, work, needed)
 
 
 class _CappedWriter:
@@ -368,7 +501,7 @@ class _NoSocket:
     raise PermissionError("sandbox: network access is not allowed")
 
 
-def _run_untrusted(job: dict, work: str) -> None:
+def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
   """The in-process layers, then `exec` of the code and the rendering."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -391,7 +524,8 @@ def _run_untrusted(job: dict, work: str) -> None:
         sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
         os.path.dirname(np.__file__), os.path.dirname(matplotlib.__file__),
         matplotlib.get_data_path(), matplotlib.get_cachedir(),
-        matplotlib.get_configdir(), "/usr/share/fonts") if p}))
+        matplotlib.get_configdir(), "/usr/share/fonts", *needed)
+        if p}))
     socket.socket = _NoSocket
     socket.create_connection = _NoSocket
     socket.socketpair = _NoSocket
@@ -428,6 +562,10 @@ def _run_untrusted(job: dict, work: str) -> None:
 
 def _fail(e: BaseException) -> None:
   try:
+    try:  # what the code printed before it failed (capped)
+      sys.stdout.flush()
+    except BaseException:  # pylint: disable=broad-except
+      pass
     sys.stderr.write(f"\n{ERROR_MARKER}{type(e).__name__}: {e}"[:2000])
     sys.stderr.flush()
   finally:
@@ -615,6 +753,8 @@ def main() -> None:
   os.dup2(null, 1)  # stray prints must not corrupt the protocol
   os.close(null)
   warm_up()
+  global _NEEDED
+  _NEEDED = _needed_dirs()
   rep = os.fdopen(rep_fd, "wb", buffering=0)
   rep.write(json.dumps({"ready": True, "euid": os.geteuid()}).encode() +
             b"\n")

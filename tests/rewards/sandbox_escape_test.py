@@ -98,11 +98,21 @@ def _left_behind(uid: int, before: set[int], wait_s: float = 5.0) -> set[int]:
 
 @absltest.skipUnless(_IS_ROOT, "the privilege drop is tested as root (CI)")
 class SandboxEscapeTest(parameterized.TestCase):
+  # sandbox_private_venv_test reruns these cases from a virtualenv under a
+  # 0700 directory: it overrides `_pool` and `_unprivileged_setup`.
+
+  @classmethod
+  def _pool(cls) -> sandbox.SandboxPool:
+    return sandbox.shared_pool()
+
+  def _unprivileged_setup(self) -> tuple[str, str]:
+    """(interpreter, project dir) of test_same_code_runs_unprivileged."""
+    return sys.executable, _PROJECT
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.pool = sandbox.shared_pool()
+    cls.pool = cls._pool()
     cls.uid = _sandbox_uid()
     # A world-searchable dir with a root-only secret and a target dir that
     # only root may write.
@@ -380,10 +390,11 @@ class SandboxEscapeTest(parameterized.TestCase):
     for dirpath, _, files in os.walk(mpl):
       for p in [dirpath] + [os.path.join(dirpath, f) for f in files]:
         os.chown(p, self.uid, self.uid)
+    python, project = self._unprivileged_setup()
     out = subprocess.run(
-        [sys.executable, "-c", _UNPRIVILEGED_SCRIPT, json.dumps(dict(
-            uid=self.uid, mpl=mpl, project=_PROJECT, secret=self.secret))],
-        capture_output=True, text=True, timeout=300, cwd=_PROJECT,
+        [python, "-c", _UNPRIVILEGED_SCRIPT, json.dumps(dict(
+            uid=self.uid, mpl=mpl, project=project, secret=self.secret))],
+        capture_output=True, text=True, timeout=300, cwd=project,
         check=False)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -406,40 +417,36 @@ class SandboxEscapeTest(parameterized.TestCase):
     self.assertEqual(_left_behind(self.uid, self.procs_before), set())
 
 
-# Runs as root, makes this interpreter reachable for an unprivileged user in
-# a private mount namespace (a pyenv under a 0700 /root is not), drops to
-# nobody for good, then uses the sandbox exactly as a trainer would.
+# Runs as root and, in a private mount namespace, makes what it needs
+# reachable for an unprivileged user: the interpreter (a pyenv or virtualenv
+# under a 0700 /root is not), the project (nor is a checkout there), the
+# test's secret dir and the matplotlib config copy (the test's scratch dir
+# is 0700). It uses the worker's own tmpfs-and-bind helpers: only those dirs
+# of a blocking ancestor become visible. Then it drops to nobody for good
+# and uses the sandbox exactly as a trainer would.
 _UNPRIVILEGED_SCRIPT = r'''
-import ctypes, json, os, sys
+import json, os, sys
 cfg = json.loads(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong,
-                                                ctypes.c_char_p)
-def mount(src, tgt, fs, flags, data=None):
-  enc = lambda s: None if s is None else s.encode()
-  if libc.mount(enc(src), enc(tgt), enc(fs), flags, enc(data)) != 0:
-    raise OSError(ctypes.get_errno(), f"mount {tgt}")
-if libc.unshare(0x00020000) != 0:
+sys.path.insert(0, cfg["project"])
+from jaxlab.rewards import sandbox_worker as sw
+try:
+  sw._unshare(sw.CLONE_NEWNS)
+except OSError:
   print(json.dumps({"skip": "no mount namespace"}))
   sys.exit(0)
-mount("none", "/", None, 16384 | (1 << 18))
-parts = os.path.realpath(sys.executable).split("/")[1:-1]
-path = ""
-for i, name in enumerate(parts[:-1]):
-  path += "/" + name
-  if not os.stat(path).st_mode & 0o001:  # not searchable by others
-    child = path + "/" + parts[i + 1]
-    fd = os.open(child, os.O_PATH)
-    mount("tmpfs", path, "tmpfs", 0, "mode=755,size=64k")
-    os.makedirs(child, exist_ok=True)
-    mount(f"/proc/self/fd/{fd}", child, None, 4096)
-    os.close(fd)
+sw._mount("none", "/", None, sw.MS_REC | sw.MS_PRIVATE)
+rw = [os.path.realpath(cfg["mpl"])]
+ro = [p for p in sw._outermost(os.path.realpath(p) for p in (
+          sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+          *sys.path, cfg["project"], os.path.dirname(cfg["secret"]))
+          if p and os.path.isdir(p))
+      if not (rw[0] == p or sw._under(rw[0], p))]
+sw._cover(sw._masks(ro + rw, cfg["uid"], cfg["uid"]), ro, rw)
 os.setgroups([])
 os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
 os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
 assert os.getuid() != 0
 os.environ["MPLCONFIGDIR"] = cfg["mpl"]
-sys.path.insert(0, cfg["project"])
 from jaxlab.rewards import sandbox
 res = {}
 with sandbox.SandboxPool(1) as pool:

@@ -10,6 +10,8 @@ sandbox_escape_test.py.
 """
 
 import os
+import stat
+import sys
 import tempfile
 from unittest import mock
 
@@ -23,11 +25,18 @@ from jaxlab.rewards import sandbox_worker
 _FAST = 30.0   # generous: these cases are refused within a second
 
 
-def _render(code, **kw):
-  return sandbox.render_chart(code, pool=sandbox.shared_pool(), **kw)
-
-
 class SandboxTest(parameterized.TestCase):
+  # sandbox_private_venv_test reruns these cases from a virtualenv under a
+  # 0700 directory: it overrides `python` (the one-shot worker's
+  # interpreter) and `_pool`.
+  python = None
+
+  @classmethod
+  def _pool(cls):
+    return sandbox.shared_pool()
+
+  def _render(self, code, **kw):
+    return sandbox.render_chart(code, pool=self._pool(), **kw)
 
   def setUp(self):
     super().setUp()
@@ -55,7 +64,7 @@ class SandboxTest(parameterized.TestCase):
         "fig, ax = plt.subplots()\n"
         "ax.bar(['a', 'b', 'c'], [3, 5, 2], color='red')\n"
         "ax.set_title('abc')\nprint('done')\n",
-        timeout_s=_FAST, size=(48, 64))   # the one-shot path
+        timeout_s=_FAST, size=(48, 64), python=self.python)  # one-shot
     self.assertTrue(r.ok, r.error + r.stderr)
     self.assertEqual(r.image.shape, (48, 64, 3))
     self.assertEqual(r.image.dtype, np.uint8)
@@ -68,18 +77,18 @@ class SandboxTest(parameterized.TestCase):
     self.assertEqual(self._sandbox_dirs() - before, set())  # dir removed
 
   def test_no_figure_is_not_ok(self):
-    r = _render("x = 1", timeout_s=_FAST)
+    r = self._render("x = 1", timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("no figure", r.error)
 
   def test_exception_is_reported(self):
-    r = _render("1 / 0", timeout_s=_FAST)
+    r = self._render("1 / 0", timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("ZeroDivisionError", r.error)
 
   def test_read_outside_refused(self):
-    r = _render(f"print(open({self.victim!r}).read())",
-                             timeout_s=_FAST)
+    r = self._render(f"print(open({self.victim!r}).read())",
+                     timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("outside the work dir", r.error)
     self.assertNotIn("keep me", r.stdout)
@@ -97,8 +106,8 @@ class SandboxTest(parameterized.TestCase):
   )
   def test_write_outside_refused(self, snippet):
     target = os.path.join(self.outside, "new.txt")
-    r = _render(snippet.format(p=target, d=self.outside),
-                             timeout_s=_FAST)
+    r = self._render(snippet.format(p=target, d=self.outside),
+                     timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("sandbox:", r.error)
     self.assertFalse(os.path.exists(target))
@@ -111,8 +120,8 @@ class SandboxTest(parameterized.TestCase):
       ("chmod", "import os; os.chmod({v!r}, 0)"),
   )
   def test_outside_file_untouched(self, snippet):
-    r = _render(snippet.format(v=self.victim, d=self.outside),
-                             timeout_s=_FAST)
+    r = self._render(snippet.format(v=self.victim, d=self.outside),
+                     timeout_s=_FAST)
     self.assertFalse(r.ok)
     with open(self.victim) as f:
       self.assertEqual(f.read(), "keep me")
@@ -133,17 +142,17 @@ class SandboxTest(parameterized.TestCase):
   )
   def test_process_creation_refused(self, snippet, what):
     target = os.path.join(self.outside, "spawned")
-    r = _render(snippet.format(p=target), timeout_s=_FAST)
+    r = self._render(snippet.format(p=target), timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn(what, r.error)
     self.assertFalse(os.path.exists(target))
 
   def test_fork_bomb(self):
-    r = _render(
+    r = self._render(
         "import os\nwhile True:\n  os.fork()\n", timeout_s=_FAST)
     self.assertFalse(r.ok)
     self.assertIn("os.fork", r.error)
-    r = _render(
+    r = self._render(
         "import multiprocessing as mp\n"
         "ps = [mp.Process(target=print) for _ in range(100)]\n"
         "[p.start() for p in ps]\n", timeout_s=_FAST)
@@ -159,7 +168,7 @@ class SandboxTest(parameterized.TestCase):
       ("dns", "import socket; socket.getaddrinfo('localhost', 80)"),
   )
   def test_network_refused(self, snippet):
-    r = _render(snippet, timeout_s=_FAST)
+    r = self._render(snippet, timeout_s=_FAST)
     self.assertFalse(r.ok)
     # "No module named": the unprivileged job cannot read a stdlib that is
     # not world-readable (pyenv under /root) beyond the modules preloaded.
@@ -174,7 +183,7 @@ class SandboxTest(parameterized.TestCase):
                          "while True:\n  pass\n"),
   )
   def test_runs_forever_times_out(self, snippet):
-    r = _render(snippet, timeout_s=1.5)
+    r = self._render(snippet, timeout_s=1.5)
     self.assertFalse(r.ok)
     self.assertRegex(r.error, "timeout|SIGKILL|SIGXCPU")
 
@@ -185,32 +194,32 @@ class SandboxTest(parameterized.TestCase):
   )
   def test_memory_limit(self, snippet):
     # 512 MiB: "grow" touches every page it gets, so keep that cheap.
-    r = _render(snippet, timeout_s=_FAST, mem_bytes=512 << 20)
+    r = self._render(snippet, timeout_s=_FAST, mem_bytes=512 << 20)
     self.assertFalse(r.ok)
     self.assertIn("MemoryError", r.error)
 
   def test_huge_output_is_capped(self):
-    r = _render(
+    r = self._render(
         "print('x' * 10_000_000)\n"
         "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n",
         timeout_s=_FAST, max_output_bytes=1000)
     self.assertTrue(r.ok, r.error)        # a harmless image
     self.assertLessEqual(len(r.stdout), 1000)
-    r = _render(   # bypassing the capped writer hits FSIZE
+    r = self._render(   # bypassing the capped writer hits FSIZE
         "import sys\nwhile True:\n  sys.__stdout__.write('y' * 1_000_000)\n",
         timeout_s=_FAST, fsize_bytes=4 << 20, max_output_bytes=1000)
     self.assertFalse(r.ok)
     self.assertLessEqual(len(r.stdout), 1000)
 
   def test_big_file_in_workdir_capped(self):
-    r = _render(
+    r = self._render(
         "f = open('big.bin', 'wb')\nwhile True:\n  f.write(b'0' * (1 << 20))\n",
         timeout_s=_FAST, fsize_bytes=4 << 20)
     self.assertFalse(r.ok)
     self.assertRegex(r.error, "File too large|SIGXFSZ")
 
   def test_cannot_disable_the_hook(self):
-    r = _render(
+    r = self._render(
         "import sys, os\n"
         "m = sys.modules['__main__']\n"
         "m.__dict__.clear()\n"
@@ -220,7 +229,7 @@ class SandboxTest(parameterized.TestCase):
       self.assertEqual(f.read(), "keep me")
 
   def test_reads_python_install_ok(self):
-    r = _render(
+    r = self._render(
         "import numpy, json, colorsys, fractions\n"
         "src = open(numpy.__file__).read()\n"
         "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n",
@@ -277,9 +286,45 @@ class SandboxTest(parameterized.TestCase):
     self.assertEqual(kept, ["/tmp/ci-b", "/tmp/ci/.venv"])
     self.assertEqual(sw._kept_dirs(["/tmp/ci"], "/tmp/ci/w"), [])  # pylint: disable=protected-access
 
+  def test_blocking_ancestors_are_covered(self):
+    # Which directories get an empty tmpfs with the interpreter bound back:
+    # the outermost ancestor the sandbox uid/gid may not search, by the
+    # kernel's rule (owner bits, else group bits, else other bits).
+    sw = sandbox_worker
+    d = stat.S_IFDIR
+    modes = {"/": (0o755, 0, 0), "/root": (0o700, 0, 0),
+             "/root/.pyenv": (0o755, 0, 0), "/root/x": (0o700, 0, 0),
+             "/srv": (0o750, 0, 100), "/own": (0o071, 65534, 0),
+             "/opt": (0o755, 0, 0)}
+    def fake_stat(p, *a, **k):
+      mode, uid, gid = modes.get(p, (0o755, 0, 0))
+      return os.stat_result((d | mode, 0, 0, 0, uid, gid, 0, 0, 0, 0))
+    with mock.patch.object(sw.os, "stat", fake_stat):
+      def anc(p, uid=65534, gid=65534):
+        return sw._blocking_ancestor(p, uid, gid)  # pylint: disable=protected-access
+      self.assertEqual(anc("/root/.pyenv/versions/3.11"), "/root")
+      self.assertEqual(anc("/root/x/venv"), "/root")  # outermost only
+      self.assertIsNone(anc("/root/.pyenv/v", uid=0))  # the owner
+      self.assertIsNone(anc("/srv/venv", gid=100))  # group bits
+      self.assertEqual(anc("/srv/venv"), "/srv")
+      self.assertEqual(anc("/own/venv"), "/own")  # owner bits, not other
+      self.assertIsNone(anc("/opt/venv"))
+      self.assertIsNone(anc("/root"))  # only ancestors, not the dir
+      self.assertEqual(sw._masks(  # pylint: disable=protected-access
+          ["/root/.pyenv/v", "/root/x/venv", "/srv/a", "/opt/b"],
+          65534, 65534), ["/root", "/srv"])
+      modes["/"] = (0o700, 0, 0)  # never a tmpfs over /
+      self.assertEqual(sw._masks(["/root/v"], 65534, 65534), [])  # pylint: disable=protected-access
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    needed = sw._needed_dirs()  # pylint: disable=protected-access
+    for p in (sys.prefix, sys.base_prefix, matplotlib.get_data_path()):
+      p = os.path.realpath(p)
+      self.assertTrue(any(p == q or p.startswith(q + "/") for q in needed),
+                      (p, needed))
+
   def test_bad_size(self):
     with self.assertRaisesRegex(ValueError, "size="):
-      _render("", size=(2, 2))
+      self._render("", size=(2, 2))
 
 
 if __name__ == "__main__":
