@@ -49,7 +49,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.video = dict(num_frames=5, frame_pooling="mean", temporal_layers=1,
                        temporal_heads=2, temporal_mlp_dim=64)
   c.train.update(steps=150, batch_size=16)
-  c.optim.update(lr=3e-3, warmup_steps=20, weight_decay=0.0)
+  # The whole section reaches the video LM's optimizer (cosine decay to 0
+  # and clipping at 1, as the committed run was trained).
+  c.optim.update(lr=3e-3, warmup_steps=20, weight_decay=0.0,
+                 schedule="cosine", end_lr_frac=0.0, clip_norm=1.0)
   if args.tiny:
     c.seeds = (0, 1)
     c.model_seeds = (0,)

@@ -134,11 +134,7 @@ def train_variant(config, task: str, variant: str, seed: int, log):
                      pad_to=pad_lengths(config)[0])
   run = runner.StepRunner(
       model, loss="controller", loss_config=loss_config(config),
-      optim=runner.optim_config(
-          lr=config.optim.lr, warmup_steps=config.optim.warmup_steps,
-          schedule=config.optim.schedule,
-          end_lr_frac=config.optim.end_lr_frac,
-          weight_decay=config.optim.weight_decay),
+      optim=config.optim,  # the whole section: b2, clip_norm, grad_accum...
       steps=steps, seed=seed)
   keys = ("inputs", "targets", "loss_mask", "op_targets")
   last = {}

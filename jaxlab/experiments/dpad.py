@@ -2,9 +2,10 @@
 
 Per seed: a bidirectional decoder is trained with the loss registry's
 `llada_sft` through the generic step runner on templated arithmetic chains
-(`jaxlab.data.synthetic.arith_chains`), saved as `seed{N}/params.npz`, and
-decoded on held-out prompts by `jaxlab.decoding.diffusion.generate` under
-every variant of `config.decode.variants` (see `jaxlab/configs/dpad.py`) at every
+(`jaxlab.data.synthetic.arith_chains`), saved as `seed{N}/params.npz`
+(reused by a run whose `TRAIN_FIELDS` and seed are the same), and decoded
+on held-out prompts by `jaxlab.decoding.diffusion.generate` under every
+variant of `config.decode.variants` (see `jaxlab/configs/dpad.py`) at every
 `config.decode.gen_lens`. Per (gen_len, variant): exact match, latency
 (decode seconds per call, compilation excluded), NFE, real tokens processed,
 model FLOPs, and agreement with vanilla's tokens.
@@ -15,7 +16,6 @@ model FLOPs, and agreement with vanilla's tokens.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -30,6 +30,7 @@ from jaxlab import parallel
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion
 from jaxlab.io import params as params_io
+from jaxlab.io import stages
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import llada  # pylint: disable=unused-import
@@ -70,6 +71,40 @@ def train_model(config, seed: int) -> tuple[decoder_lib.Decoder, list]:
 
 def save_params(model, path: str) -> None:
   params_io.save(model, path)
+
+
+# What each stage depends on (`jaxlab.io.stages`). The trained model: the
+# model, the task (the training chains), the loss, the optimizer, training
+# (`train.init_from` included, with the digest of the model it names) and
+# the seed. Its evaluation (`eval.json`) also: the decode settings, the
+# seeds (held-out prompts exclude every seed's training prompts) and the
+# mesh it decodes on. A run that changes only `decode` decodes the saved
+# model again; one that changes e.g. `optim.b2` trains again.
+TRAIN_FIELDS = ("model", "task", "loss", "optim", "train")
+EVAL_FIELDS = ("decode", "seeds", "mesh")
+
+
+def train_key(config, seed: int) -> dict[str, Any]:
+  init_from = str(config.train.get("init_from", ""))
+  init = init_from.format(seed=int(seed)) if init_from else ""
+  return stages.key(config, TRAIN_FIELDS, seed=int(seed),
+                    init_from_digest=stages.stored_digest(init) if init
+                    else None)
+
+
+def eval_key(config, seed: int) -> dict[str, Any]:
+  return stages.key(config, EVAL_FIELDS,
+                    train=stages.digest(train_key(config, seed)))
+
+
+def seed_model(config, seed: int, seed_dir: str
+               ) -> tuple[decoder_lib.Decoder, list]:
+  """The seed's trained model and learning curve: `seed_dir/params.npz`
+  when it was trained with this `train_key`, else trained (and saved)."""
+  return stages.cached(os.path.join(seed_dir, "params.npz"),
+                       train_key(config, seed),
+                       lambda: train_model(config, seed), kind="npz",
+                       init=lambda: build_model(config, 0))
 
 
 def load_params(config, path: str) -> decoder_lib.Decoder:
@@ -198,35 +233,18 @@ def run(config, workdir: str) -> dict[str, Any]:
   for seed in config.seeds:
     seed_dir = os.path.join(workdir, f"seed{seed}")
     os.makedirs(seed_dir, exist_ok=True)
-    done = os.path.join(seed_dir, "eval.json")
-    if os.path.exists(done):
-      with open(done) as f:
-        per_seed.append(json.load(f))
-      continue
-    params = os.path.join(seed_dir, "params.npz")
-    curve_file = os.path.join(seed_dir, "learning_curve.json")
-    if os.path.exists(params):
-      # Resume: the model was trained, its decoding did not finish.
-      model = load_params(config, params)
-      curve = []
-      if os.path.exists(curve_file):
-        with open(curve_file) as f:
-          curve = json.load(f)
-    else:
-      model, curve = train_model(config, seed)
-      save_params(model, params)
-      with open(curve_file, "w") as f:
-        json.dump(curve, f)
-    metrics = decode_all(model, config, d.gen_lens, d.variants,
-                         prompts=prompts, chains=chains,
-                         batch=int(d.batch), repeats=int(d.repeats),
-                         seed=int(seed),
-                         mesh=decode_mesh(config, math.gcd(int(d.batch),
-                                                           len(prompts))))
-    rec = {"seed": int(seed), "learning_curve": curve, "decode": metrics}
-    with open(done, "w") as f:
-      json.dump(rec, f, indent=1)
-    per_seed.append(rec)
+    def evaluate(seed=seed, seed_dir=seed_dir):
+      # Resume: a saved model of this train_key is decoded, not retrained.
+      model, curve = seed_model(config, seed, seed_dir)
+      metrics = decode_all(model, config, d.gen_lens, d.variants,
+                           prompts=prompts, chains=chains,
+                           batch=int(d.batch), repeats=int(d.repeats),
+                           seed=int(seed),
+                           mesh=decode_mesh(config, math.gcd(int(d.batch),
+                                                             len(prompts))))
+      return {"seed": int(seed), "learning_curve": curve, "decode": metrics}
+    per_seed.append(stages.cached(os.path.join(seed_dir, "eval.json"),
+                                  eval_key(config, seed), evaluate))
 
   cols = [results_lib.Column("exact_match", "exact match %", 1, 100),
           results_lib.Column("latency_s", "latency s/batch", 3),

@@ -16,6 +16,13 @@ marker `#`, so the answer is "the tokens that followed the previous `#`".
 The answer digits carry `answer_weight` times the loss weight of a filler
 token, so retrieval is learned early while the filler still trains a
 language model whose perplexity is measured at long lengths.
+
+Stages (`jaxlab.io.stages`): per seed, the trained model
+(`seed{N}/model.npz`, trained by the trainer in `seed{N}/train_<digest>/`,
+its checkpoints and metrics.jsonl, so a killed training resumes there) is
+reused by a run whose `TRAIN_FIELDS` (less `TRAIN_EXCLUDE`) and seed are
+the same; its evaluation (`seed{N}/eval.json`) by one whose `EVAL_FIELDS`
+are the same too.
 """
 
 import copy
@@ -31,6 +38,7 @@ from flax import nnx
 
 from jaxlab.data.tokenizers import ByteTokenizer
 from jaxlab.evals import long_context as lc
+from jaxlab.io import stages
 from jaxlab.models import registry as model_registry
 from jaxlab.nn import rope
 from jaxlab.train import trainer
@@ -167,6 +175,46 @@ def train_model(config, workdir: str, seed: int, tok):
   final = {k: float(v) for k, v in res.items()
            if isinstance(v, (int, float)) and not isinstance(v, bool)}
   return model, final
+
+
+# What each stage depends on. The trained model: the model, the task's
+# training fields (not the evaluation grid), the loss, the optimizer,
+# training (its held-out curve included), LoRA / init_from and the seed.
+# Its evaluation also: the methods and the whole task. A run that changes
+# only `methods` or the evaluation grid re-evaluates the saved model.
+TRAIN_FIELDS = ("model", "task", "loss", "optim", "train", "lora",
+                "init_from")
+TRAIN_EXCLUDE = ("task.eval_factors", "task.eval_docs", "task.depths",
+                 "task.samples", "task.eval_batch_size")
+EVAL_FIELDS = ("methods", "task")
+
+
+def train_key(config, seed: int) -> dict[str, Any]:
+  return stages.key(config, TRAIN_FIELDS, exclude=TRAIN_EXCLUDE,
+                    seed=int(seed))
+
+
+def eval_key(config, seed: int) -> dict[str, Any]:
+  return stages.key(config, EVAL_FIELDS,
+                    train=stages.digest(train_key(config, seed)))
+
+
+def seed_model(config, seed: int, seed_dir: str, tok):
+  """(model, {"final": train metrics, "learning_curve": ...}) of one seed:
+  `seed_dir/model.npz` when trained with this `train_key`, else trained
+  (in `seed_dir/train_<digest>/`, resuming its checkpoint) and saved."""
+  key = train_key(config, seed)
+
+  def train():
+    train_dir = stages.directory(seed_dir, "train", key)
+    model, final = train_model(config, train_dir, seed, tok)
+    return model, {"final": final,
+                   "learning_curve": learning_curve(train_dir)}
+
+  return stages.cached(
+      os.path.join(seed_dir, "model.npz"), key, train, kind="npz",
+      init=lambda: model_registry.get_spec(config.model,
+                                           seed=int(seed)).factory())
 
 
 def learning_curve(workdir: str) -> list[dict[str, float]]:
@@ -423,18 +471,16 @@ def run(config, workdir: str) -> dict[str, Any]:
   per_seed, final_losses = [], []
   for seed in config.seeds:
     seed_dir = os.path.join(workdir, f"seed{seed}")
-    done = os.path.join(seed_dir, "eval.json")
-    if os.path.exists(done):
-      with open(done) as f:
-        rec = json.load(f)
-    else:
-      model, final = train_model(config, seed_dir, seed, tok)
-      rec = {"seed": int(seed), "final_loss": final.get("loss", float("nan")),
-             "final_train_metrics": final,
-             "learning_curve": learning_curve(seed_dir),
-             **evaluate_seed(model, config, tok)}
-      with open(done, "w") as f:
-        json.dump(rec, f, indent=1)
+    def evaluate(seed=seed, seed_dir=seed_dir):
+      model, info = seed_model(config, seed, seed_dir, tok)
+      final = info["final"]
+      return {"seed": int(seed),
+              "final_loss": final.get("loss", float("nan")),
+              "final_train_metrics": final,
+              "learning_curve": info["learning_curve"],
+              **evaluate_seed(model, config, tok)}
+    rec = stages.cached(os.path.join(seed_dir, "eval.json"),
+                        eval_key(config, seed), evaluate)
     per_seed.append(rec)
     final_losses.append(rec["final_loss"])
   lengths = per_seed[0]["lengths"]

@@ -1,7 +1,8 @@
 """Experiment "speckv": draft-based approximate inference (paper M).
 
-For each seed: train a target and a smaller draft decoder (`train_lm`,
-answer-only loss) on word-level RULER-like prompts, then answer held-out
+For each seed: train a target and a smaller draft decoder (masked
+next-token loss on the answer, the trainer's step with the whole
+`config.optim`) on word-level RULER-like prompts, then answer held-out
 prompts of `task.length` tokens with every method of `methods.names` at
 each budget C_max of `methods.budgets`:
 
@@ -19,10 +20,13 @@ the target holds (prefill and decode slots per layer and KV head). The
 Spearman correlation of draft and target SpecPC importance is measured on
 the first `spearman_examples` prompts. `evaluate(..., timing=True)` (the
 `kv_compression` benchmark) also times each method against full.
+
+Stages (`jaxlab.io.stages`): `seed{N}/{target,draft}.npz` are reused by a
+run whose `TRAIN_FIELDS` (less `TRAIN_EXCLUDE`) and seed are the same,
+`seed{N}/eval.json` by one whose `EVAL_FIELDS` are the same too.
 """
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -36,6 +40,7 @@ from jaxlab.decoding import prompt_compression as pc
 from jaxlab.decoding import sampler
 from jaxlab.evals import long_context as lc
 from jaxlab.io import params as params_io
+from jaxlab.io import stages
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.train import runner as runner_lib
@@ -162,18 +167,39 @@ def build_models(config, vocab_size: int, seed: int):
           decoder_lib.Decoder(draft_cfg, rngs=nnx.Rngs(int(seed) + 1000)))
 
 
+def train_lm(model, data: dict[str, np.ndarray], config, seed: int
+             ) -> list[dict[str, float]]:
+  """Masked next-token training of `model` in place (loss "lm"), with the
+  optimizer of the whole `config.optim` section; minibatches by epoch-wise
+  shuffling (as `runner.train_lm`). Returns the logged losses."""
+  steps, bs = int(config.train.steps), int(config.train.batch_size)
+  log_every = int(config.train.log_every)
+  runner = runner_lib.StepRunner(model, loss="lm", loss_config=None,
+                                 optim=config.optim, steps=steps,
+                                 seed=int(seed))
+  rng = np.random.default_rng(int(seed))
+  n = len(data["inputs"])
+  order = np.array([], np.int64)
+  logs = []
+  for step in range(steps):
+    while len(order) < bs:
+      order = np.concatenate([order, rng.permutation(n)])
+    idx, order = order[:bs], order[bs:]
+    m = runner.step({k: data[k][idx]
+                     for k in ("inputs", "targets", "loss_mask")}, step)
+    if log_every and (step % log_every == 0 or step == steps - 1):
+      logs.append({"step": step, "loss": m["loss"]})
+  runner.write_back()
+  return logs
+
+
 def train_models(config, tok, seed: int):
   """(target, draft, {"target": curve, "draft": curve}) via `train_lm`."""
   data = training_arrays(tok, config, seed)
   target, draft = build_models(config, tok.vocab_size, seed)
   curves = {}
   for name, model in (("target", target), ("draft", draft)):
-    curves[name] = runner_lib.train_lm(
-        model, data, steps=int(config.train.steps),
-        batch_size=int(config.train.batch_size), lr=float(config.optim.lr),
-        warmup_steps=int(config.optim.warmup_steps),
-        weight_decay=float(config.optim.weight_decay), seed=int(seed),
-        log_every=int(config.train.log_every))
+    curves[name] = train_lm(model, data, config, seed)
   return target, draft, curves
 
 
@@ -303,26 +329,42 @@ def evaluate(target, draft, config, tok, examples, *, timing: bool = False
   return out
 
 
+# What each stage depends on (`jaxlab.io.stages`). The trained target and
+# draft: both models, the task (the training prompts; not the held-out
+# count `task.samples`), the optimizer, training and the seed. Their
+# evaluation also: the methods and the whole task (the held-out prompts).
+# A run that changes only `methods` re-evaluates the saved models.
+TRAIN_FIELDS = ("model", "draft", "task", "optim", "train")
+TRAIN_EXCLUDE = ("task.samples",)
+EVAL_FIELDS = ("methods", "task")
+
+
+def train_key(config, seed: int) -> dict[str, Any]:
+  return stages.key(config, TRAIN_FIELDS, exclude=TRAIN_EXCLUDE,
+                    seed=int(seed))
+
+
+def eval_key(config, seed: int) -> dict[str, Any]:
+  return stages.key(config, EVAL_FIELDS,
+                    train=stages.digest(train_key(config, seed)))
+
+
 def seed_models(config, tok, seed: int, seed_dir: str):
-  """Trained (target, draft, curves), loaded from `seed_dir` if saved."""
-  os.makedirs(seed_dir, exist_ok=True)
-  paths = [os.path.join(seed_dir, f"{n}.npz") for n in ("target", "draft")]
-  curve_file = os.path.join(seed_dir, "learning_curves.json")
-  if all(os.path.exists(p) for p in paths):
+  """Trained (target, draft, curves): `seed_dir/{target,draft}.npz` when
+  they were trained with this `train_key`, else trained (and saved)."""
+
+  def train():
+    target, draft, curves = train_models(config, tok, seed)
+    return {"target": target, "draft": draft}, curves
+
+  def init():
     target, draft = build_models(config, tok.vocab_size, seed)
-    load_params(target, paths[0])
-    load_params(draft, paths[1])
-    curves = {}
-    if os.path.exists(curve_file):
-      with open(curve_file) as f:
-        curves = json.load(f)
-    return target, draft, curves
-  target, draft, curves = train_models(config, tok, seed)
-  save_params(target, paths[0])
-  save_params(draft, paths[1])
-  with open(curve_file, "w") as f:
-    json.dump(curves, f)
-  return target, draft, curves
+    return {"target": target, "draft": draft}
+
+  models, curves = stages.cached(os.path.join(seed_dir, "{name}.npz"),
+                                 train_key(config, seed), train, kind="npz",
+                                 init=init)
+  return models["target"], models["draft"], curves
 
 
 COLUMNS = [
@@ -344,21 +386,16 @@ def run(config, workdir: str) -> dict[str, Any]:
   per_seed = []
   for seed in config.seeds:
     seed_dir = os.path.join(workdir, f"seed{seed}")
-    done = os.path.join(seed_dir, "eval.json")
-    if os.path.exists(done):
-      with open(done) as f:
-        per_seed.append(json.load(f))
-      continue
-    target, draft, curves = seed_models(config, tok, seed, seed_dir)
-    # Timed (a second, compiled call per method): the kv_compression
-    # benchmark reads seed 0's latencies from here instead of recompiling.
-    metrics = evaluate(target, draft, config, tok, examples, timing=True)
-    rho = importance_correlation(target, draft, examples, config)
-    rec = {"seed": int(seed), "learning_curves": curves,
-           "methods": metrics, "spearman": rho}
-    with open(done, "w") as f:
-      json.dump(rec, f, indent=1)
-    per_seed.append(rec)
+    def evaluate_seed(seed=seed, seed_dir=seed_dir):
+      target, draft, curves = seed_models(config, tok, seed, seed_dir)
+      # Timed (a second, compiled call per method): the kv_compression
+      # benchmark reads seed 0's latencies from here instead of recompiling.
+      metrics = evaluate(target, draft, config, tok, examples, timing=True)
+      rho = importance_correlation(target, draft, examples, config)
+      return {"seed": int(seed), "learning_curves": curves,
+              "methods": metrics, "spearman": rho}
+    per_seed.append(stages.cached(os.path.join(seed_dir, "eval.json"),
+                                  eval_key(config, seed), evaluate_seed))
 
   tables, comparisons = [], []
   for b in config.methods.budgets:

@@ -11,11 +11,15 @@ first reasoning token) and Delay (ticks from the end of the input to the
 first answer token) at each `config.clock.tokens_per_tick`. Metrics per
 method: answer accuracy, running-total (unit) accuracy, TTFT, Delay,
 reasoning tokens.
+
+Stages (`jaxlab.io.stages`): per seed and method, the trained model
+(`seed{N}/{method}.npz`) is reused by a run whose `TRAIN_FIELDS` (less
+`TRAIN_EXCLUDE`) are the same, its evaluation (`seed{N}/{method}.json`) by
+one whose `EVAL_FIELDS` are the same too.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -27,6 +31,7 @@ from flax import nnx
 from jaxlab.experiments import results as results_lib
 from jaxlab.data.synthetic import running_sum as rs
 from jaxlab.decoding import streaming as sd
+from jaxlab.io import stages
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import streaming as st
@@ -87,6 +92,38 @@ def train_model(config, method: str, seed: int):
   return runner.write_back(), curve
 
 
+# What each stage depends on. A method's trained model: the model, the task
+# (its training stories; not the held-out count), the loss, the optimizer,
+# training, the seed and the method. Its evaluation also: the decode
+# settings, the arrival clock and the whole task. A run that changes only
+# `decode` or `clock` re-decodes the saved models.
+TRAIN_FIELDS = ("model", "task", "loss", "optim", "train")
+TRAIN_EXCLUDE = ("task.eval_stories",)
+EVAL_FIELDS = ("decode", "clock", "task")
+
+
+def train_key(config, method: str, seed: int) -> dict[str, Any]:
+  return stages.key(config, TRAIN_FIELDS, exclude=TRAIN_EXCLUDE,
+                    seed=int(seed), method=method)
+
+
+def eval_key(config, method: str, seed: int) -> dict[str, Any]:
+  return stages.key(config, EVAL_FIELDS,
+                    train=stages.digest(train_key(config, method, seed)))
+
+
+def method_model(config, method: str, seed: int, seed_dir: str):
+  """(model, learning curve): `seed_dir/{method}.npz` when trained with
+  this `train_key`, else trained (and saved)."""
+  return stages.cached(
+      os.path.join(seed_dir, f"{method}.npz"),
+      train_key(config, method, seed),
+      lambda: train_model(config, method, seed), kind="npz",
+      init=lambda: decoder_lib.Decoder(
+          model_registry.decoder_config(config.model),
+          rngs=nnx.Rngs(int(seed))))
+
+
 def evaluate(model, config, method: str, stories: list[rs.Story]
              ) -> tuple[dict[str, float], list[dict[str, Any]]]:
   """Greedy decodes of `stories` in `method`'s mode; mean metrics and a
@@ -131,17 +168,14 @@ def run(config, workdir: str) -> dict[str, Any]:
     os.makedirs(seed_dir, exist_ok=True)
     rec = {"seed": int(seed), "methods": {}}
     for method in config.methods:
-      done = os.path.join(seed_dir, f"{method}.json")
-      if os.path.exists(done):  # resume: this method finished
-        with open(done) as f:
-          rec["methods"][method] = json.load(f)
-        continue
-      model, curve = train_model(config, method, seed)
-      metrics, samples = evaluate(model, config, method, stories)
-      out = {"metrics": metrics, "learning_curve": curve, "samples": samples}
-      with open(done, "w") as f:
-        json.dump(out, f, indent=1)
-      rec["methods"][method] = out
+      def evaluate_method(method=method, seed=seed, seed_dir=seed_dir):
+        model, curve = method_model(config, method, seed, seed_dir)
+        metrics, samples = evaluate(model, config, method, stories)
+        return {"metrics": metrics, "learning_curve": curve,
+                "samples": samples}
+      rec["methods"][method] = stages.cached(  # resume: per method
+          os.path.join(seed_dir, f"{method}.json"),
+          eval_key(config, method, seed), evaluate_method)
     per_seed.append(rec)
 
   rates = [float(k) for k in config.clock.tokens_per_tick]

@@ -168,10 +168,7 @@ def train_model(cfg, tok, seed: int):
   steps, bs = cfg.train.steps, cfg.train.batch_size
   run = runner.StepRunner(
       model, loss="video_lm", loss_config=None,
-      optim=runner.optim_config(lr=cfg.optim.lr,
-                                warmup_steps=cfg.optim.warmup_steps,
-                                weight_decay=cfg.optim.weight_decay,
-                                schedule="cosine"),
+      optim=cfg.optim,  # the whole section: b2, clip_norm, grad_accum, ...
       steps=steps, seed=seed)
   rng = np.random.default_rng(seed)
   n = len(data["inputs"])

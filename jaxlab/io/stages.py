@@ -1,0 +1,199 @@
+"""Cached experiment stages, reused only by a run that would compute the same.
+
+An experiment that trains a model and then evaluates it saves both, so a
+killed or extended run resumes instead of training again. A saved stage is
+reused only when the config fields that determine it are the same: each
+artefact has a digest of those fields beside it (`PATH.stage.json`), and a
+run whose digest differs recomputes the stage and overwrites it (changing
+`--config.optim.b2` retrains; changing a decode setting re-evaluates the
+same trained model):
+
+    train_key = stages.key(config, ("model", "task", "loss", "optim",
+                                    "train"), exclude=("task.eval_docs",),
+                           seed=seed)
+    model, curve = stages.cached(
+        os.path.join(seed_dir, "params.npz"), train_key,
+        lambda: train(config, seed), kind="npz",
+        init=lambda: build(config, seed))
+    rec = stages.cached(
+        os.path.join(seed_dir, "eval.json"),
+        stages.key(config, ("decode",), train=stages.digest(train_key)),
+        lambda: evaluate(model, config))
+
+The artefacts keep their plain formats (a `jaxlab.io.params` .npz without
+meta, a JSON file holding the value itself), so readers that do not know
+about stages still read them. A file without its digest (e.g. written
+before stages existed) is recomputed. The digest is `jaxlab.io.params`'s
+`config_key` over the same fields (plus `exclude` and the keywords).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+import hashlib
+import json
+import os
+from typing import Any
+
+from jaxlab.io import params as params_io
+
+SUFFIX = ".stage.json"
+KINDS = ("json", "npz")
+
+
+def _json(value: Any) -> str:
+  return json.dumps(value, sort_keys=True, default=str)
+
+
+def key(config: Any, fields: Sequence[str], *, exclude: Sequence[str] = (),
+        **extra: Any) -> dict[str, Any]:
+  """What a stage depends on: the top-level `fields` of `config` (sections
+  as dicts, `params.config_key`), less the dotted paths of `exclude`
+  (fields of a section that do not determine the stage, e.g.
+  "task.eval_stories"), plus `extra` (seed, method, an upstream stage's
+  digest, ...). A field `config` lacks is an error (a typo would key on
+  nothing)."""
+  if isinstance(fields, str):
+    raise TypeError("stages.key: fields must be a sequence of names, not "
+                    f"the string {fields!r}")
+  missing = [f for f in fields if f not in config]
+  if missing:
+    raise ValueError(f"stages.key: config has no field(s) {missing}")
+  out, _ = params_io.config_key(config, *fields)
+  for path in exclude:
+    *parents, leaf = path.split(".")
+    node = out
+    for p in parents:
+      node = node.get(p) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or leaf not in node:
+      raise ValueError(f"stages.key: exclude={path!r} is not a field of "
+                       f"{list(fields)}")
+    del node[leaf]
+  for k, v in extra.items():
+    if k in out:
+      raise ValueError(f"stages.key: keyword {k!r} is also a config field")
+    out[k] = v
+  return json.loads(_json(out))
+
+
+def digest(stage_key: Mapping[str, Any]) -> str:
+  """8 hex digits of `stage_key` (the same as `params.config_key`'s)."""
+  return hashlib.sha256(_json(stage_key).encode()).hexdigest()[:8]
+
+
+def _sidecar(path: str) -> str:
+  return path + SUFFIX
+
+
+def _read_sidecar(path: str) -> dict[str, Any] | None:
+  try:
+    with open(_sidecar(path)) as f:
+      out = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return out if isinstance(out, dict) else None
+
+
+def stored_digest(path: str) -> str | None:
+  """The digest saved beside `path`, or None (no file, or no digest)."""
+  side = _read_sidecar(path)
+  if side is None or not os.path.isfile(path):
+    return None
+  return side.get("digest")
+
+
+def is_current(path: str, stage_key: Mapping[str, Any]) -> bool:
+  """Whether `path` holds the stage computed for `stage_key`."""
+  return stored_digest(path) == digest(stage_key)
+
+
+def _write_json(path: str, value: Any, **kw) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(value, f, **kw)
+  os.replace(tmp, path)
+
+
+def _forget(paths) -> None:
+  for p in paths:  # the old digest goes first: a kill mid-write recomputes
+    if os.path.exists(_sidecar(p)):
+      os.remove(_sidecar(p))
+
+
+def _mark(paths, stage_key, info=None) -> None:
+  for p in paths:
+    _write_json(_sidecar(p), {"digest": digest(stage_key), "key": stage_key,
+                              "info": info}, indent=1, default=str)
+
+
+def cached(path: str, stage_key: Mapping[str, Any],
+           compute: Callable[[], Any], *, kind: str = "json",
+           init: Callable[[], Any] | None = None) -> Any:
+  """`compute()`'s result, saved at `path`; reloaded while `stage_key` holds.
+
+  Args:
+    path: the artefact (e.g. `seed0/eval.json`, `seed0/params.npz`; for a
+      dict of models, a pattern with `{name}`: `seed0/{name}.npz`).
+    stage_key: what the stage depends on (`key(...)`); its digest is saved
+      in `PATH.stage.json` with the artefact.
+    compute: kind "json": returns a JSON value. Kind "npz": returns
+      `(model, info)`, `model` an `nnx.Module` or a dict name -> Module
+      (trained), `info` a JSON value kept beside it (a learning curve).
+    kind: "json" or "npz".
+    init: kind "npz": returns the untrained model(s) (same structure) that
+      a saved stage is loaded into.
+
+  Returns:
+    The value (JSON), or `(model, info)` (npz), computed or reloaded.
+  """
+  if kind not in KINDS:
+    raise ValueError(f"stages.cached: kind={kind!r}; valid: "
+                     f"{', '.join(KINDS)}")
+  if kind == "json":
+    if is_current(path, stage_key):
+      with open(path) as f:
+        return json.load(f)
+    _forget([path])
+    value = compute()
+    _write_json(path, value, indent=1, default=float)
+    _mark([path], stage_key)
+    with open(path) as f:  # as a rerun gets it (tuples as lists, ...)
+      return json.load(f)
+  if init is None:
+    raise ValueError("stages.cached(kind='npz') needs init: the untrained "
+                     "model(s) to load a saved stage into")
+  multi = "{name}" in path
+  skeleton = init() if multi else None
+  files = ({n: path.format(name=n) for n in skeleton} if multi
+           else {None: path})
+  if all(is_current(p, stage_key) for p in files.values()):
+    if skeleton is None:
+      skeleton = init()
+    for n, p in files.items():
+      params_io.load(skeleton if n is None else skeleton[n], p)
+    return skeleton, _read_sidecar(next(iter(files.values())))["info"]
+  _forget(files.values())
+  model, info = compute()
+  if multi and set(model) != set(files):
+    raise ValueError(f"stages.cached: compute() gave models {sorted(model)}, "
+                     f"init() {sorted(files)}")
+  for n, p in files.items():
+    params_io.save(model if n is None else model[n], p)
+  _mark(files.values(), stage_key, info)
+  return model, info
+
+
+def directory(parent: str, name: str, stage_key: Mapping[str, Any]) -> str:
+  """`parent/NAME_<digest>/`, created, with the key in its `stage.json`.
+
+  For a stage whose state is a directory (the trainer's checkpoints and
+  metrics.jsonl): a run with the same key resumes there, one with another
+  key starts in another directory.
+  """
+  out = os.path.join(parent, f"{name}_{digest(stage_key)}")
+  os.makedirs(out, exist_ok=True)
+  _write_json(os.path.join(out, "stage.json"),
+              {"digest": digest(stage_key), "key": stage_key}, indent=1,
+              default=str)
+  return out
