@@ -169,28 +169,12 @@ def build_models(config, vocab_size: int, seed: int):
 
 def train_lm(model, data: dict[str, np.ndarray], config, seed: int
              ) -> list[dict[str, float]]:
-  """Masked next-token training of `model` in place (loss "lm"), with the
-  optimizer of the whole `config.optim` section; minibatches by epoch-wise
-  shuffling (as `runner.train_lm`). Returns the logged losses."""
-  steps, bs = int(config.train.steps), int(config.train.batch_size)
-  log_every = int(config.train.log_every)
-  runner = runner_lib.StepRunner(model, loss="lm", loss_config=None,
-                                 optim=config.optim, steps=steps,
-                                 seed=int(seed))
-  rng = np.random.default_rng(int(seed))
-  n = len(data["inputs"])
-  order = np.array([], np.int64)
-  logs = []
-  for step in range(steps):
-    while len(order) < bs:
-      order = np.concatenate([order, rng.permutation(n)])
-    idx, order = order[:bs], order[bs:]
-    m = runner.step({k: data[k][idx]
-                     for k in ("inputs", "targets", "loss_mask")}, step)
-    if log_every and (step % log_every == 0 or step == steps - 1):
-      logs.append({"step": step, "loss": m["loss"]})
-  runner.write_back()
-  return logs
+  """`runner.train_lm` with the optimizer of the whole `config.optim`
+  section and `config.train`'s steps, batch size and logging."""
+  return runner_lib.train_lm(model, data, steps=int(config.train.steps),
+                             batch_size=int(config.train.batch_size),
+                             seed=int(seed), optim=config.optim,
+                             log_every=int(config.train.log_every))
 
 
 def train_models(config, tok, seed: int):

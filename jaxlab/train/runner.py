@@ -190,26 +190,31 @@ def train_on_arrays(runner: StepRunner, data: dict[str, np.ndarray], *,
 
 
 def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
-             batch_size: int, lr: float, warmup_steps: int = 0,
+             batch_size: int, lr: float | None = None, warmup_steps: int = 0,
              weight_decay: float = 0.0, clip_norm: float = 1.0, seed: int = 0,
-             log_every: int = 0) -> list[dict[str, float]]:
+             log_every: int = 0, optim: Any = None) -> list[dict[str, float]]:
   """Masked next-token training (`lm` loss) on `inputs/targets/loss_mask`.
 
   `data` holds `[N, T]` arrays (e.g. `encode_for_lm` or `fim.encode_batch`);
   minibatches are drawn by epoch-wise shuffling. The update is the
-  trainer's (`StepRunner`): AdamW from `jaxlab.train.optim`, linear warmup
-  then cosine decay to 0, global-norm clipping. Trains `model` in place and
-  returns the logged losses.
+  trainer's (`StepRunner`): with `optim` (a whole `config.optim` section)
+  exactly that optimizer; otherwise AdamW from `jaxlab.train.optim` with
+  `lr`, linear warmup then cosine decay to 0 and global-norm clipping.
+  Trains `model` in place and returns the logged losses.
   """
   n = len(data["inputs"])
   if n == 0:
     raise ValueError("train_lm got an empty data set")
-  runner = StepRunner(
-      model, loss="lm", loss_config=None,
-      optim=optim_config(lr=lr, warmup_steps=warmup_steps,
+  if optim is None:
+    if lr is None:
+      raise ValueError("train_lm needs lr= or a whole optim= section")
+    optim = optim_config(lr=lr, warmup_steps=warmup_steps,
                          weight_decay=weight_decay, schedule="cosine",
-                         clip_norm=clip_norm, end_lr_frac=0.0),
-      steps=steps, seed=seed)
+                         clip_norm=clip_norm, end_lr_frac=0.0)
+  elif lr is not None:
+    raise ValueError("train_lm takes lr= or optim=, not both")
+  runner = StepRunner(model, loss="lm", loss_config=None, optim=optim,
+                      steps=steps, seed=seed)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   logs = []
