@@ -1,5 +1,7 @@
 # jaxlab: `make demo` runs the default experiment, `make test` runs the tests.
-# Each creates .venv (and installs jaxlab with its test extra) when missing.
+# Each creates .venv when missing; `demo` installs jaxlab with its core
+# dependencies only (no torch), `test` adds the test extra (every capability
+# extra plus the torch/transformers references). One stamp file each.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,21 +12,28 @@ PYTEST_ARGS ?= -n 2 --durations=30
 
 .PHONY: demo test bench venv clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.created:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
-venv: $(VENV)/.installed
+$(VENV)/.installed-core: pyproject.toml $(VENV)/.created
+	$(PY) -m pip install -q -e .
+	touch $@
 
-demo: $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.created
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@ $(VENV)/.installed-core
+
+venv: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed-core
 	$(PY) -m jaxlab.main --config=lm_tiny --workdir=$(WORKDIR)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS) tests
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-test
 	$(PY) -m jaxlab.experiments.bench decode
 	$(PY) -m jaxlab.experiments.bench train
 

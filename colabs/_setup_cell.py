@@ -1,30 +1,40 @@
 """The first cell of every jaxlab notebook (used by colabs/_build_*.py).
 
-In Colab (`google.colab` imported) the cell pip-installs this repository's
-package (jaxlab plus the `configs` and `experiments` packages, see
-pyproject.toml) from `JAXLAB_REPO_URL`; elsewhere it puts the checkout the
-notebook sits in on `sys.path`. It then reads the config preset from the one
-environment variable `JAXLAB_COLAB_PRESET` (what the tests set; "" is the
-config's full default) and makes a scratch `WORKDIR`.
+The cell finds jaxlab where it exists: the repository checkout the notebook
+sits in (opened from `colabs/` or the root: put on `sys.path`, nothing
+installed); otherwise it pip-installs `JAXLAB_SOURCE` (set in the cell or as
+an environment variable, e.g. `%env JAXLAB_SOURCE=...` in Colab): a pip spec,
+a checkout or wheel path, or `git+https://HOST/OWNER/jaxlab` of a mirror,
+optionally with extras (`jaxlab[video] @ git+...`). With no source and no
+jaxlab installed it stops with one message saying what to set (the project
+has no public URL, so none is guessed). It then reads the config preset from
+the one environment variable `JAXLAB_COLAB_PRESET` (what the tests set; "" is
+the config's full default) and makes a scratch `WORKDIR`.
 """
 
 # The environment variable every notebook reads its config preset from.
 PRESET_ENV = "JAXLAB_COLAB_PRESET"
-# This repository (no URL is recorded in pyproject.toml or the README): the
-# one place to change for a fork or mirror.
-REPO_URL = "https://github.com/jaxlab/jaxlab"
+# Where the cell installs jaxlab from when the notebook is not in a checkout.
+SOURCE_ENV = "JAXLAB_SOURCE"
 
 _TEMPLATE = '''\
-# Setup: in Colab, install jaxlab (with jaxlab/configs/ and jaxlab/experiments/) from its
-# repository; anywhere else, use the checkout this notebook sits in.
-JAXLAB_REPO_URL = "{repo_url}"  # this repository; edit for a fork or mirror
-import json, os, subprocess, sys, tempfile
-if "google.colab" in sys.modules:
-  subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                  "git+" + JAXLAB_REPO_URL], check=True)
-else:
-  ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
-  sys.path.insert(0, ROOT)
+# Setup: use the jaxlab checkout this notebook sits in; elsewhere (Colab)
+# pip-install JAXLAB_SOURCE: a pip spec, a wheel or checkout path, or
+# git+https://HOST/REPO of a copy (set it here or with %env {source_env}=...).
+import importlib.util, json, os, subprocess, sys, tempfile
+JAXLAB_SOURCE = os.environ.get("{source_env}", "")
+ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
+if os.path.isfile(os.path.join(ROOT, "jaxlab", "main.py")):
+  sys.path.insert(0, ROOT)  # the checkout: nothing to install
+elif JAXLAB_SOURCE:
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", JAXLAB_SOURCE],
+                 check=True)
+elif importlib.util.find_spec("jaxlab") is None:
+  raise RuntimeError(
+      "jaxlab is not installed and this notebook is not in a jaxlab checkout: "
+      "set JAXLAB_SOURCE (in this cell, or %env {source_env}=...) to a pip "
+      "source of jaxlab (a wheel or checkout path, or git+https://HOST/REPO) "
+      "or open the notebook from a checkout's colabs/ folder")
 # Config preset (jaxlab/configs/<name>.py:<preset>); "" is the full default.
 PRESET = os.environ.get("{env}", "{default}")
 WORKDIR = tempfile.mkdtemp(prefix="colab_")
@@ -33,7 +43,7 @@ print("preset:", repr(PRESET), "| workdir:", WORKDIR)'''
 
 def setup_cell(default_preset: str = "tiny") -> str:
   """Source of the first code cell; `default_preset` when the env is unset."""
-  return _TEMPLATE.format(repo_url=REPO_URL, env=PRESET_ENV,
+  return _TEMPLATE.format(source_env=SOURCE_ENV, env=PRESET_ENV,
                           default=default_preset)
 
 

@@ -1,12 +1,17 @@
-r"""The launcher: `python -m jaxlab.main --config=jaxlab/configs/X.py --workdir=D`.
+r"""The launcher: `python -m jaxlab.main --config=NAME[:preset] --workdir=D`.
 
-    python -m jaxlab.main --config=jaxlab/configs/lm_tiny.py:tiny \
+    python -m jaxlab.main --config=lm_tiny:tiny \
         --workdir=/tmp/run --config.train.steps=50 --config.optim.lr=1e-3
 
+(the `jaxlab` console script is the same command). `--config` is a packaged
+config by name (`jaxlab/configs/NAME.py`) or a path to a config file.
+`--help` with `--config=NAME` lists that config's presets, arguments and
+fields with their defaults; without, the packaged configs.
+
 The config is locked: an unknown `--config.x.y` is an error, as is a value of
-the wrong type. `config.experiment` names a module `experiments.<name>` whose
-`run(config, workdir) -> dict` is called. Re-running the same command resumes
-from the workdir's latest checkpoint.
+the wrong type. `config.experiment` names a module
+`jaxlab.experiments.<name>` whose `run(config, workdir) -> dict` is called.
+Re-running the same command resumes from the workdir's latest checkpoint.
 
 Multi-process (one mesh over the devices of several processes/hosts): run the
 same command in every process, adding
@@ -26,11 +31,14 @@ import json
 import os
 import pkgutil
 import sys
+import textwrap
 
 from absl import app
 from absl import logging
 from absl import flags
 from ml_collections import config_flags
+
+from jaxlab import _optional
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "configs")
@@ -134,6 +142,11 @@ def main(argv):
   del argv
   if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO
     logging.set_verbosity(logging.WARNING)
+  config = _CONFIG.value
+  try:
+    config.get("experiment")
+  except OSError as e:  # get_config raised an OSError: ml_collections defers
+    raise ValueError(f"--config: {e}") from None  # it to the first access
   # Before any JAX computation: joining a cluster is impossible afterwards.
   from jaxlab.parallel import distributed  # pylint: disable=g-import-not-at-top
   multi = distributed.initialize(
@@ -145,10 +158,10 @@ def main(argv):
   from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
   workdir = trainer.check_workdir(_WORKDIR.value)
   if not multi:
-    result = run_experiment(_CONFIG.value, workdir)
+    result = run_experiment(config, workdir)
   else:
     try:
-      result = run_experiment(_CONFIG.value, workdir)
+      result = run_experiment(config, workdir)
     except (ValueError, FileNotFoundError, FloatingPointError) as e:
       # A user error or a non-finite loss: every process usually hits the
       # same one. Exit now rather than wait in JAX's shutdown barrier.
@@ -167,10 +180,21 @@ def main(argv):
     print(f"Preempted; re-run the same command to resume from "
           f"{result.get('checkpoint_dir')}.", flush=True)
   else:
-    print(f"Results: {os.path.join(workdir, 'results.json')}\n"
-          f"Metrics: {os.path.join(workdir, 'metrics.jsonl')} "
-          f"(TensorBoard: {os.path.join(workdir, 'tensorboard')})\n"
-          f"Checkpoints: {result.get('checkpoint_dir')}", flush=True)
+    print(outputs_message(workdir, result), flush=True)
+
+
+def outputs_message(workdir: str, result: dict) -> str:
+  """The run's output files, one per line: only those that exist."""
+  ckpt = result.get("checkpoint_dir")
+  tb = os.path.join(workdir, "tensorboard")
+  rows = [("Results", os.path.join(workdir, "results.json"), ""),
+          ("Samples", os.path.join(workdir, "samples.jsonl"), ""),
+          ("Metrics", os.path.join(workdir, "metrics.jsonl"),
+           f" (TensorBoard: {tb})" if os.path.isdir(tb) else ""),
+          ("Checkpoints", ckpt if isinstance(ckpt, str) else "", "")]
+  lines = [f"{name}: {path}{extra}" for name, path, extra in rows
+           if path and os.path.exists(path)]
+  return "\n".join(lines) or f"Workdir: {workdir}"
 
 
 def _parse_flags(argv):
@@ -189,6 +213,9 @@ def _parse_flags(argv):
         last = last.removeprefix(kind)
       msg = f"{flag}: {last}"
     print(f"error: {msg}", file=sys.stderr)
+  except SyntaxError as e:  # the config file itself does not parse
+    print(f"error: --config: {e.filename}:{e.lineno}: SyntaxError: {e.msg}",
+          file=sys.stderr)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     # ml_collections raises these for an unknown --config.a.b key or a value
     # of the wrong type; name the offending flag.
@@ -236,7 +263,104 @@ def _resolve_config_flag(argv: list[str]) -> list[str]:
   return out
 
 
+def _flatten(config, prefix: str = "") -> list[tuple[str, object]]:
+  """`config` -> [(dotted field, value)], leaves only, in key order."""
+  out = []
+  for key in config.keys():
+    value = config[key]
+    if hasattr(value, "keys") and hasattr(value, "items"):
+      sub = _flatten(value, f"{prefix}{key}.")
+      out.extend(sub if sub else [(f"{prefix}{key}", "{}")])
+    else:
+      out.append((f"{prefix}{key}", value))
+  return out
+
+
+def _load_config(path: str, arg: str | None):
+  """(config, parse_arg's defaults or None) of config file `path` at `arg`.
+
+  The defaults are what the file passes to `common.parse_arg`: booleans are
+  presets, the rest `key=value` arguments.
+  """
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("_jaxlab_help_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  seen = []
+  parse_arg = common.parse_arg
+
+  def recording(a, **defaults):
+    seen.append(defaults)
+    return parse_arg(a, **defaults)
+
+  common.parse_arg = recording
+  try:
+    config = module.get_config(arg) if arg else module.get_config()
+  finally:
+    common.parse_arg = parse_arg
+  return module, config, (seen[0] if seen else None)
+
+
+def config_help(value: str) -> str:
+  """`--help` text for `--config=value`: presets, args, fields + defaults."""
+  path, _, arg = resolve_config_arg(value).partition(":")
+  module, config, defaults = _load_config(path, arg or None)
+  name = os.path.basename(path)[:-3]
+  doc = (module.__doc__ or "").strip().split("\n\n")[0]
+  lines = [f"--config={value} ({path})", ""]
+  if doc:
+    lines += [doc, ""]
+  if defaults is not None:
+    presets = sorted(k for k, v in defaults.items() if isinstance(v, bool))
+    args = sorted((k, v) for k, v in defaults.items()
+                  if not isinstance(v, bool))
+    lines.append(f"Presets (--config={name}:P1,P2,...): "
+                 f"{', '.join(presets) or 'none'}")
+    lines.append(f"Arguments (--config={name}:KEY=VALUE): " + (
+        ", ".join(f"{k}={v!r}" for k, v in args) or "none"))
+    lines.append("")
+  lines.append(f"Fields (--config.FIELD=VALUE; defaults"
+               f"{' with ' + arg if arg else ''}):")
+  lines += [f"  {k}={v!r}" for k, v in _flatten(config)]
+  return "\n".join(lines)
+
+
+def launcher_help() -> str:
+  """`--help` text without `--config`: usage, flags, packaged configs."""
+  doc = (sys.modules[__name__].__doc__ or "").strip()
+  usage = doc.split("\n\n", 3)
+  flag_help = flags.FLAGS.module_help(sys.modules[__name__]) if (
+      __name__ != "__main__") else flags.FLAGS.main_module_help()
+  return "\n\n".join([
+      "\n\n".join(usage[:3]), "Flags:\n" + flag_help,
+      "Packaged configs (--config=NAME[:preset]; --help --config=NAME lists "
+      "its presets and fields):\n" + textwrap.fill(
+          ", ".join(packaged_configs()), 78, initial_indent="  ",
+          subsequent_indent="  ")])
+
+
+_HELP_FLAGS = ("--help", "-h", "-?", "--helpshort")
+
+
+def _config_value(argv: list[str]) -> str | None:
+  for i, a in enumerate(argv):
+    if a.startswith("--config="):
+      return a[len("--config="):]
+    if a == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
 def _entry():
+  if any(a in _HELP_FLAGS for a in sys.argv[1:]):
+    value = _config_value(sys.argv[1:])
+    try:
+      print(config_help(value) if value else launcher_help())
+    except (ValueError, FileNotFoundError, ImportError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+    sys.exit(0)
   try:
     sys.argv = _resolve_config_flag(sys.argv)
   except ValueError as e:
@@ -247,6 +371,14 @@ def _entry():
   except (ValueError, FileNotFoundError) as e:  # user errors: one clear line
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  except _optional.MissingExtraError as e:  # names the extra to install
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def entry():
+  """The `jaxlab` console script (`jaxlab --config=NAME[:preset] ...`)."""
+  _entry()
 
 
 if __name__ == "__main__":

@@ -133,7 +133,11 @@ def decoder_config() -> ml_collections.ConfigDict:
       "tie_embeddings": False,
       "param_dtype": "float32",
       "dtype": "float32",       # "bfloat16" for bf16 compute
-      "remat": False,
+      # Block remat: False/"none" | True/"full" | "minimal" (matmul outputs
+      # saved; jaxlab.models.decoder.DecoderConfig); bool or str.
+      "remat": ml_collections.FieldReference(False, field_type=object),
+      # Stack the blocks and lax.scan over them (compile time flat in depth).
+      "scan_layers": False,
       "init_std": 0.02,
   })
 
@@ -167,6 +171,10 @@ def base_config() -> ml_collections.ConfigDict:
       "tokenizer": "byte",
       "tokenizer_path": "",
       "chat_key": "messages",  # source chat_jsonl: the conversation field
+      # Chat-template keywords (template variables such as enable_thinking,
+      # tools, documents, chat_template) as a JSON object, e.g.
+      # --config.data.chat_template_kwargs='{"enable_thinking": false}'.
+      "chat_template_kwargs": "",
       "packing": "pack",      # pack | pad
   })
   c.loss = ml_collections.ConfigDict({"name": "lm"})

@@ -9,7 +9,11 @@ template are the checkpoint's own (`data.tokenizer="auto"`). `data` is a JSONL
 file, one conversation per line: `{"messages": [{"role": "user", "content":
 ...}, {"role": "assistant", "content": ...}]}`; the loss is on the assistant
 turns only (what the template renders for them, end-of-turn token included).
-`lora_rank=0` fine-tunes every weight; a rank > 0 trains LoRA factors on
+Chat-template keywords (`enable_thinking`, `tools`, ...) are
+`--config.data.chat_template_kwargs='{"enable_thinking": false}'` (a JSON
+object); a row may carry its own "tools", and messages may have content
+lists, `reasoning_content` and `tool_calls` (content null). `lora_rank=0`
+fine-tunes every weight; a rank > 0 trains LoRA factors on
 `lora.targets` and merges them at export. `export_dir` receives the merged
 weights and the tokenizer files; it loads in transformers with the same
 logits. Args: `tiny` (a few steps, for tests), `init_from`, `data`,

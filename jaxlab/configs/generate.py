@@ -18,8 +18,10 @@ decoder built from `model` (a smoke test of the whole path). Prompts are
 own tokenizer.json, a tokenizer directory, or a sentencepiece `.model` path)
 plus `chats` (a JSONL file of conversations, `{"messages": [{"role", "content"},
 ...]}` per line, rendered with the checkpoint's chat template and its
-generation prompt) or, with `tokenizer="none"`, `prompt_ids`. Generation
-stops at every eos id of the checkpoint (tokenizer and generation_config.json). Writes WORKDIR/samples.jsonl and
+generation prompt and `chat_template_kwargs`) or, with `tokenizer="none"`,
+`prompt_ids`. Text prompts get the special tokens the checkpoint's tokenizer
+adds (transformers' `add_special_tokens`: Llama 3's bos, nothing for
+Qwen). Generation stops at every eos id of the checkpoint (tokenizer and generation_config.json). Writes WORKDIR/samples.jsonl and
 WORKDIR/results.json. Args: `tiny` (random 2-layer model, 3 prompts, 24 new
 tokens: seconds on 2 CPU cores).
 """
@@ -35,6 +37,9 @@ def get_config(arg: str | None = None):
   c.dtype = "float32"          # compute dtype for a loaded checkpoint
   c.tokenizer = "byte"         # byte | auto | none | tokenizer dir | .model
   c.chats = ""                 # JSONL of conversations (needs a chat template)
+  # Chat-template keywords for `chats`, a JSON object (e.g.
+  # '{"enable_thinking": false}'); a row's own "tools" join them.
+  c.chat_template_kwargs = ""
   c.prompts = ("The quick brown fox", "def fib(n):", "Once upon a time")
   c.prompt_ids = ((1, 2, 3),)  # used when tokenizer == "none"
   c.samples_per_prompt = 1

@@ -8,11 +8,14 @@ are used (`data.tokenizer="auto"`): each question is rendered as a user turn
 with the generation prompt, and sampling stops at every eos id of the
 checkpoint. `data` is a JSONL file of `{"prompt": str, "answer": str}` rows
 (or `{"messages": [...], "answer": str}`); empty generates arithmetic
-questions ("What is 3 + 4?" -> "7"). The reward is 1 when the completion's
-answer equals the reference under `rl.reward` (a collapsing function of
-`jaxlab.evals.calibration`: numeric, normalized, exact). The GRPO update is
-the library's learner (`jaxlab.rl.learner`). `export_dir` writes the tuned
-model as a HF checkpoint with the tokenizer files.
+questions ("What is 3 + 4?" -> "7"). Chat-template keywords (e.g.
+`--config.data.chat_template_kwargs='{"enable_thinking": false}'`, a JSON
+object) reach the template; a row's own "tools" join them. The reward is 1
+when the completion's answer equals the reference under `rl.reward` (a
+collapsing function of `jaxlab.evals.calibration`: numeric, normalized,
+exact). The GRPO update is the library's learner (`jaxlab.rl.learner`).
+`export_dir` writes the tuned model as a HF checkpoint with the tokenizer
+files.
 
 Args: `tiny` (no checkpoint: a random byte-level decoder, 3 steps, for
 tests), `init_from`, `data`, `eval_data`, `steps`, `export_dir`.

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab import _optional
+
 SAMPLE_RATE = 16000
 
 # Spec E.3 training ranges: type -> (low, high) of SNR in dB or bit depth.
@@ -56,7 +58,7 @@ def read_wav(path: str, *, sample_rate: int = SAMPLE_RATE,
   Channels are averaged. A file at another rate is an error naming both
   rates, unless `resample=True` (polyphase resampling, scipy).
   """
-  import soundfile  # pylint: disable=g-import-not-at-top
+  soundfile = _optional.require("soundfile", "audio")
   try:
     data, rate = soundfile.read(path, dtype="float32", always_2d=True)
   except RuntimeError as e:  # soundfile's LibsndfileError
@@ -75,7 +77,7 @@ def read_wav(path: str, *, sample_rate: int = SAMPLE_RATE,
 def write_wav(path: str, wave: np.ndarray, *,
               sample_rate: int = SAMPLE_RATE) -> None:
   """Writes float mono `wave` as 16-bit PCM WAV."""
-  import soundfile  # pylint: disable=g-import-not-at-top
+  soundfile = _optional.require("soundfile", "audio")
   soundfile.write(path, np.asarray(wave, np.float32), sample_rate,
                   subtype="PCM_16")
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
+from jaxlab import _optional
 from jaxlab import registry
 from jaxlab.data import pipeline
 
@@ -33,7 +34,7 @@ def digits(**unused) -> tuple[np.ndarray, np.ndarray]:
   """scikit-learn's bundled digits: `[1797, 8, 8, 1]` float32 in [0, 1]."""
   if unused:
     raise ValueError(f"data: digits takes no options, got {sorted(unused)}")
-  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+  datasets = _optional.require("sklearn.datasets", "vision")
   d = datasets.load_digits()
   x = (d.images.astype(np.float32) / 16.0)[..., None]
   return x, d.target.astype(np.int32)

@@ -149,6 +149,9 @@ def batched_dataset(examples: Sequence[Any] | grain.MapDataset, *,
   (`drop_remainder`). The result is a `MapDataset`, so `iter(ds)` is a
   checkpointable `DatasetIterator` whose state is the number of batches read.
   """
+  if int(global_batch) < 1:
+    raise ValueError(f"batch size {global_batch} must be at least 1 "
+                     "(train.batch_size, train.eval_batch_size)")
   pi = jax.process_index() if process_index is None else process_index
   pc = jax.process_count() if process_count is None else process_count
   if local_rows is None:
@@ -227,15 +230,17 @@ def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
   return make(texts), (make(eval_texts) if eval_texts else None)
 
 
-def chat_examples(conversations: Iterable[Sequence[dict[str, Any]]],
-                  tokenizer, *, seq_len: int,
-                  mode: str = "pad") -> list[dict[str, np.ndarray]]:
+def chat_examples(conversations: Iterable[Any], tokenizer, *, seq_len: int,
+                  mode: str = "pad",
+                  template_kwargs: dict[str, Any] | None = None
+                  ) -> list[dict[str, np.ndarray]]:
   """Chat conversations -> LM examples with the loss on assistant tokens.
 
-  Each conversation is rendered with the tokenizer's chat template
-  (`HFTokenizer.chat_loss_mask`): system/user turns and the template's
-  role headers are context, the assistant turns (end-of-turn tokens
-  included) are targets.
+  Each conversation (a message list, or a `sources.read_chat_rows` row whose
+  `tools`/`documents` join `template_kwargs`) is rendered with the
+  tokenizer's chat template (`HFTokenizer.chat_loss_mask`): system/user
+  turns and the template's role headers are context, the assistant turns
+  (end-of-turn tokens included) are targets.
   """
   if not hasattr(tokenizer, "chat_loss_mask"):
     raise ValueError(
@@ -243,8 +248,11 @@ def chat_examples(conversations: Iterable[Sequence[dict[str, Any]]],
         f"template (data.tokenizer='auto' or 'hf'), got "
         f"{type(tokenizer).__name__}")
   ids, masks = [], []
-  for messages in conversations:
-    doc_ids, doc_mask = tokenizer.chat_loss_mask(messages)
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  for conv in conversations:
+    messages = conv["messages"] if isinstance(conv, dict) else conv
+    doc_ids, doc_mask = tokenizer.chat_loss_mask(
+        messages, **tokenizers.row_template_kwargs(conv, template_kwargs))
     ids.append(doc_ids)
     masks.append(doc_mask)
   return lm_examples(ids, seq_len=seq_len, pad_id=tokenizer.pad_id,
@@ -257,13 +265,17 @@ def _chat_sources(data_cfg, *, seq_len: int, tokenizer, mode: str):
     raise ValueError("data.source='chat_jsonl' needs data.path (JSONL, one "
                      "conversation per line under data.chat_key)")
   key = data_cfg.get("chat_key", "messages")
-  convs = sources.read_chat_jsonl(data_cfg.path, key=key)
+  convs = sources.read_chat_rows(data_cfg.path, key=key)
   eval_convs = None
   if data_cfg.get("eval_path"):
-    eval_convs = sources.read_chat_jsonl(data_cfg.eval_path, key=key)
+    eval_convs = sources.read_chat_rows(data_cfg.eval_path, key=key)
   else:
     n_eval = int(len(convs) * float(data_cfg.get("eval_fraction", 0.05)))
     if n_eval:
       convs, eval_convs = convs[:-n_eval], convs[-n_eval:]
-  make = lambda c: chat_examples(c, tokenizer, seq_len=seq_len, mode=mode)
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  kwargs = tokenizers.template_kwargs(data_cfg.get("chat_template_kwargs"),
+                                      field="data.chat_template_kwargs")
+  make = lambda c: chat_examples(c, tokenizer, seq_len=seq_len, mode=mode,
+                                 template_kwargs=kwargs)
   return make(convs), (make(eval_convs) if eval_convs else None)

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab import _optional
+
 _SUBJECTS = ("the cat", "the dog", "a bird", "my friend", "the teacher",
              "a small child", "the old man", "our neighbour", "the robot",
              "a farmer")
@@ -109,7 +111,7 @@ def tfds_source(name: str, *, split: str, data_dir: str,
   Uses `tfds.data_source` (ArrayRecord files). With `text_key`, items are
   that field decoded to str; otherwise feature dicts.
   """
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  tfds = _optional.require("tensorflow_datasets", "tfds")
   if not data_dir or not os.path.isdir(data_dir):
     raise FileNotFoundError(f"TFDS data_dir not found: {data_dir!r} (prepare "
                             f"{name!r} there first; nothing downloads)")
@@ -123,23 +125,75 @@ def tfds_source(name: str, *, split: str, data_dir: str,
   return source if text_key is None else _FieldSource(source, text_key)
 
 
-def read_chat_jsonl(path: str, *, key: str = "messages"
-                    ) -> list[list[dict[str, Any]]]:
-  """Conversations of a chat JSONL file: each row `{key: [{role, content}]}`.
+# Row fields besides the messages that are chat-template keywords.
+CHAT_ROW_KWARGS = ("tools", "documents")
 
-  A row may also be a bare list of messages. Raises ValueError naming
-  `path:line` for a row that is not a list of role/content messages.
+
+def _message_problem(m: Any) -> str | None:
+  """Why `m` is not a chat message (None when it is one)."""
+  if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+    return "a message must be a dict with a string 'role'"
+  content = m.get("content")
+  calls = m.get("tool_calls")
+  if calls is not None and not (isinstance(calls, list) and all(
+      isinstance(c, dict) for c in calls)):
+    return "'tool_calls' must be a list of dicts"
+  if content is None:
+    return None if calls else ("'content' may be null only beside "
+                               "'tool_calls'")
+  if isinstance(content, str):
+    return None
+  if isinstance(content, list) and all(
+      isinstance(part, dict) and isinstance(part.get("type"), str)
+      for part in content):
+    return None  # content parts: {"type": "text" | "image" | ..., ...}
+  return ("'content' must be a string, a list of {'type': ...} parts or "
+          "null (with 'tool_calls')")
+
+
+def read_chat_rows(path: str, *, key: str = "messages"
+                   ) -> list[dict[str, Any]]:
+  """Rows of a chat JSONL file: `{"messages": [...], "tools": [...]?}`.
+
+  Each row is `{key: [messages], "tools"?: [...], "documents"?: [...]}` or a
+  bare list of messages. A message is `{"role": str, "content": str | [parts]
+  | null, ...}` (content parts such as `{"type": "image"}` / `{"type":
+  "text", "text": ...}`; null content beside `tool_calls`); other message
+  fields (`tool_calls`, `reasoning_content`, `name`, ...) are kept for the
+  chat template. The returned rows have the messages under "messages" and
+  the row's `tools`/`documents` (chat-template keywords) when present.
+  Raises ValueError naming `path:line` for a malformed row.
   """
-  convs = []
+  rows = []
   for lineno, row in enumerate(read_jsonl(path, text_key=None), start=1):
     messages = row.get(key) if isinstance(row, dict) else row
-    ok = isinstance(messages, list) and messages and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str)
-        and isinstance(m.get("content"), str) for m in messages)
-    if not ok:
-      raise ValueError(
-          f"{path}: conversation {lineno}: expected a non-empty list of "
-          f"{{'role': str, 'content': str}} messages under {key!r}, got "
-          f"{str(row)[:80]!r}")
-    convs.append(messages)
-  return convs
+    problem = None
+    if not isinstance(messages, list) or not messages:
+      problem = f"expected a non-empty list of messages under {key!r}"
+    else:
+      for j, m in enumerate(messages):
+        why = _message_problem(m)
+        if why:
+          problem = f"message {j}: {why}"
+          break
+    extras = {}
+    if problem is None and isinstance(row, dict):
+      for name in CHAT_ROW_KWARGS:
+        if row.get(name) is not None:
+          if not isinstance(row[name], list):
+            problem = f"{name!r} must be a list"
+          extras[name] = row[name]
+    if problem:
+      raise ValueError(f"{path}: conversation {lineno}: {problem}, got "
+                       f"{str(row)[:80]!r}")
+    rows.append({"messages": messages, **extras})
+  return rows
+
+
+def read_chat_jsonl(path: str, *, key: str = "messages"
+                    ) -> list[list[dict[str, Any]]]:
+  """The conversations (message lists) of a chat JSONL file.
+
+  See `read_chat_rows`, which also keeps each row's `tools`/`documents`.
+  """
+  return [row["messages"] for row in read_chat_rows(path, key=key)]

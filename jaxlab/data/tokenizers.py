@@ -2,11 +2,16 @@
 
 `ByteTokenizer` needs no files (UTF-8 bytes + a few specials, optionally extra
 named special tokens such as FIM sentinels); `SentencePieceTokenizer` wraps a
-`.model` file. Both expose encode/decode, bos/eos/pad ids and vocab_size.
+`.model` file (both for the miniatures). `from_pretrained(path)` is a Hugging
+Face checkpoint's own tokenizer through `transformers.AutoTokenizer`
+(`jaxlab.data.hf_tokenizer.HFTokenizer`: chat templates, assistant masks).
+All expose encode/decode, bos/eos/pad ids and vocab_size.
 """
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+import json
+from typing import Any
 
 
 class Tokenizer(abc.ABC):
@@ -181,12 +186,51 @@ class SentencePieceTokenizer(Tokenizer):
 def from_pretrained(path: str) -> Tokenizer:
   """A Hugging Face checkpoint directory's own tokenizer (`HFTokenizer`).
 
-  `tokenizer.json` through the `tokenizers` library (sentencepiece
-  `tokenizer.model` as the fallback), special tokens and the chat template
-  from the checkpoint's configs; see `jaxlab.data.hf_tokenizer`.
+  Loaded with `transformers.AutoTokenizer` (tokenizer.json, or an older
+  checkpoint's tokenizer.model): `encode(text)`, `decode(ids,
+  skip_special_tokens=)`, `apply_chat_template(messages, *,
+  add_generation_prompt=True, **template_kwargs) -> list[int]` and
+  `chat_loss_mask(messages, **template_kwargs) -> (ids, mask)`; see
+  `jaxlab.data.hf_tokenizer`.
   """
   from jaxlab.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
   return hf_tokenizer.from_pretrained(path)
+
+
+def template_kwargs(value: Any, *,
+                    field: str = "chat_template_kwargs") -> dict[str, Any]:
+  """Chat-template keywords from a config value.
+
+  `None`/`""` -> {}; a JSON object as text (the command line:
+  `--config.data.chat_template_kwargs='{"enable_thinking": false}'`); or a
+  mapping (a dict or ConfigDict set in a config file). The keywords go to
+  `apply_chat_template`: template variables (`enable_thinking`, ...),
+  `tools`, `documents`, `chat_template`.
+  """
+  if value is None or (isinstance(value, str) and not value.strip()):
+    return {}
+  if isinstance(value, str):
+    try:
+      value = json.loads(value)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{field}={value!r}: not a JSON object ({e})") from None
+  if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
+    value = value.to_dict()
+  if not isinstance(value, Mapping):
+    raise ValueError(f"{field}: expected a JSON object of chat-template "
+                     f"keywords, got {value!r}")
+  return dict(value)
+
+
+def row_template_kwargs(row: Any, base: Mapping[str, Any] | None = None
+                        ) -> dict[str, Any]:
+  """`base` keywords plus a data row's own `tools` / `documents`."""
+  out = dict(base or {})
+  if isinstance(row, Mapping):
+    for name in ("tools", "documents"):
+      if row.get(name) is not None:
+        out[name] = row[name]
+  return out
 
 
 TOKENIZER_NAMES = ("byte", "sentencepiece", "auto", "hf")

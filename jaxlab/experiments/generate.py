@@ -11,7 +11,9 @@ of the checkpoint's generation config) and writes:
                          completion ids/text, per-token sampling and model
                          log-probs, whether it stopped on eos
   WORKDIR/results.json   counts, mean completion length, mean model
-                         log-prob per token, generation tokens/s
+                         log-prob per token, generation tokens/s, with
+                         the command, commit, versions and config
+                         (`jaxlab.experiments.results` schema)
 """
 
 import json
@@ -24,6 +26,7 @@ from flax import nnx
 
 from jaxlab.data import tokenizers
 from jaxlab.decoding import sampler
+from jaxlab.experiments import results as results_lib
 from jaxlab.io import hf
 from jaxlab.models import decoder as dec
 from jaxlab.models import registry as model_registry
@@ -61,10 +64,13 @@ def _prompts(config, tok) -> tuple[list[list[int]], list[Any]]:
                        f"chat template (config.tokenizer='auto'), got "
                        f"{type(tok).__name__}")
     from jaxlab.data import sources  # pylint: disable=g-import-not-at-top
-    for messages in sources.read_chat_jsonl(config.chats):
-      ids.append(tok.apply_chat_template(messages,
-                                         add_generation_prompt=True))
-      texts.append(messages)
+    kwargs = tokenizers.template_kwargs(
+        config.get("chat_template_kwargs"), field="config.chat_template_kwargs")
+    for row in sources.read_chat_rows(config.chats):
+      ids.append(tok.apply_chat_template(
+          row["messages"], add_generation_prompt=True,
+          **tokenizers.row_template_kwargs(row, kwargs)))
+      texts.append(row["messages"])
   if not ids:
     raise ValueError("nothing to generate: config.prompts and config.chats "
                      "are both empty")
@@ -83,6 +89,7 @@ def _model(config, tok) -> tuple[Any, dec.DecoderConfig]:
 
 
 def run(config, workdir: str) -> dict[str, Any]:
+  start_time = time.time()
   os.makedirs(workdir, exist_ok=True)
   tok = _tokenizer(config)
   model, cfg = _model(config, tok)
@@ -136,6 +143,6 @@ def run(config, workdir: str) -> dict[str, Any]:
       "generated_tokens_per_s": total / seconds,
       "samples_file": os.path.join(workdir, "samples.jsonl"),
   }
-  with open(os.path.join(workdir, "results.json"), "w") as fh:
-    json.dump(results, fh, indent=2)
+  results_lib.write(workdir, "generate", fields=results, config=config,
+                    start_time=start_time)
   return results

@@ -54,6 +54,10 @@ Schema of the file (schema version 1)::
                       "a": "PMC", "b": "GD", "label": "PMC − GD"}],
      "extra": {...}}
 
+An experiment whose outcome is a flat dict of final values rather than
+per-seed tables (`train`, `generate`) passes it as `fields`: those keys sit at
+the top level next to the provenance (`results.json["loss"]`), `tables` empty.
+
 Values are stored raw (unscaled); `Column.scale` and `Column.decimals` are
 only for display. A cell's `seeds[i]` is the seed that produced `values[i]`;
 comparisons pair two rows' values by seed. A cell that is not a per-seed
@@ -272,7 +276,8 @@ def _config_dict(config: Any) -> Any:
 def build(experiment: str, *, tables: Sequence[Table] = (),
           comparisons: Sequence[Comparison] = (), extra: Any = None,
           config: Any = None, start_time: float | None = None,
-          argv: Sequence[str] | None = None) -> dict[str, Any]:
+          argv: Sequence[str] | None = None,
+          fields: dict[str, Any] | None = None) -> dict[str, Any]:
   """The results dict (what `write` saves); see the module docstring."""
   ids = [t.id for t in tables]
   if len(set(ids)) != len(ids):
@@ -286,7 +291,7 @@ def build(experiment: str, *, tables: Sequence[Table] = (),
       raise ValueError(f"comparison on unknown column {c.column!r} of "
                        f"{c.table!r}")
   now = time.time()
-  return {
+  res = {
       "schema": SCHEMA_VERSION,
       "experiment": experiment,
       "command": command_line(argv),
@@ -306,12 +311,20 @@ def build(experiment: str, *, tables: Sequence[Table] = (),
       "comparisons": [c.to_json() for c in comparisons],
       "extra": to_jsonable(extra) if extra is not None else {},
   }
+  if fields:
+    clash = sorted(set(fields) & set(res))
+    if clash:
+      raise ValueError(f"results fields {clash} collide with keys of the "
+                       "results.json schema")
+    res.update(to_jsonable(dict(fields)))
+  return res
 
 
 def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
           comparisons: Sequence[Comparison] = (), extra: Any = None,
           config: Any = None, start_time: float | None = None,
-          argv: Sequence[str] | None = None) -> dict[str, Any]:
+          argv: Sequence[str] | None = None,
+          fields: dict[str, Any] | None = None) -> dict[str, Any]:
   """Writes `workdir/results.json` in the standard schema; returns the dict.
 
   Args:
@@ -323,9 +336,13 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
     config: the run's ConfigDict (saved so a rerun can be checked).
     start_time: `time.time()` at the start of the run (for the wall time).
     argv: the command line (default `sys.argv`).
+    fields: flat final values kept at the top level of the file, next to
+      the provenance (`train`'s and `generate`'s metrics: `res["loss"]`);
+      a name the schema uses is an error.
   """
   res = build(experiment, tables=tables, comparisons=comparisons,
-              extra=extra, config=config, start_time=start_time, argv=argv)
+              extra=extra, config=config, start_time=start_time, argv=argv,
+              fields=fields)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "results.json")
   tmp = path + ".tmp"

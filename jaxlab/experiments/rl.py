@@ -84,15 +84,21 @@ def _model(config, tok):
   return decoder_lib.Decoder(cfg, rngs=nnx.Rngs(int(config.seed))), cfg
 
 
-def encoder(tok, *, chat: bool):
-  """question row -> prompt ids (chat template when there is one)."""
+def encoder(tok, *, chat: bool, template_kwargs=None):
+  """question row -> prompt ids (chat template when there is one).
+
+  `template_kwargs` (and a row's own `tools`/`documents`) go to the chat
+  template (e.g. `enable_thinking`).
+  """
   use_chat = chat and getattr(tok, "chat_template", None)
 
   def encode(row) -> list[int]:
     messages = row.get("messages") or [{"role": "user",
                                         "content": row["prompt"]}]
     if use_chat:
-      return tok.apply_chat_template(messages, add_generation_prompt=True)
+      return tok.apply_chat_template(
+          messages, add_generation_prompt=True,
+          **tokenizers.row_template_kwargs(row, template_kwargs))
     if "prompt" not in row:
       raise ValueError("a 'messages' row needs a tokenizer with a chat "
                        "template (data.tokenizer='auto')")
@@ -131,7 +137,10 @@ def run(config, workdir: str) -> dict[str, Any]:
                      f"only {mcfg.vocab_size}")
   train, held_out = questions(config)
   held_out = held_out[:rl.eval_questions]
-  encode = encoder(tok, chat=bool(rl.chat))
+  encode = encoder(tok, chat=bool(rl.chat),
+                   template_kwargs=tokenizers.template_kwargs(
+                       config.data.get("chat_template_kwargs"),
+                       field="data.chat_template_kwargs"))
   train_prompts = [encode(r) for r in train]
   eval_prompts = [encode(r) for r in held_out]
   eos_ids = tuple(getattr(tok, "eos_ids", (tok.eos_id,)))

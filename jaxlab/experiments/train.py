@@ -1,16 +1,19 @@
 """Experiment "train": the generic trainer on `config.model` / `config.data`.
 
-Writes `WORKDIR/results.json` with the final (train and eval) metrics and a
-loss-curve PNG; with `config.export_dir`, also the trained model as a Hugging
-Face checkpoint (merged LoRA, the checkpoint's tokenizer files).
+Writes `WORKDIR/results.json` (`jaxlab.experiments.results` schema: command,
+git commit, package versions, machine, config; the final train and eval
+metrics at its top level) and a loss-curve PNG; with `config.export_dir`,
+also the trained model as a Hugging Face checkpoint (merged LoRA, the
+checkpoint's tokenizer files).
 """
 
-import json
 import os
+import time
 from typing import Any
 
 import jax
 
+from jaxlab.experiments import results as results_lib
 from jaxlab.train import metrics as metrics_lib
 from jaxlab.train import trainer
 
@@ -62,6 +65,7 @@ def export(config, ts) -> str:
 
 
 def run(config, workdir: str) -> dict[str, Any]:
+  start_time = time.time()
   out = trainer.train(config, workdir)
   ts = out.pop("train_state", None)
   if config.export_dir and not out["preempted"] and jax.process_index() == 0:
@@ -73,6 +77,6 @@ def run(config, workdir: str) -> dict[str, Any]:
   # Only process 0 writes: every process of a multi-host run shares WORKDIR.
   if not out["preempted"] and jax.process_index() == 0:
     out["plot"] = plot_loss(workdir)
-    with open(os.path.join(workdir, "results.json"), "w") as f:
-      json.dump(out, f, indent=2)
+    results_lib.write(workdir, "train", fields=out, config=config,
+                      start_time=start_time)
   return out

@@ -34,6 +34,12 @@ Layout mapping (HF `nn.Linear.weight` is `[out, in]`):
 Architectures: Llama; Qwen2 (q/k/v biases); Qwen3 (no biases, per-head q/k
 RMSNorm, `head_dim` independent of `hidden_size`); Mistral (Llama weights
 with a sliding window on every layer). torch is never imported.
+
+Scanned models (`scan_layers=True`, e.g. `load(path, scan_layers=True)`):
+the per-layer HF tensors of the layers j, j + P, ... are converted and
+stacked on the host into the `[L / P, ...]` params of `scan_blocks[j]`
+(placed once with the stacked sharding), and `save` splits them back, so a
+scanned model reads and writes the same HF tensors as the unrolled one.
 """
 
 from collections.abc import Callable, Mapping
@@ -321,6 +327,11 @@ def config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
   if cfg.nope_layers:
     raise ValueError(f"nope_layers={cfg.nope_layers} has no Llama/Qwen2 "
                      "equivalent")
+  if cfg.sliding_rope_theta is not None or any(
+      spec.sliding_window != cfg.sliding_window for spec in cfg.layer_specs):
+    raise ValueError(f"per-layer attention (layer_types={cfg.layer_types}, "
+                     f"sliding_rope_theta={cfg.sliding_rope_theta}) has no "
+                     "Llama/Qwen2/Mistral equivalent")
   if cfg.qk_norm and cfg.qkv_bias:
     raise ValueError("q/k norm together with qkv biases has no transformers "
                      "architecture (Qwen3 has no biases)")
@@ -439,6 +450,16 @@ def _hf_names(cfg: decoder_lib.DecoderConfig
   return table
 
 
+def _layer_paths(cfg: decoder_lib.DecoderConfig, param_path: tuple
+                 ) -> list[tuple[Any, ...]] | None:
+  """Unrolled paths ("layers", i, ...) of the layers stacked in a scanned
+  param ("scan_blocks", j, ...), in stacking order; None for other params."""
+  if not param_path or param_path[0] != "scan_blocks":
+    return None
+  return [("layers", i) + tuple(param_path[2:])
+          for i in cfg.scan_layer_ids(int(param_path[1]))]
+
+
 def _weight_files(path: str) -> dict[str, str]:
   """HF tensor name -> file path (single file or sharded index)."""
   index_path = os.path.join(path, INDEX_FILE)
@@ -529,7 +550,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
       mesh axes do not divide, e.g. 2 KV heads on 4 tensor devices, stays
       replicated).
     **config_overrides: further `DecoderConfig` fields (e.g. `remat=True`,
-      `attention_impl="cudnn"`).
+      `attention_impl="cudnn"`, `scan_layers=True`: a scanned model whose
+      stacked params are the layers' HF tensors stacked).
 
   Returns:
     (model, cfg): the filled `Decoder` and its `DecoderConfig`.
@@ -560,29 +582,38 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
 
   handles: dict[str, Any] = {}
   flat = []
+
+  def read(param_path):
+    """One unrolled param, converted from its HF tensor (host numpy)."""
+    if param_path not in table:
+      raise ValueError(f"internal: no HF tensor mapped to {param_path}")
+    name, hf_shape, to_ours, _ = table[param_path]
+    if name not in files:
+      where = os.path.join(path, INDEX_FILE if os.path.exists(
+          os.path.join(path, INDEX_FILE)) else SINGLE_FILE)
+      raise ValueError(f"{where}: missing tensor {name!r}")
+    file = files[name]
+    if file not in handles:
+      handles[file] = _open_safetensors(file).__enter__()
+    found_shape = tuple(handles[file].get_slice(name).get_shape())
+    if found_shape != hf_shape:
+      raise ValueError(
+          f"{file}: tensor {name!r} has shape {found_shape}, expected "
+          f"{hf_shape} from {CONFIG_FILE}")
+    try:
+      raw = handles[file].get_tensor(name)
+    except Exception as e:  # a shard cut short after its header
+      raise ValueError(f"{file}: cannot read tensor {name!r} ({e}); the "
+                       "file may be truncated") from None
+    return to_ours(raw).astype(target_np_dtype)
+
   try:
     for param_path, var in nnx.to_flat_state(abs_state):
-      if param_path not in table:
-        raise ValueError(f"internal: no HF tensor mapped to {param_path}")
-      name, hf_shape, to_ours, _ = table[param_path]
-      if name not in files:
-        where = os.path.join(path, INDEX_FILE if os.path.exists(
-            os.path.join(path, INDEX_FILE)) else SINGLE_FILE)
-        raise ValueError(f"{where}: missing tensor {name!r}")
-      file = files[name]
-      if file not in handles:
-        handles[file] = _open_safetensors(file).__enter__()
-      found_shape = tuple(handles[file].get_slice(name).get_shape())
-      if found_shape != hf_shape:
-        raise ValueError(
-            f"{file}: tensor {name!r} has shape {found_shape}, expected "
-            f"{hf_shape} from {CONFIG_FILE}")
-      try:
-        raw = handles[file].get_tensor(name)
-      except Exception as e:  # a shard cut short after its header
-        raise ValueError(f"{file}: cannot read tensor {name!r} ({e}); the "
-                         "file may be truncated") from None
-      arr = to_ours(raw).astype(target_np_dtype)
+      stacked = _layer_paths(cfg, param_path)
+      if stacked is None:
+        arr = read(param_path)
+      else:  # scanned: the layers' tensors stacked on the host
+        arr = np.stack([read(p) for p in stacked])
       expected = var.get_value().shape
       assert arr.shape == expected, (param_path, arr.shape, expected)
       if shardings is not None:
@@ -612,14 +643,20 @@ def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
   table = _hf_names(cfg)
   tensors = {}
   for param_path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-    if param_path not in table:
-      raise ValueError(f"parameter {param_path} has no HF equivalent")
-    name, hf_shape, _, to_hf = table[param_path]
-    arr = np.ascontiguousarray(to_hf(np.asarray(var.get_value())))
-    if arr.shape != hf_shape:
-      raise ValueError(f"parameter {param_path} gives {name!r} of shape "
-                       f"{arr.shape}, expected {hf_shape}")
-    tensors[name] = arr
+    value = np.asarray(var.get_value())
+    stacked = _layer_paths(model.cfg, param_path)
+    # A scanned param holds the layers `stacked` along its first axis.
+    pieces = ([(param_path, value)] if stacked is None
+              else list(zip(stacked, value)))
+    for piece_path, piece in pieces:
+      if piece_path not in table:
+        raise ValueError(f"parameter {param_path} has no HF equivalent")
+      name, hf_shape, _, to_hf = table[piece_path]
+      arr = np.ascontiguousarray(to_hf(piece))
+      if arr.shape != hf_shape:
+        raise ValueError(f"parameter {param_path} gives {name!r} of shape "
+                         f"{arr.shape}, expected {hf_shape}")
+      tensors[name] = arr
   safetensors.numpy.save_file(tensors, os.path.join(path, SINGLE_FILE),
                               metadata={"format": "pt"})
   with open(os.path.join(path, CONFIG_FILE), "w") as fh:

@@ -16,11 +16,22 @@ slots); `forward(allowed_mask=...)` replaces the causal/window rule by an
 explicit boolean mask, and `forward(output_attentions=True)` returns each
 layer's attention probabilities (explicit float32 softmax, the quantity of
 transformers' eager `output_attentions`).
+
+TPU-scale training: `DecoderConfig.remat` picks a rematerialisation policy
+("full", "minimal", "none") and `scan_layers=True` stacks the blocks'
+parameters along a leading "layers" axis and runs the layers as one
+`jax.lax.scan` (MaxText's scan_layers), so the compiled program holds one
+block (one period of a per-layer pattern) whatever the depth. Every
+`forward` option (KV cache, taps, per-layer RoPE weights) works scanned and
+gives the unrolled result; `stack_layers` / `unstack_layers` convert a
+model between the two layouts exactly.
 """
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +68,31 @@ class DecoderConfig:
   `{"method": "yarn", "factor": 4.0, "original_max_position": 2048}` (the
   `config.model.rope_scaling` section); None, {} or method "default" is
   plain RoPE and is stored as None.
+
+  `remat` (rematerialisation of each block in the backward pass) is one of
+  False / "none" (keep all activations), True / "full" (save only each
+  block's input, recompute everything inside it) or "minimal" (save the
+  matmul outputs, recompute the rest). "minimal" is
+  `jax.checkpoint_policies.dots_with_no_batch_dims_saveable`: it saves the
+  outputs of the dot_generals without batch dimensions, i.e. the q/k/v/o
+  and MLP projections (`[B, T, *]`, linear in T, and the expensive FLOPs),
+  and recomputes the attention scores/probabilities (batched over B and
+  heads, `[B, N, T, S]`, quadratic in T) and all elementwise work (norms,
+  RoPE, SiLU), the usual compute/memory trade-off of MaxText's "minimal"
+  policy. It is stored normalised: False, True or "minimal".
+
+  Per-layer pattern: layer i has a `LayerSpec` (`layer_spec(i)`): whether it
+  uses RoPE (`nope_layers`), its sliding window (`layer_types[i]` ==
+  "sliding_attention" uses `sliding_window`; with no `layer_types` every
+  layer uses `sliding_window`, as before) and its RoPE base
+  (`sliding_rope_theta` for sliding layers, Gemma 3's local base). With
+  `scan_layers` the blocks' parameters are stacked along a leading "layers"
+  axis and `forward` runs a `jax.lax.scan` over them. A pattern of period P
+  (`scan_period`, default the smallest period of the specs) scans as a
+  repeated block of P layers: position j of the block holds layers
+  j, j + P, ... stacked `[L / P, ...]` (Gemma 3: P = 6). A pattern with no
+  period below L scans one step of L unrolled layers (correct, but compile
+  time then grows with depth; `Decoder` warns).
   """
   vocab_size: int = 512
   dim: int = 128
@@ -77,9 +113,17 @@ class DecoderConfig:
   nope_layers: tuple[int, ...] = ()
   param_dtype: str = "float32"
   dtype: str = "float32"
-  remat: bool = False
+  remat: bool | str = False  # False/"none" | True/"full" | "minimal"
   init_std: float = 0.02
   attention_impl: str | None = None
+  # Per-layer "full_attention" / "sliding_attention" (HF `layer_types`);
+  # () = every layer uses `sliding_window` (None: full attention).
+  layer_types: tuple[str, ...] = ()
+  # RoPE base of the sliding-window layers (Gemma 3's `rope_local_base_freq`),
+  # which then use plain RoPE (no `rope_scaling`); None = like other layers.
+  sliding_rope_theta: float | None = None
+  scan_layers: bool = False
+  scan_period: int | None = None  # None: smallest period of the layer specs
 
   def __post_init__(self):
     # One reading of `rope_scaling` (jaxlab.nn.rope.normalize_scaling): a
@@ -98,6 +142,68 @@ class DecoderConfig:
       if not 0 <= i < self.num_layers:
         raise ValueError(f"nope_layers entry {i} outside [0, {self.num_layers})")
     to_dtype(self.param_dtype), to_dtype(self.dtype)
+    object.__setattr__(self, "remat", _normalize_remat(self.remat))
+    object.__setattr__(self, "layer_types", tuple(self.layer_types))
+    if self.layer_types:
+      if len(self.layer_types) != self.num_layers:
+        raise ValueError(f"layer_types has {len(self.layer_types)} entries "
+                         f"for num_layers={self.num_layers}")
+      bad = set(self.layer_types) - set(LAYER_TYPES)
+      if bad:
+        raise ValueError(f"layer_types entries {sorted(bad)} unknown; valid: "
+                         f"{', '.join(LAYER_TYPES)}")
+      if "sliding_attention" in self.layer_types and (
+          self.sliding_window is None):
+        raise ValueError("layer_types has sliding_attention layers but "
+                         "sliding_window is None")
+    if self.scan_period is not None:
+      p = int(self.scan_period)
+      if p < 1 or self.num_layers % p:
+        raise ValueError(f"scan_period={p} must divide num_layers="
+                         f"{self.num_layers}")
+      specs = self.layer_specs
+      for i, spec in enumerate(specs):
+        if spec != specs[i % p]:
+          raise ValueError(
+              f"scan_period={p}: layer {i} ({spec}) differs from layer "
+              f"{i % p} ({specs[i % p]}); the layer pattern (nope_layers, "
+              "layer_types) is not periodic with this period; use "
+              "scan_period=None (the smallest period) or scan_layers=False")
+
+  def layer_spec(self, i: int) -> "LayerSpec":
+    """The static per-layer attributes of layer `i`."""
+    sliding = (self.layer_types[i] == "sliding_attention" if self.layer_types
+               else self.sliding_window is not None)
+    return LayerSpec(
+        use_rope=i not in self.nope_layers,
+        sliding_window=self.sliding_window if sliding else None,
+        rope_theta=self.sliding_rope_theta if sliding else None)
+
+  @property
+  def layer_specs(self) -> tuple["LayerSpec", ...]:
+    return tuple(self.layer_spec(i) for i in range(self.num_layers))
+
+  @property
+  def resolved_scan_period(self) -> int:
+    """`scan_period`, or the smallest P dividing L with spec i == i % P."""
+    if self.scan_period is not None:
+      return int(self.scan_period)
+    specs, n = self.layer_specs, self.num_layers
+    for p in range(1, n + 1):
+      if n % p == 0 and all(s == specs[i % p] for i, s in enumerate(specs)):
+        return p
+    return n
+
+  def scan_layer_ids(self, position: int) -> range:
+    """The layers stacked at `position` of the scanned block: j, j + P, ..."""
+    return range(position, self.num_layers, self.resolved_scan_period)
+
+  @property
+  def remat_policy(self) -> Any:
+    """The `jax.checkpoint` policy of `remat` (None: save nothing)."""
+    if self.remat == "minimal":
+      return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    return None
 
   @property
   def resolved_head_dim(self) -> int:
@@ -111,12 +217,17 @@ class DecoderConfig:
   def replace(self, **kw) -> "DecoderConfig":
     return dataclasses.replace(self, **kw)
 
-  def rope_tables(self, seq_len: int | None = None) -> tuple[Any, float]:
+  def rope_tables(self, seq_len: int | None = None,
+                  theta: float | None = None) -> tuple[Any, float]:
     """(inv_freq `[head_dim // 2]`, attention_scale) for this config.
 
     `seq_len` (a static Python int) is the current sequence length; only
     length-dependent scalings (dynamic NTK) use it, the others ignore it.
+    `theta` (a `LayerSpec.rope_theta`): plain RoPE with this base instead.
     """
+    if theta is not None:
+      return rope_lib.scaling_tables(None, head_dim=self.resolved_head_dim,
+                                     base=theta, seq_len=seq_len)
     return rope_lib.scaling_tables(self.rope_scaling,
                                    head_dim=self.resolved_head_dim,
                                    base=self.rope_theta, seq_len=seq_len)
@@ -131,6 +242,27 @@ class DecoderConfig:
     block = attn + 3 * self.dim * self.mlp_dim + 2 * self.dim
     emb = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
     return self.num_layers * block + emb + self.dim
+
+
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _normalize_remat(remat) -> bool | str:
+  """False/None/"none" -> False, True/"full" -> True, "minimal" stays."""
+  if not isinstance(remat, str):
+    return bool(remat)
+  if remat in ("none", "full", "minimal"):
+    return {"none": False, "full": True}.get(remat, remat)
+  raise ValueError(f"remat={remat!r} unknown; valid: False/'none', "
+                   "True/'full', 'minimal'")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """Static attributes of one layer (equal specs can share a scan)."""
+  use_rope: bool = True
+  sliding_window: int | None = None
+  rope_theta: float | None = None  # None: the config's RoPE
 
 
 @struct.dataclass
@@ -181,8 +313,89 @@ class Block(nnx.Module):
     return h_btd, new_cache, probs
 
 
+def _restack(state: nnx.State, fn, axes_fn) -> nnx.State:
+  """`state` with every variable's value `fn(value)` and logical axes
+  `axes_fn(axes)` (axes None stays None)."""
+  flat = []
+  for path, var in nnx.to_flat_state(state):
+    axes = var.get_metadata().get("out_sharding")
+    kw = {} if axes is None else {"out_sharding": axes_fn(tuple(axes))}
+    flat.append((path, var.replace(fn(var.get_value()), **kw)))
+  return nnx.from_flat_state(flat)
+
+
+def _stack_blocks(blocks, period: int) -> nnx.List:
+  """Per-layer blocks -> `period` blocks whose variables are stacked
+  `[L / period, ...]` along a leading "layers" axis (position j holds the
+  layers j, j + period, ...). LoRA factors and any other variables are
+  stacked with the params."""
+  out = []
+  for j in range(period):
+    group = list(blocks[j::period])
+    graphdef, _ = nnx.split(group[0])
+    states = [nnx.state(b) for b in group]
+    flats = [nnx.to_flat_state(st) for st in states]
+    stacked = []
+    for items in zip(*flats):
+      path, var = items[0]
+      value = jnp.stack([v.get_value() for _, v in items])
+      axes = var.get_metadata().get("out_sharding")
+      kw = {} if axes is None else {"out_sharding": (pt.LAYERS, *axes)}
+      stacked.append((path, var.replace(value, **kw)))
+    out.append(nnx.merge(graphdef, nnx.from_flat_state(stacked)))
+  return nnx.List(out)
+
+
+def _unstack_blocks(stacked, num_layers: int) -> nnx.List:
+  """Inverse of `_stack_blocks`: the `num_layers` per-layer blocks."""
+  period = len(stacked)
+  blocks = [None] * num_layers
+  for j, block in enumerate(stacked):
+    graphdef, state = nnx.split(block)
+    for r, i in enumerate(range(j, num_layers, period)):
+      blocks[i] = nnx.merge(graphdef, _restack(
+          state, lambda v, r=r: v[r], lambda axes: axes[1:]))
+  return nnx.List(blocks)
+
+
+def stack_layers(model: "Decoder") -> "Decoder":
+  """An unrolled `Decoder` -> the same model with `scan_layers=True`.
+
+  Parameters (and LoRA factors) are the same arrays stacked, so the scanned
+  model computes the same function; `unstack_layers` inverts it exactly.
+  `model` is left unchanged.
+  """
+  if model.cfg.scan_layers:
+    raise ValueError("stack_layers: the model is already scanned")
+  new = nnx.clone(model)
+  cfg = model.cfg.replace(scan_layers=True)
+  new.scan_blocks = _stack_blocks(list(new.layers), cfg.resolved_scan_period)
+  del new.layers
+  new.cfg = cfg
+  return new
+
+
+def unstack_layers(model: "Decoder") -> "Decoder":
+  """A scanned `Decoder` -> the same model with per-layer blocks
+  (`model.layers[i]`, `scan_layers=False`); `model` is left unchanged."""
+  if not model.cfg.scan_layers:
+    raise ValueError("unstack_layers: the model is not scanned")
+  new = nnx.clone(model)
+  new.layers = _unstack_blocks(list(new.scan_blocks), model.cfg.num_layers)
+  del new.scan_blocks
+  new.cfg = model.cfg.replace(scan_layers=False)
+  return new
+
+
 class Decoder(nnx.Module):
-  """Decoder-only LM (Llama / Qwen2 family)."""
+  """Decoder-only LM (Llama / Qwen2 family).
+
+  Unrolled (default): `self.layers[i]` is block i. Scanned
+  (`cfg.scan_layers`): `self.scan_blocks[j]` is position j of the repeated
+  block of P = `cfg.resolved_scan_period` layers, its variables stacked
+  `[L / P, ...]` (see `DecoderConfig`); `unstack_layers` gives the
+  per-layer view. The same seed gives the same parameters in both layouts.
+  """
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -191,8 +404,19 @@ class Decoder(nnx.Module):
         jax.nn.initializers.normal(cfg.init_std)(
             rngs.params(), (cfg.vocab_size, cfg.dim), pdt),
         (pt.VOCAB, pt.EMBED))
-    self.layers = nnx.List([Block(cfg, i, rngs=rngs)
-                            for i in range(cfg.num_layers)])
+    # Built per layer in both layouts (same random draws), then stacked.
+    blocks = [Block(cfg, i, rngs=rngs) for i in range(cfg.num_layers)]
+    if cfg.scan_layers:
+      period = cfg.resolved_scan_period
+      if period == cfg.num_layers and period > 1:
+        warnings.warn(
+            f"scan_layers: the layer pattern {cfg.layer_specs} has no "
+            f"period below num_layers={cfg.num_layers}; the scan runs one "
+            "step of all layers unrolled (compile time grows with depth)",
+            stacklevel=2)
+      self.scan_blocks = _stack_blocks(blocks, period)
+    else:
+      self.layers = nnx.List(blocks)
     self.final_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
                                        param_dtype=pdt)
     if cfg.tie_embeddings:
@@ -205,17 +429,29 @@ class Decoder(nnx.Module):
 
   # -- pieces usable on their own (multimodal inputs, probes) --------------
 
+  def __getattr__(self, name):
+    # Only reached when normal lookup fails: explain `layers` of a scanned
+    # model instead of a bare AttributeError.
+    if name == "layers" and "scan_blocks" in vars(self):
+      raise AttributeError(
+          "a scanned Decoder (cfg.scan_layers=True) has no per-layer "
+          "`layers`; its blocks are stacked in `scan_blocks`: use "
+          "jaxlab.models.decoder.unstack_layers(model) for model.layers[i]")
+    raise AttributeError(
+        f"{type(self).__name__!r} object has no attribute {name!r}")
+
   def embed(self, input_ids_bt: jax.Array) -> jax.Array:
     """Token embeddings `[B, T, D]` in the compute dtype."""
     return jnp.take(self.embed_vd[...], input_ids_bt, axis=0).astype(
         to_dtype(self.cfg.dtype))
 
   def unembed(self, h_btd: jax.Array) -> jax.Array:
-    """Final norm + LM head; float32 logits `[B, T, V]`."""
+    """Final norm + LM head: float32 logits `[..., V]` for `h [..., D]`
+    (`[B, T, D]`, or the `[C, D]` token chunks of the chunked loss)."""
     dt = to_dtype(self.cfg.dtype)
     h = self.final_norm(h_btd).astype(dt)
     if self.lm_head_dv is None:
-      logits = jnp.einsum("btd,vd->btv", h, self.embed_vd[...].astype(dt))
+      logits = jnp.einsum("...d,vd->...v", h, self.embed_vd[...].astype(dt))
     else:
       logits = h @ self.lm_head_dv[...].astype(dt)
     return logits.astype(dtypes.at_least_float32(logits.dtype))
@@ -252,6 +488,60 @@ class Decoder(nnx.Module):
         dtype=self.cfg.rope_dtype)
 
   # -- forward ---------------------------------------------------------------
+
+  def _scan(self, h, *, apply_block, tables, shared, weights, cache,
+            output_qk, output_hidden_states):
+    """The layers of a scanned model: one `lax.scan` step per repeat of the
+    P-layer block, so the traced (and compiled) program holds P blocks
+    whatever the depth. Returns (h, ys) with ys["kv" | "probs" | "h" |
+    "qk"][j] stacked `[L / P, ...]` over the layers at block position j.
+
+    Per-layer inputs ride as scanned `xs`: the stacked variables, the KV
+    cache (the per-layer tuple of `KVCache` stacked per position, one copy
+    per call), per-layer RoPE tables (`weights [L, head_dim // 2]`, computed
+    here for all layers with a vmap, outside the scan). Masks and shared
+    cos/sin tables are computed once by `forward` and closed over.
+    """
+    cfg = self.cfg
+    specs = cfg.layer_specs
+    period = cfg.resolved_scan_period
+    graphdefs, states = zip(*(nnx.split(blk) for blk in self.scan_blocks))
+    xs = {"state": list(states)}
+    if cache is not None:
+      xs["k"] = [jnp.stack(cache.k[j::period]) for j in range(period)]
+      xs["v"] = [jnp.stack(cache.v[j::period]) for j in range(period)]
+    if weights is not None:
+      xs["rope"] = [
+          jax.vmap(functools.partial(tables, specs[j].rope_theta))(
+              weights[j::period]) for j in range(period)]
+
+    def body(h, x):
+      ys = {"kv": [], "probs": [], "h": [], "qk": []}
+      for j in range(period):
+        cos, sin = (x["rope"][j] if weights is not None
+                    else shared[specs[j].rope_theta])
+        layer_cache = None if cache is None else (x["k"][j], x["v"][j])
+        if output_qk:
+          blk = nnx.merge(graphdefs[j], x["state"][j])
+          q_j, k_j, _ = blk.attn.project_qkv(blk.attn_norm(h), cos, sin)
+          ys["qk"].append((q_j, k_j))
+
+        def run(state, *args, j=j):
+          return apply_block(specs[j], nnx.merge(graphdefs[j], state), *args)
+
+        if cfg.remat:
+          # Inside a scan, CSE cannot merge the recomputation with the
+          # forward pass across iterations, so prevent_cse is not needed.
+          run = jax.checkpoint(run, policy=cfg.remat_policy,
+                               prevent_cse=False)
+        h, kv, probs = run(x["state"][j], h, cos, sin, layer_cache)
+        ys["kv"].append(kv)
+        ys["probs"].append(probs)
+        if output_hidden_states:
+          ys["h"].append(h)
+      return h, ys
+
+    return jax.lax.scan(body, h, xs)
 
   def __call__(self, input_ids_bt: jax.Array, **kwargs) -> jax.Array:
     """Logits `[B, T, V]` (float32); see `forward` for the keyword options."""
@@ -326,84 +616,124 @@ class Decoder(nnx.Module):
     user_positions = positions
     if positions is None and (cache is not None or attention_mask is not None):
       positions = self.default_positions(valid_bt, cache)
+    specs = cfg.layer_specs
     # The plain causal (or bidirectional) case passes no mask array, so the
-    # fused attention kernels of GPU/TPU backends can be selected.
+    # fused attention kernels of GPU/TPU backends can be selected (in the
+    # layers without a sliding window).
     plain = (cache is None and attention_mask is None and segment_ids is None
              and extra_mask is None and allowed_mask is None
-             and cfg.sliding_window is None and user_positions is None)
+             and user_positions is None)
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     positions = positions.astype(jnp.int32)
 
-    if plain:
-      cache_positions, mask = None, None
-    elif cache is not None:
+    cache_positions = None
+    if cache is not None:
       new_pos = jnp.where(valid_bt, positions, -1)
       new_pos_bkt = jnp.broadcast_to(new_pos[:, None, :],
                                      (b, cache.num_kv_heads, t))
       cache_positions = jax.lax.dynamic_update_slice(
           cache.positions, new_pos_bkt, (0, 0, cache.index))
-      # Slots are per KV head (a cache policy may keep different keys per
-      # head), so the mask is [B, K, T, S] expanded to the query heads.
-      mask = attn_lib.make_attention_mask(
-          positions, cache_positions, causal=is_causal_cfg, sliding_window=cfg.sliding_window,
-          extra_mask=extra_mask, allowed_mask=allowed_mask,
-          num_heads=cfg.num_heads)
-    else:
-      cache_positions = None
-      mask = attn_lib.make_attention_mask(
-          positions, positions, causal=is_causal_cfg,
-          sliding_window=cfg.sliding_window, key_valid_bs=valid_bt,
-          q_segment_ids_bt=segment_ids, k_segment_ids_bs=segment_ids,
-          extra_mask=extra_mask, allowed_mask=allowed_mask)
+    # One mask per distinct sliding window of the layers (None: no window),
+    # built once outside the layer loop.
+    masks = {}
+    for window in dict.fromkeys(spec.sliding_window for spec in specs):
+      if plain and window is None:
+        masks[window] = None
+      elif cache is not None:
+        # Slots are per KV head (a cache policy may keep different keys per
+        # head), so the mask is [B, K, T, S] expanded to the query heads.
+        masks[window] = attn_lib.make_attention_mask(
+            positions, cache_positions, causal=is_causal_cfg,
+            sliding_window=window, extra_mask=extra_mask,
+            allowed_mask=allowed_mask, num_heads=cfg.num_heads)
+      else:
+        masks[window] = attn_lib.make_attention_mask(
+            positions, positions, causal=is_causal_cfg,
+            sliding_window=window, key_valid_bs=valid_bt,
+            q_segment_ids_bt=segment_ids, k_segment_ids_bs=segment_ids,
+            extra_mask=extra_mask, allowed_mask=allowed_mask)
 
     # Length-dependent scalings (dynamic NTK) see a static length: the
     # sequence length T, or the cache capacity when decoding with a cache.
-    inv_freq, scale = cfg.rope_tables(
-        seq_len=t if cache is None else cache.max_len)
+    # The cos/sin tables are computed here, once, outside the layer loop
+    # (one per distinct RoPE of the layers, or per layer with per-layer
+    # pair weights).
+    seq_len = t if cache is None else cache.max_len
+    rope = {theta: cfg.rope_tables(seq_len=seq_len, theta=theta)
+            for theta in dict.fromkeys(spec.rope_theta for spec in specs)}
     weights = None if rope_pair_weights is None else jnp.asarray(
         rope_pair_weights)
-    shared_tables = rope_lib.cos_sin(
-        positions, inv_freq, scale,
-        weights if weights is None or weights.ndim == 1 else None,
-        dtype=cfg.rope_dtype)
+    per_layer_weights = weights is not None and weights.ndim == 2
+    if per_layer_weights and weights.shape[0] != cfg.num_layers:
+      raise ValueError(f"rope_pair_weights of shape {weights.shape}: the "
+                       f"first dim must be num_layers={cfg.num_layers}")
+
+    def tables(theta, w):
+      return rope_lib.cos_sin(positions, *rope[theta], w,
+                              dtype=cfg.rope_dtype)
+
+    shared = {} if per_layer_weights else {
+        theta: tables(theta, weights) for theta in rope}
+    index = None if cache is None else cache.index
+
+    def apply_block(spec, blk, h, cos, sin, layer_cache):
+      mask = masks[spec.sliding_window]
+      return blk(h, cos, sin, mask, layer_cache, index,
+                 is_causal=mask is None and is_causal_cfg,
+                 output_attentions=output_attentions)
 
     hidden = [h] if output_hidden_states else None
     qk = [] if output_qk else None
     attentions = [] if output_attentions else None
-    causal_flag = plain and is_causal_cfg
     new_k, new_v = [], []
-    for i, block in enumerate(self.layers):
-      if weights is not None and weights.ndim == 2:
-        cos, sin = rope_lib.cos_sin(positions, inv_freq, scale, weights[i],
-                                    dtype=cfg.rope_dtype)
-      else:
-        cos, sin = shared_tables
-      layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-      if qk is not None:
-        # Recomputes the projections the block will make (probing only).
-        q_i, k_i, _ = block.attn.project_qkv(block.attn_norm(h), cos, sin)
-        qk.append((q_i, k_i))
-      index = None if cache is None else cache.index
-      if cfg.remat:
-        # Python bools: close over them so remat keeps them static.
-        def run_block(blk, *args):
-          return blk(*args, is_causal=causal_flag,
-                     output_attentions=output_attentions)
+    if not cfg.scan_layers:
+      for i, block in enumerate(self.layers):
+        spec = specs[i]
+        cos, sin = (tables(spec.rope_theta, weights[i]) if per_layer_weights
+                    else shared[spec.rope_theta])
+        layer_cache = None if cache is None else (cache.k[i], cache.v[i])
+        if qk is not None:
+          # Recomputes the projections the block will make (probing only).
+          q_i, k_i, _ = block.attn.project_qkv(block.attn_norm(h), cos, sin)
+          qk.append((q_i, k_i))
+        if cfg.remat:
+          # Static Python values (spec, flags) are bound, not traced.
+          run_block = functools.partial(apply_block, spec)
+          h, kv, probs = nnx.remat(run_block, policy=cfg.remat_policy)(
+              block, h, cos, sin, layer_cache)
+        else:
+          h, kv, probs = apply_block(spec, block, h, cos, sin, layer_cache)
+        if attentions is not None:
+          attentions.append(probs)
+        if kv is not None:
+          new_k.append(kv[0])
+          new_v.append(kv[1])
+        if hidden is not None:
+          hidden.append(h)
+    else:
+      h, ys = self._scan(h, apply_block=apply_block, tables=tables,
+                         shared=shared, weights=weights if per_layer_weights
+                         else None, cache=cache, output_qk=output_qk,
+                         output_hidden_states=output_hidden_states)
+      period, n = cfg.resolved_scan_period, cfg.num_layers
 
-        h, kv, probs = nnx.remat(run_block)(block, h, cos, sin, mask,
-                                            layer_cache, index)
-      else:
-        h, kv, probs = block(h, cos, sin, mask, layer_cache, index,
-                             is_causal=causal_flag,
-                             output_attentions=output_attentions)
+      def per_layer(stacked):  # [P] of [L / P, ...] -> L per-layer arrays
+        return [stacked[i % period][i // period] for i in range(n)]
+
+      if cache is not None:
+        new_k = per_layer([kv[0] for kv in ys["kv"]])
+        new_v = per_layer([kv[1] for kv in ys["kv"]])
       if attentions is not None:
-        attentions.append(probs)
-      if kv is not None:
-        new_k.append(kv[0])
-        new_v.append(kv[1])
+        attentions = per_layer(ys["probs"])
       if hidden is not None:
-        hidden.append(h)
+        # The last one is the carry (the same value): a caller that reads
+        # only hidden_states[-1] (the chunked loss) lets jit drop the
+        # stacked per-layer outputs.
+        hidden += per_layer(ys["h"])[:-1] + [h]
+      if qk is not None:
+        qk = list(zip(per_layer([a for a, _ in ys["qk"]]),
+                      per_layer([c for _, c in ys["qk"]])))
 
     new_cache = None
     logits = self.unembed(h)

@@ -21,6 +21,9 @@ HEADS = "heads"
 KV_HEADS = "kv_heads"
 HEAD_DIM = "head_dim"
 NORM = "norm"
+# Leading axis of the stacked block parameters of a scanned decoder
+# (`DecoderConfig.scan_layers`); replicated by the default rules.
+LAYERS = "layers"
 
 
 def param(value: jax.Array, axes: Sequence[str | None]) -> nnx.Param:

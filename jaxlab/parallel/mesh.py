@@ -85,12 +85,38 @@ def mesh_shape(mesh_config: Mapping[str, int],
 
 def make_mesh(mesh_config: Mapping[str, int] | None = None,
               devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """A ('data', 'fsdp', 'tensor') mesh with Auto axis types."""
+  """A ('data', 'fsdp', 'tensor') mesh with Auto axis types.
+
+  Over the devices of several TPU slices (multi-slice: devices with distinct
+  `slice_index`), 'data' spans the slices (the DCN axis; `mesh.data` must be
+  a multiple of the slice count) and 'fsdp'/'tensor' stay within a slice.
+  """
   mesh_config = {"data": -1} if mesh_config is None else dict(mesh_config)
   shape = mesh_shape(mesh_config,
                      None if devices is None else len(devices))
+  slices = num_slices(jax.devices() if devices is None else devices)
+  if slices > 1:
+    return _multislice_mesh(shape, list(jax.devices() if devices is None
+                                        else devices), slices)
   kw = {} if devices is None else {"devices": devices}
   return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, **kw)
+
+
+def num_slices(devices: Sequence[jax.Device]) -> int:
+  """Distinct `slice_index` values of `devices` (1 without multi-slice)."""
+  return len({getattr(d, "slice_index", 0) for d in devices})
+
+
+def _multislice_mesh(shape, devices, slices: int) -> jax.sharding.Mesh:
+  from jax.experimental import mesh_utils  # pylint: disable=g-import-not-at-top
+  if shape[0] % slices:
+    raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))} over {slices} "
+                     f"slices: mesh.data={shape[0]} must be a multiple of the "
+                     "slice count (data parallelism spans the slices)")
+  ici = (shape[0] // slices, shape[1], shape[2])
+  grid = mesh_utils.create_hybrid_device_mesh(
+      ici, (slices, 1, 1), devices, allow_split_physical_axes=True)
+  return jax.sharding.Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
 def rules_from_config(rules: Any = None) -> tuple[tuple[str, Any], ...]:

@@ -11,6 +11,15 @@ The trainer differentiates and optimises only `LoRA` variables.
 A weight's input dims: the first dim when it is `embed` (q/k/v, gate/up:
 `[D, ...]`) or the weight is 2-D; otherwise all but the last (`o_nhd`:
 in = (N, H), out = D), matching HF's Linear-layer LoRA.
+
+Scanned decoders (`DecoderConfig.scan_layers`): a weight whose first logical
+axis is "layers" holds L' layers stacked `[L', ...]`; its factors are
+stacked too (A `[L', in..., r]`, B `[L', r, out...]`, one adapter per
+layer) and `merge_lora` adds each layer's own A @ B. `decoder.stack_layers`
+/ `unstack_layers` carry the factors between the layouts exactly (so
+`stack_layers(model)` with adapters computes what `model` computes);
+`add_lora` on a scanned model draws A from the same distribution as on
+the unrolled one but with different random numbers.
 """
 
 from collections.abc import Sequence
@@ -19,6 +28,8 @@ import re
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from jaxlab.nn import partitioning as pt
 
 _SUFFIX_A, _SUFFIX_B = "_lora_a", "_lora_b"
 
@@ -54,19 +65,24 @@ def add_lora(model: nnx.Module, *, rank: int, alpha: float,
   for module, name, param in list(_targets(model, targets)):
     w = param[...]
     axes = _axes(param, w.ndim)
-    n_in = 1 if (w.ndim == 2 or axes[0] == "embed") else w.ndim - 1
-    in_shape, out_shape = w.shape[:n_in], w.shape[n_in:]
+    # A stacked (scanned) weight: one adapter per layer, stacked alike.
+    lead = 1 if axes[0] == pt.LAYERS else 0
+    lead_shape, lead_axes = w.shape[:lead], axes[:lead]
+    shape, axes = w.shape[lead:], axes[lead:]
+    n_in = 1 if (len(shape) == 2 or axes[0] == "embed") else len(shape) - 1
+    in_shape, out_shape = shape[:n_in], shape[n_in:]
     fan_in = 1
     for s in in_shape:
       fan_in *= s
-    a = jax.random.normal(rngs.params(), (*in_shape, rank), w.dtype) / (
-        fan_in ** 0.5)
-    b = jnp.zeros((rank, *out_shape), w.dtype)
+    a = jax.random.normal(rngs.params(), (*lead_shape, *in_shape, rank),
+                          w.dtype) / (fan_in ** 0.5)
+    b = jnp.zeros((*lead_shape, rank, *out_shape), w.dtype)
     setattr(module, name + _SUFFIX_A, LoRA(
-        a, out_sharding=(*axes[:n_in], "lora_rank"), eager_sharding=False,
-        lora_scale=alpha / rank))
+        a, out_sharding=(*lead_axes, *axes[:n_in], "lora_rank"),
+        eager_sharding=False, lora_scale=alpha / rank))
     setattr(module, name + _SUFFIX_B, LoRA(
-        b, out_sharding=("lora_rank", *axes[n_in:]), eager_sharding=False))
+        b, out_sharding=(*lead_axes, "lora_rank", *axes[n_in:]),
+        eager_sharding=False))
     added.append(name)
   if not added:
     raise ValueError(f"lora.targets={list(targets)} matched no parameter")
@@ -86,7 +102,11 @@ def merge_lora(model: nnx.Module) -> nnx.Module:
         a = value[...]
         b = getattr(module, base + _SUFFIX_B)[...]
         scale = value.get_metadata()["lora_scale"]
-        delta = jnp.tensordot(a, b, axes=1) * scale
+        if _axes(value, a.ndim)[0] == pt.LAYERS:  # stacked: per layer
+          delta = jax.vmap(lambda a, b: jnp.tensordot(a, b, axes=1))(a, b)
+        else:
+          delta = jnp.tensordot(a, b, axes=1)
+        delta = delta * scale
         w = getattr(module, base)
         w[...] = w[...] + delta.astype(w.dtype)
   return model

@@ -4,6 +4,19 @@ Each logged step appends one JSON object with `step`, the losses/metrics and
 (eval rows) `eval/...` keys. Throughput numbers go under `perf/` so that the
 deterministic part of a row (everything else) is identical between an
 interrupted-and-resumed run and an uninterrupted one. Only process 0 writes.
+
+Throughput counts two things. A *slot* is one of the B*T token positions a
+step computes (padding included); a *target* is a token the loss is taken
+on (a nonzero of the batch's `loss_mask`, else `mask`; a batch without
+either counts every slot, as the `lm` loss does). In a padded chat
+fine-tune the two differ a lot (e.g. 64 targets in 512 slots):
+
+  perf/tokens_per_s       target tokens per second (the progress line's
+                          `tok/s`; all slots when no count is given)
+  perf/slot_tokens_per_s  B*T slots per second (`slot tok/s`)
+  perf/mfu                model FLOPs of every slot per second over the peak:
+                          the FLOPs really spent (`MFU(slots)`)
+  perf/useful_mfu         the same over target tokens only (`useful MFU`)
 """
 
 import functools
@@ -46,7 +59,11 @@ def _scalar(v: Any) -> float | int:
 
 
 class MetricsWriter:
-  """Appends metric rows; prints progress lines (process 0 only)."""
+  """Appends metric rows; prints progress lines (process 0 only).
+
+  `tokens_per_step` is the slots (B*T) per step and `flops_per_step` their
+  model FLOPs; the target tokens come from `count_targets`.
+  """
 
   def __init__(self, workdir: str, *, total_steps: int,
                tokens_per_step: int = 0, flops_per_step: float | None = None,
@@ -61,6 +78,7 @@ class MetricsWriter:
     self._tb_dir = os.path.join(workdir, "tensorboard")
     self._want_tb = tensorboard
     self._t0, self._s0 = None, None
+    self._targets = None  # target tokens of the steps after `start`
 
   def truncate_after(self, step: int) -> None:
     """Drops rows newer than `step` (written after the checkpoint we resume)."""
@@ -75,17 +93,33 @@ class MetricsWriter:
   def start(self, step: int) -> None:
     """Marks the (re)start of timing after compilation."""
     self._t0, self._s0 = time.perf_counter(), step
+    self._targets = None
+
+  def count_targets(self, step: int, n: float) -> None:
+    """Adds step `step`'s number of target tokens (the loss mask's nonzeros).
+
+    Steps up to the one passed to `start` are not timed and not counted;
+    without any call, target tokens are taken to be every slot.
+    """
+    if self._s0 is not None and step > self._s0:
+      self._targets = (self._targets or 0) + float(n)
 
   def perf(self, step: int) -> dict[str, float]:
     if self._t0 is None or step <= self._s0:
       return {}
     dt = time.perf_counter() - self._t0
     steps_s = (step - self._s0) / max(dt, 1e-9)
+    slots_s = steps_s * self.tokens_per_step
+    targets_s = (slots_s if self._targets is None
+                 else self._targets / max(dt, 1e-9))
     out = {"perf/steps_per_s": steps_s,
-           "perf/tokens_per_s": steps_s * self.tokens_per_step,
+           "perf/tokens_per_s": targets_s,
+           "perf/slot_tokens_per_s": slots_s,
            "perf/eta_s": (self.total_steps - step) / max(steps_s, 1e-9)}
     if self.flops_per_step and self.peak_flops:
-      out["perf/mfu"] = steps_s * self.flops_per_step / self.peak_flops
+      mfu = steps_s * self.flops_per_step / self.peak_flops
+      out["perf/mfu"] = mfu
+      out["perf/useful_mfu"] = mfu * (targets_s / slots_s if slots_s else 1.0)
     return out
 
   def write(self, step: int, metrics: dict[str, Any],
@@ -120,10 +154,14 @@ class MetricsWriter:
     if "perf/steps_per_s" in row:
       parts.append(f"{row['perf/steps_per_s']:.2f} steps/s")
       parts.append(f"{row['perf/tokens_per_s']:.0f} tok/s")
+      if "perf/slot_tokens_per_s" in row:
+        parts.append(f"{row['perf/slot_tokens_per_s']:.0f} slot tok/s")
       eta = row["perf/eta_s"]
       parts.append(f"ETA {int(eta // 60)}m{int(eta % 60):02d}s")
     if "perf/mfu" in row:
-      parts.append(f"MFU {100 * row['perf/mfu']:.1f}%")
+      parts.append(f"MFU(slots) {100 * row['perf/mfu']:.1f}%")
+    if "perf/useful_mfu" in row:
+      parts.append(f"useful MFU {100 * row['perf/useful_mfu']:.1f}%")
     print(" | ".join(parts), file=sys.stdout, flush=True)
 
   def close(self) -> None:

@@ -46,6 +46,11 @@ from jaxlab.train import metrics as metrics_lib
 from jaxlab.train import optim
 
 
+# The train step's count of target tokens (`make_train_step(count_targets=
+# True)`): nonzeros of the batch's loss mask, for the throughput numbers.
+TARGET_TOKENS = "perf/target_tokens"
+
+
 class NonFiniteError(FloatingPointError):
   """Raised when the loss or gradient norm of a step is NaN/Inf."""
 
@@ -138,12 +143,14 @@ def _model_spec(config, model, vocab_size) -> tuple[Any, Any]:
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
     if not os.path.isdir(init_from):
       raise FileNotFoundError(f"init_from={init_from!r}: no such directory")
-    # Compute dtype, param dtype and remat come from the config; the
-    # architecture from the checkpoint's config.json.
+    # Compute dtype, param dtype, remat (a bool or a policy name) and the
+    # scanned layout come from the config; the architecture from the
+    # checkpoint's config.json.
     instance, dcfg = hf.load(
         init_from, dtype=_field(config, "model.dtype"),
         param_dtype=_field(config, "model.param_dtype"),
-        remat=bool(_field(config, "model.remat")))
+        remat=_field(config, "model.remat"),
+        scan_layers=bool(config.model.get("scan_layers", False)))
     spec = registry.ModelSpec(
         factory=None, config=dcfg,
         flops_per_token=lambda t: registry.decoder_train_flops_per_token(
@@ -237,8 +244,17 @@ def _loss_of(graphdef_m, loss_fn, loss_cfg):
   return f
 
 
+def _target_mask(batch):
+  """The batch's loss mask (`loss_mask`, else `mask`), None without one."""
+  if not hasattr(batch, "get"):
+    return None
+  mask = batch.get("loss_mask")
+  return batch.get("mask") if mask is None else mask
+
+
 def make_train_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
-                    grad_accum: int, batch_sharding) -> Callable:
+                    grad_accum: int, batch_sharding,
+                    count_targets: bool = False) -> Callable:
   """Jitted `step(state, batch, rng) -> (state, metrics)`, state donated.
 
   With grad_accum > 1 the batch arrives as `[A, B/A, ...]` and micro-batch
@@ -250,6 +266,10 @@ def make_train_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
   statistics, dual variables, counters: `_mutable_filter`) are kept in the
   returned state; with grad_accum > 1 each micro-batch sees the previous
   one's update.
+
+  With `count_targets` the metrics also hold `TARGET_TOKENS`: the number of
+  nonzeros of the whole batch's `loss_mask` (else `mask`; absent when the
+  batch has neither), an int32 sum computed on device with the step.
   """
   graphdef, wrt = ts.graphdef, ts.wrt
 
@@ -290,8 +310,11 @@ def make_train_step(ts: TrainState, loss_fn: Callable, loss_cfg: Any, *,
     nnx.update(model, mutated)
     grad_norm = optax.tree.norm(grads)
     opt.update(model, grads)
-    return nnx.state((model, opt)), {"loss": loss, "grad_norm": grad_norm,
-                                     **aux}
+    metrics = {"loss": loss, "grad_norm": grad_norm, **aux}
+    mask = _target_mask(batch) if count_targets else None
+    if mask is not None:
+      metrics[TARGET_TOKENS] = jnp.sum(mask != 0, dtype=jnp.int32)
+    return nnx.state((model, opt)), metrics
 
   return jax.jit(step, in_shardings=(ts.shardings, batch_sharding, None),
                  out_shardings=(ts.shardings, None), donate_argnums=0)
@@ -413,6 +436,11 @@ def train(config, workdir: str, *, model: Any = None,
   tcfg = config.train
   steps, batch_size = int(tcfg.steps), int(tcfg.batch_size)
   grad_accum = int(_field(config, "optim.grad_accum"))
+  if batch_size < 1:
+    raise ValueError(f"train.batch_size={batch_size} must be at least 1 "
+                     "(examples per optimizer step)")
+  if grad_accum < 1:
+    raise ValueError(f"optim.grad_accum={grad_accum} must be at least 1")
   if batch_size % grad_accum:
     raise ValueError(f"train.batch_size={batch_size} must be divisible by "
                      f"optim.grad_accum={grad_accum}")
@@ -470,6 +498,8 @@ def train(config, workdir: str, *, model: Any = None,
 
     flops_tok = (ts.spec.flops_per_token(int(tcfg.seq_len))
                  if ts.spec is not None and ts.spec.flops_per_token else None)
+    # Slots (B*T, padding included): the FLOPs spent. Target tokens (the
+    # loss mask's) are counted by the step (TARGET_TOKENS).
     tokens_per_step = batch_size * int(tcfg.seq_len)
     writer = metrics_lib.MetricsWriter(
         workdir, total_steps=steps, tokens_per_step=tokens_per_step,
@@ -480,7 +510,8 @@ def train(config, workdir: str, *, model: Any = None,
     writer.truncate_after(start)
 
     train_step = make_train_step(ts, loss_fn, config.loss,
-                                 grad_accum=grad_accum, batch_sharding=batch_sh)
+                                 grad_accum=grad_accum, batch_sharding=batch_sh,
+                                 count_targets=True)
     eval_step = make_eval_step(ts, loss_fn, config.loss, batch_sharding=eval_sh)
     eval_batch = int(_field(config, "train.eval_batch_size"))
     eval_ds = (_pipeline_dataset(
@@ -523,8 +554,11 @@ def train(config, workdir: str, *, model: Any = None,
         state, out = train_step(state, batch, jax.random.fold_in(base_key,
                                                                  step))
         out = jax.device_get(out)
+        n_targets = out.pop(TARGET_TOKENS, None)
         if step == start + 1:
           writer.start(step)  # throughput excludes compilation
+        elif n_targets is not None:
+          writer.count_targets(step, n_targets)  # tok/s over real tokens
         if not (math.isfinite(float(out["loss"])) and
                 math.isfinite(float(out["grad_norm"]))):
           ckpt.close()

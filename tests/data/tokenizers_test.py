@@ -124,9 +124,35 @@ class SentencePieceTokenizerTest(absltest.TestCase):
     self.assertEqual((tok.bos_id, tok.eos_id, tok.pad_id), (1, 2, 3))
     self.assertEqual(tok.vocab_size, 60)
     text = _corpus(1, seed=2)[0]
+    self.assertEqual(tok.encode(text), self.sp.encode(text))
+    self.assertEqual(tok.decode(self.sp.encode(text)), text)
+    # Whether a bos goes first is the checkpoint's call (Llama 2:
+    # LlamaTokenizer with add_bos_token), as in transformers.
+    self.assertEqual(tok.encode(text, add_bos=True), self.sp.encode(text))
+    with open(os.path.join(ckpt, "tokenizer_config.json"), "w") as fh:
+      json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True,
+                 "bos_token": "<s>", "eos_token": "</s>",
+                 "pad_token": "<pad>"}, fh)
+    tok = tokenizers.from_pretrained(ckpt)
     self.assertEqual(tok.encode(text, add_bos=True), [1] + self.sp.encode(
         text))
-    self.assertEqual(tok.decode(self.sp.encode(text)), text)
+    self.assertEqual(tok.encode(text), self.sp.encode(text))
+
+  def test_template_kwargs(self):
+    self.assertEqual(tokenizers.template_kwargs(""), {})
+    self.assertEqual(tokenizers.template_kwargs(None), {})
+    self.assertEqual(tokenizers.template_kwargs('{"enable_thinking": false}'),
+                     {"enable_thinking": False})
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    self.assertEqual(tokenizers.template_kwargs(ml_collections.ConfigDict(
+        {"enable_thinking": True})), {"enable_thinking": True})
+    with self.assertRaisesRegex(ValueError, "data.x='nope': not a JSON"):
+      tokenizers.template_kwargs("nope", field="data.x")
+    with self.assertRaisesRegex(ValueError, "expected a JSON object"):
+      tokenizers.template_kwargs("[1]")
+    row = {"prompt": "q", "tools": [{"name": "f"}]}
+    self.assertEqual(tokenizers.row_template_kwargs(row, {"a": 1}),
+                     {"a": 1, "tools": [{"name": "f"}]})
 
   def test_missing_file(self):
     with self.assertRaisesRegex(FileNotFoundError, "no_such.model"):

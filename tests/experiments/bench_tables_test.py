@@ -1,4 +1,4 @@
-"""The README's CPU benchmark tables are the ones the committed JSON makes."""
+"""docs/benchmarks.md's CPU benchmark tables are the ones the committed JSON makes."""
 
 import contextlib
 import io
@@ -16,15 +16,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 class BenchTablesTest(absltest.TestCase):
 
   def test_readme_block_equals_generated_tables(self):
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
       readme = f.read()
     m = re.search(r"<!-- bench-tables:[^>]*-->\n(.*?)\n<!-- /bench-tables -->",
                   readme, re.S)
-    self.assertIsNotNone(m, "README lacks the bench-tables markers")
+    self.assertIsNotNone(m, "docs/benchmarks.md lacks the bench-tables markers")
     with contextlib.redirect_stdout(io.StringIO()):
       text = _tables.main([f"--dir={os.path.join(ROOT, 'docs', 'bench')}"])
     self.assertEqual(m.group(1).strip(), text.strip(),
-                     "README's benchmark tables differ from docs/bench JSON: "
+                     "docs/benchmarks.md's tables differ from docs/bench JSON: "
                      "rerun python -m jaxlab.experiments.bench._tables")
 
   def test_profile_table_groups_parts(self):

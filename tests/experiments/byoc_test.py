@@ -66,8 +66,8 @@ class FinetuneExportTest(absltest.TestCase):
     rows = pipeline.chat_examples([CHATS[-1]], tok, seq_len=96)
     row = rows[0]
     targets = [int(t) for t, m in zip(row["targets"], row["loss_mask"]) if m]
-    self.assertEqual(tok.decode(targets),
-                     "Hello.<|im_end|>\nBye.<|im_end|>\n")
+    # Content + end-of-turn token (not the newline after it).
+    self.assertEqual(tok.decode(targets), "Hello.<|im_end|>Bye.<|im_end|>")
     # Inputs are the rendered conversation, shifted by one.
     ids = tok.apply_chat_template(CHATS[-1], add_generation_prompt=False)
     n = len(ids) - 1
@@ -165,6 +165,54 @@ class FinetuneExportTest(absltest.TestCase):
     cfg = finetune.get_config(f"tiny,data={self.data}")
     with self.assertRaisesRegex(ValueError, "no checkpoint is set"):
       train_exp.run(cfg, os.path.join(self.root, "bad"))
+
+
+class Qwen3ChatFinetuneTest(absltest.TestCase):
+  """Fine-tuning on multi-turn chats with Qwen3's real template."""
+
+  def test_finetune_on_multi_turn_thinking_and_tool_chats(self):
+    root = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    ckpt = os.path.join(root, "ckpt")
+    tfx.make_qwen3_tokenizer(ckpt)
+    hfx.make_hf_checkpoint(ckpt, "qwen3", vocab_size=VOCAB, head_dim=8,
+                           num_layers=1, init_std=0.05)
+    chats = [[
+        {"role": "user", "content": f"What is {a} + 1?"},
+        {"role": "assistant", "reasoning_content": f"{a} plus one.",
+         "content": f"{a + 1}."},
+        {"role": "user", "content": "And doubled?"},
+        {"role": "assistant",
+         "content": f"<think>\nTwice {a + 1}.\n</think>\n\n{2 * a + 2}."},
+        {"role": "user", "content": "Thanks"},
+        {"role": "assistant", "content": "Welcome."}] for a in range(8)]
+    tool = {"type": "function", "function": {
+        "name": "add", "parameters": {"type": "object", "properties": {}}}}
+    tool_chat = [{"role": "user", "content": "Add 1 and 2."},
+                 {"role": "assistant", "content": None, "tool_calls": [
+                     {"function": {"name": "add",
+                                   "arguments": {"a": 1, "b": 2}}}]},
+                 {"role": "tool", "content": "3"},
+                 {"role": "assistant", "content": "3."}]
+    data = os.path.join(root, "chats.jsonl")
+    with open(data, "w") as f:
+      for messages in chats:
+        f.write(json.dumps({"messages": messages}) + "\n")
+      f.write(json.dumps({"messages": tool_chat, "tools": [tool]}) + "\n")
+    cfg = finetune.get_config(f"tiny,init_from={ckpt},data={data},"
+                              "lora_rank=4")
+    # As --config.data.chat_template_kwargs='{"enable_thinking": false}'.
+    cfg.data.chat_template_kwargs = '{"enable_thinking": false}'
+    out = train_exp.run(cfg, os.path.join(root, "work"))
+    self.assertTrue(np.isfinite(out["loss"]))
+    tok = tokenizers.from_pretrained(ckpt)
+    rows = pipeline.chat_examples([chats[3]], tok, seq_len=128,
+                                  template_kwargs={"enable_thinking": False})
+    targets = [int(t) for t, m in zip(rows[0]["targets"],
+                                      rows[0]["loss_mask"]) if m]
+    self.assertEqual(tok.decode(targets), (
+        "4.<|im_end|>8.<|im_end|>"  # earlier turns: thinking dropped
+        "Welcome.<|im_end|>"))
 
 
 if __name__ == "__main__":

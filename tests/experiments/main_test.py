@@ -12,7 +12,10 @@ import time
 from absl.testing import absltest
 import numpy as np
 
+from jaxlab.configs import generate as generate_cfg
 from jaxlab.configs import lm_tiny
+from jaxlab.experiments import generate as generate_exp
+from jaxlab.experiments import results as results_lib
 from jaxlab.experiments import train as train_exp
 from jaxlab.train import metrics as metrics_lib
 
@@ -43,6 +46,22 @@ def launch(workdir, *extra, wait=True):
     return proc
   out, err = proc.communicate(timeout=600)
   return proc.returncode, out, err
+
+
+def assert_provenance(test, res, experiment, config):
+  """results.json carries what the README promises: command, commit, ..."""
+  test.assertEqual(res["schema"], results_lib.SCHEMA_VERSION)
+  test.assertEqual(res["experiment"], experiment)
+  test.assertIsInstance(res["command"], str)
+  test.assertTrue(res["command"])
+  test.assertEqual(set(res["git"]), {"commit", "dirty"})
+  if shutil.which("git") and os.path.isdir(os.path.join(ROOT, ".git")):
+    test.assertRegex(res["git"]["commit"], r"^[0-9a-f]{40}$")
+  for pkg in ("python", "jax", "flax", "numpy"):
+    test.assertIn(pkg, res["packages"])
+  test.assertIn("jax_backend", res["machine"])
+  test.assertEqual(res["config"], results_lib.to_jsonable(config.to_dict()))
+  test.assertIsNotNone(res["wall_time_s"])
 
 
 def deterministic(rows):
@@ -115,6 +134,17 @@ class MainTest(absltest.TestCase):
     self.assertNotIn("Traceback", err)
     self.assertLen(err.strip().splitlines(), 1)
 
+    # A batch of no examples: one line naming the field (exit 2).
+    for extra, msg in [
+        ("--config.train.batch_size=0",
+         "error: train.batch_size=0 must be at least 1 (examples per "
+         "optimizer step)"),
+        ("--config.optim.grad_accum=0",
+         "error: optim.grad_accum=0 must be at least 1")]:
+      rc, _, err = launch(f"{tmp}/b", extra)
+      self.assertEqual(rc, 2, err)
+      self.assertEqual(err.strip(), msg)
+
     # An unknown preset of the config file: one line naming the valid ones.
     proc = subprocess.run(
         [sys.executable, "-m", "jaxlab.main",
@@ -185,10 +215,25 @@ class MainTest(absltest.TestCase):
     # better by the end than at its first logged step.
     self.assertLess(out["loss"], losses[0] - 0.5)
     self.assertLess(out["eval/loss"], 3.0)
-    self.assertTrue(os.path.exists(os.path.join(tmp, "results.json")))
+    with open(os.path.join(tmp, "results.json")) as f:
+      res = json.load(f)
+    assert_provenance(self, res, "train", cfg)
+    self.assertAlmostEqual(res["loss"], out["loss"], places=6)
+    self.assertEqual(res["step"], cfg.train.steps)
     self.assertTrue(os.path.exists(os.path.join(tmp, "loss.png")))
     self.assertEqual(sorted(os.listdir(os.path.join(tmp, "checkpoints"))),
                      ["20", "40"])
+
+  def test_generate_results_carry_provenance(self):
+    tmp = self._tmp()
+    cfg = generate_cfg.get_config("tiny")
+    cfg.max_new_tokens = 4
+    out = generate_exp.run(cfg, tmp)
+    with open(os.path.join(tmp, "results.json")) as f:
+      res = json.load(f)
+    assert_provenance(self, res, "generate", cfg)
+    self.assertEqual(res["num_samples"], out["num_samples"])
+    self.assertEqual(res["checkpoint"], "random")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,85 @@ class RenderTest(absltest.TestCase):
       self.assertEqual(report.main(["--check", "--repo", repo]), 1)
 
 
+_DOC = """---
+papers:
+- id: {id}
+  title: Paper {id} | a title
+  code: jaxlab/a.py, jaxlab/b.py
+  config: {cfg}
+  colab: colabs/{cfg}.ipynb
+  status: {status}
+  verdict: verdict of {id}
+---
+# Paper {id}
+"""
+
+
+class PaperMapTest(absltest.TestCase):
+
+  def _repo(self, repo, docs):
+    os.makedirs(os.path.join(repo, "docs", "results"), exist_ok=True)
+    os.makedirs(os.path.join(repo, "docs", "papers"), exist_ok=True)
+    for name, kw in docs.items():
+      with open(os.path.join(repo, "docs", "papers", name), "w") as f:
+        f.write(_DOC.format(**kw))
+
+  def test_front_matter_fields(self):
+    papers = report.parse_front_matter(
+        _DOC.format(id="B", cfg="pmc", status="holds partly"), "x.md")
+    self.assertEqual(papers, [{
+        "id": "B", "title": "Paper B | a title",
+        "code": "jaxlab/a.py, jaxlab/b.py", "config": "pmc",
+        "colab": "colabs/pmc.ipynb", "status": "holds partly",
+        "verdict": "verdict of B"}])
+    self.assertEqual(report.parse_front_matter("# no front matter\n"), [])
+
+  def test_map_rendered_sorted_and_checked(self):
+    with tempfile.TemporaryDirectory() as repo:
+      self._repo(repo, {
+          "z.md": dict(id="A", cfg="za", status="claim holds"),
+          "a.md": dict(id="C", cfg="ac", status="does not hold")})
+      readme = os.path.join(repo, "README.md")
+      with open(readme, "w") as f:
+        f.write("# x\n<!-- report: papers/map -->\n<!-- /report -->\n")
+      self.assertEqual(report.update_docs(repo, check=True), ["README.md"])
+      self.assertEqual(report.update_docs(repo), ["README.md"])
+      with open(readme) as f:
+        text = f.read()
+      rows = [l for l in text.splitlines() if l.startswith("| A.")
+              or l.startswith("| C.")]
+      self.assertEqual(rows, [
+          "| A. Paper A \\| a title | claim holds | verdict of A | "
+          "`jaxlab/a.py`, `jaxlab/b.py` | `za` | [za.ipynb](colabs/za.ipynb)"
+          " | [z.md](docs/papers/z.md) |",
+          "| C. Paper C \\| a title | does not hold | verdict of C | "
+          "`jaxlab/a.py`, `jaxlab/b.py` | `ac` | [ac.ipynb](colabs/ac.ipynb)"
+          " | [a.md](docs/papers/a.md) |"])
+      self.assertIn("*2 papers,", text)
+      self.assertEqual(report.update_docs(repo, check=True), [])
+      # A doc's verdict changes: the map is stale until regenerated.
+      self._repo(repo, {"a.md": dict(id="C", cfg="ac", status="holds partly")})
+      self.assertEqual(report.update_docs(repo, check=True), ["README.md"])
+
+  def test_front_matter_errors(self):
+    bad = _DOC.format(id="A", cfg="a", status="mostly holds")
+    with self.assertRaisesRegex(report.ReportError,
+                                "x.md: paper A: status 'mostly holds'"):
+      report.parse_front_matter(bad, "x.md")
+    with self.assertRaisesRegex(report.ReportError, "missing verdict"):
+      report.parse_front_matter(
+          "\n".join(l for l in _DOC.format(id="A", cfg="a",
+                                           status="claim holds").splitlines()
+                    if "verdict" not in l), "x.md")
+    with self.assertRaisesRegex(report.ReportError, "never closed"):
+      report.parse_front_matter("---\npapers:\n- id: A\n", "x.md")
+    with tempfile.TemporaryDirectory() as repo:
+      self._repo(repo, {"a.md": dict(id="A", cfg="a", status="claim holds"),
+                        "b.md": dict(id="A", cfg="b", status="claim holds")})
+      with self.assertRaisesRegex(report.ReportError, "in both"):
+        report.paper_docs(repo)
+
+
 class MergeAndVerifyTest(absltest.TestCase):
 
   def test_merge_concatenates_seeds(self):

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab import _optional
+
 # VUDG's `DOMAINS` (S.1): shift type -> domain code ids.
 DOMAINS: dict[str, tuple[str, ...]] = {
     "style": ("cartoon", "movie-TVshow", "game", "virtual"),
@@ -559,8 +561,8 @@ def read_video(path: str, num_frames: int | None = None) -> np.ndarray:
   elif path.endswith(".npy"):
     arr = np.load(path)
   else:
+    iio = _optional.require("imageio.v3", "video")
     try:
-      import imageio.v3 as iio  # pylint: disable=g-import-not-at-top
       arr = np.asarray(iio.imread(path))
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError(f"cannot decode {path} ({e}); install imageio with "

@@ -3,7 +3,7 @@
     python -m jaxlab.experiments.bench._tables [--dir=docs/bench]
 
 Reads decode_cpu.json, train_cpu.json and memory_cpu.json (those present)
-and prints one table each, for the README's performance section, plus,
+and prints one table each, for docs/benchmarks.md, plus,
 when rows were run with `--profile`, where jaxlab's time goes per model
 part, and one table of every accelerator run `h200_run*.json` (written by
 `python -m jaxlab.experiments.bench.gpu`).

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from skimage import metrics as skmetrics
 
+from jaxlab import _optional
 from jaxlab import registry
 
 Judge = Callable[[np.ndarray, np.ndarray], float]
@@ -52,6 +52,7 @@ def ssim(a: np.ndarray, b: np.ndarray, *, window: int = 7,
   if k < 3:
     raise ValueError(f"ssim needs images of at least 3 x 3 pixels, got "
                      f"{x.shape}")
+  skmetrics = _optional.require("skimage.metrics", "vision")
   return float(skmetrics.structural_similarity(
       x, y, win_size=k, gaussian_weights=False, use_sample_covariance=True,
       data_range=data_range, K1=0.01, K2=0.03))

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxlab import _optional
 from jaxlab.data.synthetic.video_reason import core
 from jaxlab.data.synthetic.video_reason import questions as Q
 
@@ -35,7 +36,7 @@ def write_frames(path: str, frames: np.ndarray, fps: float = 2.0) -> None:
   if path.endswith(".npz"):
     np.savez_compressed(path, frames=frames)
     return
-  import imageio.v2 as iio  # pylint: disable=g-import-not-at-top
+  iio = _optional.require("imageio.v2", "video")
   writer = iio.get_writer(path, fps=fps, codec="libx264rgb",
                           pixelformat="rgb24", macro_block_size=1,
                           ffmpeg_params=["-crf", "0", "-preset", "ultrafast"])
@@ -52,7 +53,7 @@ def read_frames(path: str) -> np.ndarray:
   if path.endswith(".npz"):
     with np.load(path) as z:
       return z["frames"]
-  import imageio.v2 as iio  # pylint: disable=g-import-not-at-top
+  iio = _optional.require("imageio.v2", "video")
   reader = iio.get_reader(path)
   try:
     return np.stack([np.asarray(f, np.uint8) for f in reader])
