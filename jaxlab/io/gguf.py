@@ -1,0 +1,750 @@
+"""Import llama.cpp GGUF checkpoints (Llama / Qwen2 / Qwen3 / ...) sans torch.
+
+    model, cfg = jaxlab.io.gguf.load("model.Q4_K_M.gguf")   # same as hf.load
+    tok = jaxlab.io.gguf.tokenizer("model.Q4_K_M.gguf")      # HF tokenizer
+    python -m jaxlab.io.gguf --to_hf model.gguf OUT_DIR      # HF checkpoint
+
+The file is read with the `gguf` package (llama.cpp's gguf-py: a memory-mapped
+`GGUFReader`, no torch). The route is GGUF -> a HF `config.json` dict plus
+HF-named float tensors (`read_hf`) -> the mapping `jaxlab.io.hf` already has
+(`hf.config_from_hf` and its tensor table), so a GGUF loads into exactly the
+model its HF checkpoint would, and `to_hf` writes that checkpoint.
+
+Dequantisation is ours, in numpy: each ggml block type is a numpy structured
+dtype (the C struct of ggml-quants.h: fp16 scales, packed nibbles / high
+bits / 6-bit sub-block scales) and a few vectorised lines over all blocks of
+a tensor at once. gguf-py's `quants.dequantize` is the reference the tests
+hold every type to, bit for bit, on random blocks; ours is kept so the set of
+types jaxlab accepts is explicit (`QUANT_TYPES`: F32, F16, BF16, Q8_0, Q4_0,
+Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) and anything else is one error naming the
+type, and so the decoding of a block can be read next to its layout. Tensors
+are dequantised one at a time, when the model is filled (a 7B Q4 file is not
+expanded to float all at once).
+
+Architectures (`general.architecture`): `llama` (Llama, and Mistral when
+`llama.attention.sliding_window` is set), `qwen2`, `qwen3`, and the
+masked-diffusion `dream` (Qwen2 weights) and `llada` (Llama weights), both
+loaded bidirectional (`llama.cpp`'s `{arch}.attention.causal` = false; see
+`diffusion_tokens`). Llama 3.1+ RoPE scaling, stored by llama.cpp only as
+the `rope_freqs.weight` divisors, is turned back into HF's `llama3`
+rope_scaling (`llama3_rope_scaling`). Mixture-of-experts, partial rotary and
+other architectures are refused, naming the field.
+
+Layouts. GGUF lists dims innermost first (`ne0` = the `in` dim of a linear),
+so a GGUF tensor of shape [in, out] is the HF `[out, in]` matrix row-major.
+llama.cpp's converter permutes the rows of `attn_q` / `attn_k` of the
+`llama` architecture from HF's rotate-half RoPE layout to the interleaved
+(GPT-J) one, per head: row `h*H + 2*i + j` holds HF row `h*H + j*H/2 + i`.
+`_unpermute` undoes it (also for `llada`, which the converter permutes the
+same way); `qwen2` / `qwen3` / `dream` use NeoX RoPE and are not permuted.
+
+  token_embd.weight          -> model.embed_tokens.weight
+  output_norm.weight         -> model.norm.weight
+  output.weight              -> lm_head.weight (absent: tied embeddings)
+  blk.i.attn_norm / ffn_norm -> layers.i.input_layernorm / post_attention_..
+  blk.i.attn_q/k/v (.bias)   -> layers.i.self_attn.q/k/v_proj (Q/K unpermuted)
+  blk.i.attn_output          -> layers.i.self_attn.o_proj
+  blk.i.attn_q/k_norm        -> layers.i.self_attn.q/k_norm (Qwen3)
+  blk.i.ffn_gate/up/down     -> layers.i.mlp.gate/up/down_proj
+
+The tokenizer and chat template come from the `tokenizer.ggml.*` /
+`tokenizer.chat_template` metadata through transformers' own GGUF tokenizer
+conversion (`AutoTokenizer.from_pretrained(dir, gguf_file=...)`), saved as a
+normal tokenizer directory and opened with `jaxlab.data.tokenizers.
+from_pretrained`. Only `tokenizer` / `to_hf` need transformers; `load` does
+not.
+"""
+
+import argparse
+from collections.abc import Mapping
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from flax import nnx
+
+from jaxlab.io import hf as hf_io
+from jaxlab.models import decoder as decoder_lib
+
+# GGUF general.architecture -> the HF architecture whose weights it holds.
+# The masked-diffusion LMs load as bidirectional decoders (`causal=False`,
+# from `{arch}.attention.causal`): Dream has Qwen2's tensors; LLaDA has
+# Llama's (permuted like Llama's), held here under Llama names.
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM", "dream": "DreamModel",
+                 "llada": "LlamaForCausalLM"}
+_MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral",
+                "DreamModel": "Dream"}
+# Architectures whose Q/K rows llama.cpp permutes for its interleaved RoPE.
+_PERMUTED = ("llama", "llada")
+
+QK_K = 256  # super-block size of the K-quants
+
+# -- dequantisation ------------------------------------------------------------
+
+_F16 = "<f2"
+# ggml type name -> (elements per block, numpy structured dtype of a block);
+# field order and sizes are the C structs of ggml-common.h.
+_BLOCKS = {
+    "Q8_0": (32, np.dtype([("d", _F16), ("qs", "i1", 32)])),
+    "Q4_0": (32, np.dtype([("d", _F16), ("qs", "u1", 16)])),
+    "Q4_1": (32, np.dtype([("d", _F16), ("m", _F16), ("qs", "u1", 16)])),
+    "Q5_0": (32, np.dtype([("d", _F16), ("qh", "<u4"), ("qs", "u1", 16)])),
+    "Q5_1": (32, np.dtype([("d", _F16), ("m", _F16), ("qh", "<u4"),
+                           ("qs", "u1", 16)])),
+    "Q4_K": (QK_K, np.dtype([("d", _F16), ("dmin", _F16),
+                             ("scales", "u1", 12), ("qs", "u1", QK_K // 2)])),
+    "Q5_K": (QK_K, np.dtype([("d", _F16), ("dmin", _F16),
+                             ("scales", "u1", 12), ("qh", "u1", QK_K // 8),
+                             ("qs", "u1", QK_K // 2)])),
+    "Q6_K": (QK_K, np.dtype([("ql", "u1", QK_K // 2), ("qh", "u1", QK_K // 4),
+                             ("scales", "i1", QK_K // 16), ("d", _F16)])),
+}
+_FLOATS = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+           "BF16": np.dtype("<u2")}
+QUANT_TYPES = tuple(_FLOATS) + tuple(_BLOCKS)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+  return x.astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+  """[..., n] packed bytes -> [..., 2n] values: low nibbles, then high ones
+  (ggml packs element j with element j + n of a 2n-element group)."""
+  return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _high_bits(qh: np.ndarray, count: int) -> np.ndarray:
+  """[n] little-endian uint32 -> [n, count] bit j of each word, as uint8."""
+  shifts = np.arange(count, dtype=np.uint32)
+  return ((qh[:, None] >> shifts) & 1).astype(np.uint8)
+
+
+def _k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Q4_K / Q5_K: 12 bytes -> 8 six-bit (scale, min) pairs per super-block.
+
+  Bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of scales 4-7;
+  bytes 4-7 the same for the mins; bytes 8-11 the low 4 bits of scale 4-7
+  (low nibble) and min 4-7 (high nibble).
+  """
+  a, b, c = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+  sc = np.concatenate([a & 0x3F, (c & 0x0F) | ((a >> 6) << 4)], axis=-1)
+  mn = np.concatenate([b & 0x3F, (c >> 4) | ((b >> 6) << 4)], axis=-1)
+  return sc, mn
+
+
+def _blocks_q8_0(b):
+  return _f32(b["d"])[:, None] * _f32(b["qs"])
+
+
+def _blocks_q4_0(b):
+  return _f32(b["d"])[:, None] * (_f32(_nibbles(b["qs"])) - 8.0)
+
+
+def _blocks_q4_1(b):
+  return (_f32(b["d"])[:, None] * _f32(_nibbles(b["qs"]))
+          + _f32(b["m"])[:, None])
+
+
+def _q5(b) -> np.ndarray:
+  return _nibbles(b["qs"]) | (_high_bits(b["qh"], 32) << 4)
+
+
+def _blocks_q5_0(b):
+  return _f32(b["d"])[:, None] * (_f32(_q5(b)) - 16.0)
+
+
+def _blocks_q5_1(b):
+  return _f32(b["d"])[:, None] * _f32(_q5(b)) + _f32(b["m"])[:, None]
+
+
+def _k_quant(b, q: np.ndarray) -> np.ndarray:
+  """y = d * scale_s * q - dmin * min_s, 8 sub-blocks of 32 (q [n, 8, 32])."""
+  sc, mn = _k_scales(b["scales"])
+  d = (_f32(b["d"])[:, None] * _f32(sc))[..., None]
+  m = (_f32(b["dmin"])[:, None] * _f32(mn))[..., None]
+  return (d * _f32(q) - m).reshape(-1, QK_K)
+
+
+def _q4k_low(b) -> np.ndarray:
+  """4 chunks of 32 bytes: low nibbles -> sub-block 2c, high -> 2c + 1."""
+  qs = b["qs"].reshape(-1, 4, 32)
+  return np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 8, 32)
+
+
+def _blocks_q4_k(b):
+  return _k_quant(b, _q4k_low(b))
+
+
+def _blocks_q5_k(b):
+  # Bit s of qh[l] is the fifth bit of element l of sub-block s.
+  hi = (b["qh"][:, None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1
+  return _k_quant(b, _q4k_low(b) | (hi << 4))
+
+
+def _blocks_q6_k(b):
+  # Two halves of 128: ql low nibbles give elements 0-63, high ones 64-127;
+  # qh's 2-bit fields (shift 0, 2, 4, 6) the top bits of the 4 runs of 32.
+  ql = b["ql"].reshape(-1, 2, 64)
+  qh = b["qh"].reshape(-1, 2, 1, 32)
+  low = _nibbles(ql)                                          # [n, 2, 128]
+  high = ((qh >> np.array([0, 2, 4, 6], np.uint8)[:, None]) & 3).reshape(
+      -1, 2, 128)
+  q = (low | (high << 4)).astype(np.int8) - np.int8(32)
+  d = (_f32(b["d"])[:, None] * _f32(b["scales"]))[..., None]  # [n, 16, 1]
+  return (d * _f32(q.reshape(-1, QK_K // 16, 16))).reshape(-1, QK_K)
+
+
+_DECODERS = {"Q8_0": _blocks_q8_0, "Q4_0": _blocks_q4_0, "Q4_1": _blocks_q4_1,
+             "Q5_0": _blocks_q5_0, "Q5_1": _blocks_q5_1, "Q4_K": _blocks_q4_k,
+             "Q5_K": _blocks_q5_k, "Q6_K": _blocks_q6_k}
+
+
+def dequantize(raw: np.ndarray, qtype: str, shape: tuple[int, ...],
+               where: str = "tensor") -> np.ndarray:
+  """Float32 array of `shape` (row-major, innermost dim last) from the raw
+  bytes (or typed F32/F16 values) of one ggml tensor of type `qtype`.
+
+  Raises:
+    ValueError: a type outside `QUANT_TYPES` (named), or a byte count that
+      does not match `shape`.
+  """
+  if qtype not in QUANT_TYPES:
+    raise ValueError(f"{where}: unsupported GGUF tensor type {qtype}; "
+                     f"supported: {', '.join(QUANT_TYPES)}")
+  data = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+  count = int(np.prod(shape))
+  if qtype in _FLOATS:
+    values = data.view(_FLOATS[qtype])
+    if qtype == "BF16":
+      values = values.view(ml_dtypes.bfloat16)
+    out = values.astype(np.float32)
+  else:
+    block, dtype = _BLOCKS[qtype]
+    if count % block or data.size != count // block * dtype.itemsize:
+      raise ValueError(f"{where}: {data.size} bytes of {qtype} do not hold "
+                       f"shape {shape} ({block}-element blocks of "
+                       f"{dtype.itemsize} bytes)")
+    out = _DECODERS[qtype](data.view(dtype))
+  if out.size != count:
+    raise ValueError(f"{where}: {out.size} {qtype} values, expected shape "
+                     f"{shape}")
+  return out.reshape(shape)
+
+
+# -- reading -------------------------------------------------------------------
+
+
+def _reader(path: str):
+  import gguf  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"GGUF file {path} does not exist")
+  try:
+    return gguf.GGUFReader(path, "r")
+  except Exception as e:  # a bad magic number, a truncated header
+    raise ValueError(f"{path}: not a readable GGUF file ({e})") from None
+
+
+# The vocabulary arrays: only the tokenizer conversion reads them.
+_VOCAB_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges",
+               "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+               "tokenizer.ggml.precompiled_charsmap")
+
+
+def metadata(reader, *, vocab: bool = False) -> dict[str, Any]:
+  """GGUF key -> value (strings, numbers, lists); the vocabulary arrays
+  (`_VOCAB_KEYS`) only with `vocab=True`."""
+  out = {}
+  for key, field in reader.fields.items():
+    if key.startswith("GGUF.") or (not vocab and key in _VOCAB_KEYS):
+      continue
+    out[key] = field.contents()
+  return out
+
+
+def _scalar(meta: Mapping[str, Any], key: str, where: str, default=None,
+            required: bool = False):
+  value = meta.get(key, default)
+  if value is None and required:
+    raise ValueError(f"{where}: missing metadata {key!r}")
+  if isinstance(value, list):  # per-layer values (e.g. head_count_kv)
+    if len(set(value)) > 1:
+      raise ValueError(f"{where}: per-layer {key}={value} is not supported "
+                       "(jaxlab's decoder uses one value for all layers)")
+    value = value[0]
+  return value
+
+
+def hf_config(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tuple],
+              where: str = "GGUF") -> dict[str, Any]:
+  """The HF config.json (transformers-4 dialect) a GGUF's metadata means.
+
+  Args:
+    meta: `metadata(reader)`.
+    tensor_shapes: GGUF tensor name -> HF-order shape (for the vocabulary
+      size and whether `output.weight` exists, i.e. untied embeddings).
+    where: file name used in error messages.
+  """
+  arch = meta.get("general.architecture")
+  if arch not in ARCHITECTURES:
+    raise ValueError(
+        f"{where}: unsupported GGUF architecture {arch!r} (metadata "
+        f"'general.architecture'); supported: {', '.join(ARCHITECTURES)}")
+  a = lambda key, **kw: _scalar(meta, f"{arch}.{key}", where, **kw)  # pylint: disable=unnecessary-lambda-assignment
+  if a("expert_count", default=0):
+    raise ValueError(f"{where}: {arch}.expert_count={a('expert_count')} "
+                     "(mixture-of-experts layers) is not supported")
+  dim = int(a("embedding_length", required=True))
+  heads = int(a("attention.head_count", required=True))
+  kv_heads = int(a("attention.head_count_kv", default=heads))
+  head_dim = int(a("attention.key_length", default=dim // heads))
+  value_dim = int(a("attention.value_length", default=head_dim))
+  if value_dim != head_dim:
+    raise ValueError(f"{where}: {arch}.attention.value_length={value_dim} "
+                     f"differs from key_length={head_dim}; not supported")
+  rope_dims = int(a("rope.dimension_count", default=head_dim))
+  if rope_dims != head_dim:
+    raise ValueError(f"{where}: {arch}.rope.dimension_count={rope_dims} < "
+                     f"head dim {head_dim} (partial rotary) is not supported")
+  if "token_embd.weight" not in tensor_shapes:
+    raise ValueError(f"{where}: missing tensor 'token_embd.weight'")
+  vocab = int(tensor_shapes["token_embd.weight"][0])
+  hf_arch = ARCHITECTURES[arch]
+  window = a("attention.sliding_window")
+  if window and arch == "llama":
+    hf_arch = "MistralForCausalLM"  # Llama weights, a window on every layer
+  elif window:
+    raise ValueError(f"{where}: {arch}.attention.sliding_window={window} is "
+                     "not supported for this architecture")
+  out: dict[str, Any] = {
+      "architectures": [hf_arch],
+      "model_type": _MODEL_TYPES[hf_arch],
+      "vocab_size": vocab,
+      "hidden_size": dim,
+      "intermediate_size": int(a("feed_forward_length", required=True)),
+      "num_hidden_layers": int(a("block_count", required=True)),
+      "num_attention_heads": heads,
+      "num_key_value_heads": kv_heads,
+      "head_dim": head_dim,
+      "hidden_act": "silu",
+      "max_position_embeddings": int(a("context_length", default=2048)),
+      "rms_norm_eps": float(a("attention.layer_norm_rms_epsilon",
+                              default=1e-6)),
+      "rope_theta": float(a("rope.freq_base", default=10000.0)),
+      "rope_scaling": _rope_scaling(a, where, arch),
+      "tie_word_embeddings": "output.weight" not in tensor_shapes,
+      "torch_dtype": "float32",
+  }
+  if hf_arch == "MistralForCausalLM":
+    out["sliding_window"] = int(window)
+  if hf_arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"):
+    out["attention_bias"] = False
+  if hf_arch in ("LlamaForCausalLM", "MistralForCausalLM"):
+    out["mlp_bias"] = False
+  if hf_arch in ("Qwen2ForCausalLM", "DreamModel"):
+    out["use_sliding_window"] = False
+  for ours, key in (("bos_token_id", "bos_token_id"),
+                    ("eos_token_id", "eos_token_id"),
+                    ("pad_token_id", "padding_token_id"),
+                    ("mask_token_id", "mask_token_id")):
+    if meta.get(f"tokenizer.ggml.{key}") is not None:
+      out[ours] = int(meta[f"tokenizer.ggml.{key}"])
+  return out
+
+
+def _rope_scaling(a, where: str, arch: str) -> dict[str, Any] | None:
+  kind = a("rope.scaling.type", default="none")
+  factor = a("rope.scaling.factor", default=a("rope.scale_linear"))
+  if kind == "none" and factor not in (None, 1, 1.0):
+    kind = "linear"  # older files: only rope.scale_linear
+  if kind == "none":
+    return None
+  if kind not in ("linear", "yarn"):
+    raise ValueError(f"{where}: unsupported RoPE scaling {kind!r} (metadata "
+                     f"'{arch}.rope.scaling.type'); supported: none, linear, "
+                     "yarn")
+  out: dict[str, Any] = {"rope_type": kind, "factor": float(factor or 1.0)}
+  original = a("rope.scaling.original_context_length")
+  if original:
+    out["original_max_position_embeddings"] = int(original)
+  if kind == "yarn":
+    for key, hf_key in (("yarn_beta_fast", "beta_fast"),
+                        ("yarn_beta_slow", "beta_slow")):
+      if a(f"rope.scaling.{key}") is not None:
+        out[hf_key] = float(a(f"rope.scaling.{key}"))
+  return out
+
+
+ROPE_FREQS = "rope_freqs.weight"
+
+
+def _llama3_factors(theta: float, head_dim: int, factor: float, low: float,
+                    high: float, original: int) -> np.ndarray:
+  """Per-frequency divisors of HF's `llama3` RoPE (what llama.cpp stores
+  as `rope_freqs.weight`)."""
+  inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
+  wavelen = 2 * np.pi / inv_freq
+  smooth = (original / wavelen - low) / (high - low)
+  mid = 1.0 / ((1 - smooth) / factor + smooth)
+  return np.where(wavelen < original / high, 1.0,
+                  np.where(wavelen > original / low, factor, mid))
+
+
+def llama3_rope_scaling(factors: np.ndarray, theta: float, head_dim: int,
+                        where: str = ROPE_FREQS) -> dict[str, Any] | None:
+  """HF `llama3` rope_scaling recovered from llama.cpp's `rope_freqs`.
+
+  llama.cpp stores Llama 3.1+ RoPE scaling only as the per-frequency
+  divisors. `factor` is their maximum. The divisors depend on (low, high,
+  original) only through high / low and original / low (band edges
+  original / high and original / low, smoothing original / wavelen - low
+  over high - low), so `low_freq_factor` = 1 loses nothing (and is what
+  every Llama 3.x release uses); the transition band, linear in
+  1 / wavelength after inversion, then gives `high_freq_factor` and
+  `original_max_position_embeddings`. The result is checked by recomputing
+  every divisor.
+
+  Raises:
+    ValueError: divisors that no such `llama3` scaling reproduces.
+  """
+  r = np.asarray(factors, np.float64).reshape(-1)
+  if r.shape != (head_dim // 2,):
+    raise ValueError(f"{where}: {r.size} RoPE factors, expected "
+                     f"{head_dim // 2} (head_dim / 2)")
+  factor = float(r.max())
+  if np.allclose(r, 1.0):
+    return None
+  inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
+  wavelen = 2 * np.pi / inv_freq
+  band = (r > 1 + 1e-4) & (r < factor * (1 - 1e-4))
+  fit = None
+  if band.sum() >= 2 and factor > 1:
+    smooth = (1 / r[band] - 1 / factor) / (1 - 1 / factor)
+    slope, intercept = np.polyfit(1 / wavelen[band], smooth, 1)
+    if intercept < 0 and slope > 0:
+      high = round(float(1 - 1 / intercept), 3)  # intercept = -1/(high - 1)
+      original = int(round(slope * (high - 1)))
+      fit = dict(factor=factor, low=1.0, high=high, original=original)
+  if fit is None or not np.allclose(
+      _llama3_factors(theta, head_dim, **fit), r, rtol=1e-4):
+    raise ValueError(
+        f"{where}: RoPE frequency factors (min {r.min():.4g}, max "
+        f"{r.max():.4g}, {r.size} values) match no Llama-3 scaling; other "
+        "per-frequency factors are not supported")
+  return {"rope_type": "llama3", "factor": fit["factor"],
+          "low_freq_factor": 1.0, "high_freq_factor": fit["high"],
+          "original_max_position_embeddings": fit["original"]}
+
+
+_GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
+                 "output_norm.weight": "model.norm.weight",
+                 "output.weight": "lm_head.weight"}
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def hf_name(name: str, where: str = "GGUF") -> str:
+  """The HF tensor name of a llama.cpp one (`blk.3.attn_q.weight` ->
+  `model.layers.3.self_attn.q_proj.weight`)."""
+  if name in _GLOBAL_NAMES:
+    return _GLOBAL_NAMES[name]
+  parts = name.split(".", 2)
+  if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and (
+      parts[2] in _LAYER_NAMES):
+    return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+  raise ValueError(f"{where}: tensor {name!r} has no equivalent in jaxlab's "
+                   "decoder")
+
+
+def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+  """llama.cpp's interleaved-RoPE row order of a Q/K weight (or bias) ->
+  HF's rotate-half order, per head."""
+  rows = w.shape[0]
+  head_dim = rows // heads
+  return (w.reshape(heads, head_dim // 2, 2, *w.shape[1:]).swapaxes(1, 2)
+          .reshape(w.shape))
+
+
+class GGUFCheckpoint:
+  """A GGUF file seen as a HF checkpoint: `config` (config.json dict) and
+  `tensor(hf_name)` -> float32 numpy in HF layout, dequantised on demand."""
+
+  def __init__(self, path: str | os.PathLike):
+    self.path = os.fspath(path)
+    self._reader = _reader(self.path)
+    self.metadata = metadata(self._reader)
+    self._tensors = {}
+    shapes = {}
+    rope_freqs = None
+    for t in self._reader.tensors:
+      shape = tuple(int(x) for x in reversed(t.shape.tolist()))
+      shapes[t.name] = shape
+      if t.name == ROPE_FREQS:
+        rope_freqs = t
+        continue
+      self._tensors[hf_name(t.name, self.path)] = (t, shape)
+    self.config = hf_config(self.metadata, shapes, self.path)
+    self.architecture = self.metadata["general.architecture"]
+    # llama.cpp's flag for the bidirectional (masked-diffusion) models.
+    self.causal = bool(_scalar(self.metadata,
+                               f"{self.architecture}.attention.causal",
+                               self.path, default=True))
+    if rope_freqs is not None:
+      factors = dequantize(rope_freqs.data, rope_freqs.tensor_type.name,
+                           shapes[ROPE_FREQS], where=self.path)
+      self.config["rope_scaling"] = llama3_rope_scaling(
+          factors, self.config["rope_theta"], self.config["head_dim"],
+          where=f"{self.path}: tensor {ROPE_FREQS!r}")
+    self._permute = {}
+    if self.metadata["general.architecture"] in _PERMUTED:
+      n = self.config["num_attention_heads"]
+      k = self.config["num_key_value_heads"]
+      for i in range(self.config["num_hidden_layers"]):
+        for proj, heads in (("q", n), ("k", k)):
+          for kind in ("weight", "bias"):
+            self._permute[f"model.layers.{i}.self_attn.{proj}_proj.{kind}"] = (
+                heads)
+    for t, _ in self._tensors.values():  # one error for any unsupported type
+      if t.tensor_type.name not in QUANT_TYPES:
+        raise ValueError(
+            f"{self.path}: tensor {t.name!r} has unsupported GGUF type "
+            f"{t.tensor_type.name}; supported: {', '.join(QUANT_TYPES)}")
+
+  def names(self) -> list[str]:
+    return list(self._tensors)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._tensors
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    return self._tensors[name][1]
+
+  def quant_type(self, name: str) -> str:
+    return self._tensors[name][0].tensor_type.name
+
+  def tensor(self, name: str) -> np.ndarray:
+    """Float32 HF-layout tensor `name`."""
+    if name not in self._tensors:
+      raise ValueError(f"{self.path}: missing tensor {name!r}")
+    t, shape = self._tensors[name]
+    out = dequantize(t.data, t.tensor_type.name, shape,
+                     where=f"{self.path}: tensor {t.name!r}")
+    if name in self._permute:
+      out = _unpermute(out, self._permute[name])
+    return out
+
+
+def load(path: str | os.PathLike, *, dtype: str = "float32",
+         param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
+         rules: Any = None, **config_overrides: Any
+         ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
+  """Loads a GGUF file as a `Decoder`; the contract of `jaxlab.io.hf.load`.
+
+  Args:
+    path: the .gguf file.
+    dtype: compute dtype ("float32", "bfloat16", "float16").
+    param_dtype: parameter dtype; defaults to `dtype`. Quantised weights are
+      dequantised to float32 and then cast.
+    mesh, rules: optional mesh and logical-axis rules; every parameter is
+      placed with its `NamedSharding` as it is dequantised (dims the mesh does
+      not divide stay replicated).
+    **config_overrides: further `DecoderConfig` fields (`remat=True`,
+      `scan_layers=True`, ...).
+
+  Returns:
+    (model, cfg).
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: not a GGUF file, unsupported architecture / tensor type /
+      metadata (each named), missing tensor or a shape the config disagrees
+      with.
+  """
+  ckpt = GGUFCheckpoint(path)
+  if not ckpt.causal:
+    config_overrides.setdefault("causal", False)
+  cfg = hf_io.config_from_hf(ckpt.config, dtype=dtype, param_dtype=param_dtype,
+                             where=ckpt.path, **config_overrides)
+  abstract = nnx.eval_shape(lambda: decoder_lib.Decoder(cfg,
+                                                        rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = None
+  if mesh is not None:
+    with nnx.logical_axis_rules(rules or ()):
+      shardings = dict(nnx.to_flat_state(
+          nnx.get_named_sharding(abs_state, mesh)))
+  # pylint: disable=protected-access
+  table = hf_io._hf_names(cfg)  # the HF tensor table hf.load / hf.save use
+  target = np.dtype(decoder_lib.to_dtype(cfg.param_dtype))
+
+  def read(param_path):
+    name, hf_shape, to_ours, _ = table[param_path]
+    if name not in ckpt:
+      raise ValueError(f"{ckpt.path}: missing tensor {name!r} (GGUF "
+                       f"{_gguf_name(name)!r})")
+    found = ckpt.shape(name)
+    if found != hf_shape:
+      raise ValueError(f"{ckpt.path}: tensor {_gguf_name(name)!r} has shape "
+                       f"{found} (HF order), expected {hf_shape} from the "
+                       "metadata")
+    return to_ours(ckpt.tensor(name)).astype(target)
+
+  used = {row[0] for row in table.values()}
+  extra = sorted(set(ckpt.names()) - used)
+  if extra:
+    raise ValueError(f"{ckpt.path}: tensors {[_gguf_name(n) for n in extra]} "
+                     f"are not used by the {ckpt.config['architectures'][0]} "
+                     "config the metadata gives")
+  flat = []
+  for param_path, var in nnx.to_flat_state(abs_state):
+    stacked = hf_io._layer_paths(cfg, param_path)
+    arr = read(param_path) if stacked is None else np.stack(
+        [read(p) for p in stacked])
+    expected = var.get_value().shape
+    assert arr.shape == expected, (param_path, arr.shape, expected)
+    if shardings is not None:
+      value = jax.device_put(arr, hf_io._fit_sharding(
+          shardings[param_path].get_value(), arr.shape))
+    else:
+      value = jnp.asarray(arr)
+    flat.append((param_path, var.replace(value)))
+  # pylint: enable=protected-access
+  return nnx.merge(graphdef, nnx.from_flat_state(flat)), cfg
+
+
+def diffusion_tokens(path: str | os.PathLike) -> dict[str, Any]:
+  """{mask_id, eos_id, shift_logits} of a GGUF file, as
+  `jaxlab.io.hf.diffusion_tokens` gives them for a checkpoint directory
+  (`tokenizer.ggml.mask_token_id` / `eos_token_id`, None if absent;
+  `diffusion.shift_logits`, default: Dream shifts, LLaDA does not)."""
+  meta = metadata(_reader(os.fspath(path)))
+  shift = meta.get("diffusion.shift_logits")
+  if shift is None:
+    shift = meta.get("general.architecture") == "dream"
+  return {"mask_id": meta.get("tokenizer.ggml.mask_token_id"),
+          "eos_id": meta.get("tokenizer.ggml.eos_token_id"),
+          "shift_logits": bool(shift)}
+
+
+def _gguf_name(hf_tensor: str) -> str:
+  for ours, theirs in _GLOBAL_NAMES.items():
+    if theirs == hf_tensor:
+      return ours
+  for ours, theirs in _LAYER_NAMES.items():
+    suffix = "." + theirs
+    if hf_tensor.endswith(suffix) and hf_tensor.startswith("model.layers."):
+      return f"blk.{hf_tensor.split('.')[2]}.{ours}"
+  return hf_tensor
+
+
+# -- tokenizer and HF export ---------------------------------------------------
+
+
+def save_tokenizer(path: str | os.PathLike, out_dir: str | os.PathLike
+                   ) -> str:
+  """Writes the GGUF's tokenizer (vocabulary, merges, special tokens, chat
+  template from `tokenizer.*` metadata) as HF tokenizer files in `out_dir`.
+
+  Uses transformers' GGUF tokenizer conversion, then `save_pretrained`.
+  """
+  import transformers  # pylint: disable=g-import-not-at-top
+  path, out_dir = os.fspath(path), os.fspath(out_dir)
+  if "tokenizer.ggml.model" not in metadata(_reader(path)):
+    raise ValueError(f"{path}: no tokenizer in the metadata (no "
+                     "'tokenizer.ggml.model')")
+  tok = transformers.AutoTokenizer.from_pretrained(
+      os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path))
+  os.makedirs(out_dir, exist_ok=True)
+  tok.save_pretrained(out_dir)
+  return out_dir
+
+
+def tokenizer(path: str | os.PathLike,
+              out_dir: str | os.PathLike | None = None):
+  """The GGUF's tokenizer as a jaxlab tokenizer (`tokenizers.from_pretrained`
+  of the files `save_tokenizer` writes; a temporary directory by default)."""
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  if out_dir is None:
+    out_dir = tempfile.mkdtemp(prefix="gguf_tokenizer_")
+  return tokenizers.from_pretrained(save_tokenizer(path, out_dir))
+
+
+def to_hf(path: str | os.PathLike, out_dir: str | os.PathLike, *,
+          dtype: str = "float32", with_tokenizer: bool = True) -> str:
+  """Writes a standard HF checkpoint directory from a GGUF file.
+
+  config.json (transformers-4 dialect), model.safetensors (dequantised,
+  Q/K rows in HF order, `dtype` "float32" / "bfloat16" / "float16"),
+  generation_config.json and the tokenizer files (when the GGUF has a
+  tokenizer: `tokenizer.ggml.model` in its metadata).
+  """
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+  out_dir = os.fspath(out_dir)
+  ckpt = GGUFCheckpoint(path)
+  if ckpt.architecture == "llada":
+    raise ValueError(f"{ckpt.path}: LLaDA GGUF files cannot be exported: its "
+                     "HF checkpoints use their own config fields and tensor "
+                     "names (trust_remote_code); load it with `load`")
+  hf_io.config_from_hf(ckpt.config, where=ckpt.path)  # same checks as load
+  target = np.dtype(decoder_lib.to_dtype(dtype))
+  os.makedirs(out_dir, exist_ok=True)
+  tensors = {name: np.ascontiguousarray(ckpt.tensor(name).astype(target))
+             for name in ckpt.names()}
+  safetensors.numpy.save_file(
+      tensors, os.path.join(out_dir, hf_io.SINGLE_FILE),
+      metadata={"format": "pt"})
+  config = dict(ckpt.config, torch_dtype=dtype)
+  with open(os.path.join(out_dir, hf_io.CONFIG_FILE), "w") as fh:
+    json.dump(config, fh, indent=2)
+  generation = {k: config[k] for k in ("bos_token_id", "eos_token_id",
+                                       "pad_token_id") if k in config}
+  with open(os.path.join(out_dir, "generation_config.json"), "w") as fh:
+    json.dump(generation, fh, indent=2)
+  if with_tokenizer and "tokenizer.ggml.model" in ckpt.metadata:
+    save_tokenizer(ckpt.path, out_dir)
+  return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+      prog="python -m jaxlab.io.gguf",
+      description="Convert a llama.cpp GGUF file to a HF checkpoint "
+      "directory (safetensors + tokenizer files).")
+  parser.add_argument("--to_hf", nargs=2, metavar=("IN_GGUF", "OUT_DIR"),
+                      required=True)
+  parser.add_argument("--dtype", default="float32",
+                      choices=("float32", "bfloat16", "float16"))
+  args = parser.parse_args(argv)
+  try:
+    out = to_hf(args.to_hf[0], args.to_hf[1], dtype=args.dtype)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  print(out)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
