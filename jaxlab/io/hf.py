@@ -33,7 +33,24 @@ Layout mapping (HF `nn.Linear.weight` is `[out, in]`):
 
 Architectures: Llama; Qwen2 (q/k/v biases); Qwen3 (no biases, per-head q/k
 RMSNorm, `head_dim` independent of `hidden_size`); Mistral (Llama weights
-with a sliding window on every layer). torch is never imported.
+with a sliding window on every layer); Gemma 3 text (`Gemma3ForCausalLM`,
+model_type gemma3_text: per-layer sliding / global attention with two RoPE
+bases, q/k norm, (1 + w) norms, GeGLU, sqrt(dim) embedding scale, the
+`query_pre_attn_scalar` attention scale, final logit soft-capping; its
+norms map as
+
+  layers.i.input_layernorm             [D]       -> attn_norm.scale
+  layers.i.post_attention_layernorm    [D]       -> post_attn_norm.scale
+  layers.i.pre_feedforward_layernorm   [D]       -> mlp_norm.scale
+  layers.i.post_feedforward_layernorm  [D]       -> post_mlp_norm.scale
+
+with the (1 + w) weights stored as is). torch is never imported.
+
+Vision-language: a Qwen2.5-VL / Qwen2-VL checkpoint
+(`Qwen2_5_VLForConditionalGeneration`, `Qwen2VLForConditionalGeneration`)
+loads as `(jaxlab.models.qwen2_vl.Qwen2VL, Qwen2VLConfig)` through
+`qwen2_vl.load_hf` (import only; both the Hub's and transformers 5's
+tensor names and config dialects).
 
 Scanned models (`scan_layers=True`, e.g. `load(path, scan_layers=True)`):
 the per-layer HF tensors of the layers j, j + P, ... are converted and
@@ -46,6 +63,7 @@ from collections.abc import Callable, Mapping
 import json
 import os
 from typing import Any
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +86,20 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
 DIFFUSION_ARCHITECTURES = ("DreamModel", "LLaDAModelLM")
 SUPPORTED_ARCHITECTURES += DIFFUSION_ARCHITECTURES
 _MODEL_TYPES.update({"Dream": "DreamModel", "llada": "LLaDAModelLM"})
+# Gemma 3 text (`Gemma3ForCausalLM`, model_type gemma3_text): the decoder
+# with its Gemma switches on (`_gemma3_config_from_hf`,
+# `_gemma3_config_to_hf`).
+GEMMA3 = "Gemma3ForCausalLM"
+SUPPORTED_ARCHITECTURES += (GEMMA3,)
+_MODEL_TYPES["gemma3_text"] = GEMMA3
+# DecoderConfig fields of Gemma 3 and their value there (export checks them).
+_GEMMA3_SWITCHES = {"post_norms": True, "norm_plus_one": True,
+                    "qk_norm": True, "embed_scale": True,
+                    "mlp_activation": "gelu_tanh", "qkv_bias": False,
+                    "causal": True, "nope_layers": (),
+                    "attn_logit_softcap": None}
+# Gemma 3's defaults (transformers' Gemma3TextConfig).
+_GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
 # LLaDA config.json field -> the Llama field it means.
 _LLADA_CONFIG = {"d_model": "hidden_size", "n_heads": "num_attention_heads",
                  "n_kv_heads": "num_key_value_heads",
@@ -233,6 +265,110 @@ def _rope_config(hf: Mapping[str, Any], where: str
   return float(theta), scaling
 
 
+def _gemma3_rope(hf: Mapping[str, Any], where: str
+                 ) -> tuple[float, dict[str, Any] | None, float]:
+  """(rope_theta, rope_scaling, sliding_rope_theta) of a Gemma 3 config.
+
+  transformers 5: `rope_parameters` per layer type ("full_attention",
+  "sliding_attention"); transformers 4: `rope_theta` and `rope_scaling` of
+  the global layers and `rope_local_base_freq` of the sliding ones, which
+  always use plain RoPE.
+  """
+  params = hf.get("rope_parameters")
+  if params is not None and any(isinstance(v, Mapping)
+                                for v in params.values()):
+    full = dict(params.get("full_attention") or {})
+    local = dict(params.get("sliding_attention") or {})
+  else:
+    full = dict(params or hf.get("rope_scaling") or {})
+    if full.get("rope_theta") is None:
+      full["rope_theta"] = hf.get("rope_theta")
+    local = {"rope_theta": hf.get("rope_local_base_freq")}
+  if full.get("rope_theta") is None:
+    full["rope_theta"] = _GEMMA3_THETA["full_attention"]
+  local_type = local.get("rope_type", local.get("type", "default"))
+  if local_type != "default":
+    raise ValueError(f"{where}: rope type {local_type!r} on the sliding "
+                     "layers is not supported (Gemma 3's local layers use "
+                     "plain RoPE)")
+  local_theta = local.get("rope_theta")
+  if local_theta is None:
+    local_theta = _GEMMA3_THETA["sliding_attention"]
+  theta, scaling = _rope_config({**hf, "rope_parameters": full}, where)
+  return theta, scaling, float(local_theta)
+
+
+def _gemma3_config_from_hf(hf: Mapping[str, Any], *, dtype: str,
+                           param_dtype: str | None, where: str,
+                           **overrides: Any) -> decoder_lib.DecoderConfig:
+  """`config_from_hf` of a `Gemma3ForCausalLM` (gemma3_text) config.
+
+  Fields absent from the file take transformers' `Gemma3TextConfig`
+  defaults. `attn_logit_softcapping` is dropped with a warning:
+  transformers' Gemma 3 model does not apply it (only Gemma 2 does), so the
+  imported model computes the logits transformers computes.
+  """
+  for field in ("vocab_size", "hidden_size", "intermediate_size",
+                "num_hidden_layers", "num_attention_heads"):
+    if hf.get(field) is None:
+      raise ValueError(f"{where}: missing required field {field!r}")
+  act = hf.get("hidden_activation") or hf.get("hidden_act") or (
+      "gelu_pytorch_tanh")
+  if act != "gelu_pytorch_tanh":
+    raise ValueError(f"{where}: hidden_activation={act!r} is not supported "
+                     "for Gemma 3; supported: gelu_pytorch_tanh")
+  for field in ("attention_bias", "use_bidirectional_attention"):
+    if hf.get(field):
+      raise ValueError(f"{where}: {field}=true is not supported")
+  num_layers = int(hf["num_hidden_layers"])
+  layer_types = hf.get("layer_types")
+  if not layer_types:
+    pattern = int(hf.get("sliding_window_pattern")
+                  or hf.get("_sliding_window_pattern") or 6)
+    layer_types = ["sliding_attention" if (i + 1) % pattern
+                   else "full_attention" for i in range(num_layers)]
+  window = hf.get("sliding_window", 4096)
+  if "sliding_attention" in layer_types and not window:
+    raise ValueError(f"{where}: sliding_attention layers but no "
+                     "sliding_window")
+  theta, scaling, local_theta = _gemma3_rope(hf, where)
+  if hf.get("attn_logit_softcapping") is not None:
+    warnings.warn(
+        f"{where}: attn_logit_softcapping={hf['attn_logit_softcapping']} is "
+        "ignored, as transformers' Gemma3ForCausalLM ignores it",
+        stacklevel=3)
+  final_cap = hf.get("final_logit_softcapping")
+  num_heads = int(hf["num_attention_heads"])
+  fields = dict(
+      vocab_size=int(hf["vocab_size"]),
+      dim=int(hf["hidden_size"]),
+      num_layers=num_layers,
+      num_heads=num_heads,
+      num_kv_heads=int(hf.get("num_key_value_heads", 4)),
+      head_dim=int(hf.get("head_dim") or 256),
+      mlp_dim=int(hf["intermediate_size"]),
+      rope_theta=theta,
+      rope_scaling=scaling,
+      sliding_rope_theta=local_theta,
+      layer_types=tuple(layer_types),
+      sliding_window=int(window) if window else None,
+      max_position_embeddings=int(hf.get("max_position_embeddings", 131072)),
+      norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+      tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+      qk_norm=True,
+      post_norms=True,
+      norm_plus_one=True,
+      mlp_activation="gelu_tanh",
+      embed_scale=True,
+      attn_scale=float(hf.get("query_pre_attn_scalar", 256)) ** -0.5,
+      final_logit_softcap=None if final_cap is None else float(final_cap),
+      dtype=dtype,
+      param_dtype=param_dtype or dtype,
+  )
+  fields.update(overrides)
+  return decoder_lib.DecoderConfig(**fields)
+
+
 def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
                    param_dtype: str | None = None, where: str = CONFIG_FILE,
                    **overrides: Any) -> decoder_lib.DecoderConfig:
@@ -246,6 +382,9 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
     **overrides: further `DecoderConfig` fields (e.g. `remat=True`).
   """
   arch = _architecture(hf, where)
+  if arch == GEMMA3:
+    return _gemma3_config_from_hf(hf, dtype=dtype, param_dtype=param_dtype,
+                                  where=where, **overrides)
   if arch in DIFFUSION_ARCHITECTURES:
     overrides.setdefault("causal", False)
     return config_from_hf(_diffusion_as_causal(hf, arch, where), dtype=dtype,
@@ -315,12 +454,99 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
   return decoder_lib.DecoderConfig(**fields)
 
 
+def _gemma3_like(cfg: decoder_lib.DecoderConfig) -> bool:
+  """Whether `cfg` sets a switch only Gemma 3 has (export as Gemma 3)."""
+  return (cfg.post_norms or cfg.norm_plus_one or cfg.embed_scale
+          or cfg.mlp_activation != "silu" or cfg.attn_scale is not None
+          or cfg.attn_logit_softcap is not None
+          or cfg.final_logit_softcap is not None)
+
+
+def _rope_scaling_to_hf(cfg: decoder_lib.DecoderConfig
+                        ) -> dict[str, Any] | None:
+  """HF `rope_scaling` (transformers-4 dialect) of `cfg.rope_scaling`."""
+  if cfg.rope_scaling is None:
+    return None
+  options = dict(cfg.rope_scaling)
+  method = options.pop("method")
+  inverse = {v: k for k, v in HF_ROPE_TYPES.items()}
+  if method not in inverse:
+    raise ValueError(f"RoPE scaling {method!r} has no transformers "
+                     f"equivalent; exportable: {', '.join(inverse)}")
+  if method == "default":
+    return None
+  rs = {"rope_type": inverse[method]}
+  if "original_max_position" in options:
+    rs["original_max_position_embeddings"] = options.pop(
+        "original_max_position")
+  rs.update(options)
+  return rs
+
+
+def _gemma3_config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
+  """transformers-4 dialect `Gemma3ForCausalLM` (gemma3_text) config.json."""
+  wrong = {name: getattr(cfg, name) for name, want in _GEMMA3_SWITCHES.items()
+           if getattr(cfg, name) != want}
+  if wrong:
+    raise ValueError(
+        f"a decoder with Gemma switches exports as Gemma3ForCausalLM, which "
+        f"needs {_GEMMA3_SWITCHES}; this config has {wrong}"
+        + (" (transformers' Gemma 3 does not apply attn_logit_softcapping)"
+           if "attn_logit_softcap" in wrong else ""))
+  specs = cfg.layer_specs
+  sliding = [spec.sliding_window is not None for spec in specs]
+  if any(sliding) and cfg.sliding_rope_theta is None and (
+      cfg.rope_scaling is not None):
+    raise ValueError("Gemma 3's sliding layers use plain RoPE; this config "
+                     f"applies rope_scaling={dict(cfg.rope_scaling)} to them "
+                     "(set sliding_rope_theta)")
+  hd = cfg.resolved_head_dim
+  qpas = hd if cfg.attn_scale is None else cfg.attn_scale ** -2
+  if abs(qpas - round(qpas)) > 1e-6 * qpas:
+    raise ValueError(f"attn_scale={cfg.attn_scale}: Gemma 3's "
+                     "query_pre_attn_scalar (attn_scale ** -2) must be an "
+                     f"integer, got {qpas}")
+  local_theta = (cfg.rope_theta if cfg.sliding_rope_theta is None
+                 else cfg.sliding_rope_theta)
+  return {
+      "architectures": [GEMMA3],
+      "model_type": "gemma3_text",
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.dim,
+      "intermediate_size": cfg.mlp_dim,
+      "num_hidden_layers": cfg.num_layers,
+      "num_attention_heads": cfg.num_heads,
+      "num_key_value_heads": cfg.num_kv_heads,
+      "head_dim": hd,
+      "hidden_activation": "gelu_pytorch_tanh",
+      "max_position_embeddings": cfg.max_position_embeddings,
+      "rms_norm_eps": cfg.norm_eps,
+      "rope_theta": cfg.rope_theta,
+      "rope_local_base_freq": local_theta,
+      "rope_scaling": _rope_scaling_to_hf(cfg),
+      "layer_types": ["sliding_attention" if s else "full_attention"
+                      for s in sliding],
+      "sliding_window": cfg.sliding_window,
+      "query_pre_attn_scalar": int(round(qpas)),
+      "attn_logit_softcapping": None,
+      "final_logit_softcapping": cfg.final_logit_softcap,
+      "attention_bias": False,
+      "tie_word_embeddings": cfg.tie_embeddings,
+      "torch_dtype": cfg.param_dtype,
+  }
+
+
 def config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
   """transformers-4 dialect config.json.
 
-  The architecture follows the config: q/k norm -> Qwen3, qkv bias -> Qwen2,
-  a sliding window otherwise -> Mistral, else Llama.
+  The architecture follows the config: any Gemma switch (post_norms,
+  norm_plus_one, embed_scale, a GeGLU MLP, attn_scale, soft-capping) ->
+  Gemma 3 (`Gemma3ForCausalLM`, all of its switches required), q/k norm ->
+  Qwen3, qkv bias -> Qwen2, a sliding window otherwise -> Mistral, else
+  Llama.
   """
+  if _gemma3_like(cfg):
+    return _gemma3_config_to_hf(cfg)
   if not cfg.causal:
     raise ValueError("a bidirectional decoder (causal=False) has no "
                      "Llama/Qwen2 equivalent")
@@ -433,6 +659,13 @@ def _hf_names(cfg: decoder_lib.DecoderConfig
         ("mlp", "up_df"): ("mlp.up_proj.weight", (f, d), t, t),
         ("mlp", "down_fd"): ("mlp.down_proj.weight", (d, f), t, t),
     }
+    if cfg.post_norms:  # Gemma: post-attention / pre- and post-MLP norms
+      rows[("mlp_norm", "scale")] = ("pre_feedforward_layernorm.weight",
+                                     (d,), same, same)
+      rows[("post_attn_norm", "scale")] = ("post_attention_layernorm.weight",
+                                           (d,), same, same)
+      rows[("post_mlp_norm", "scale")] = (
+          "post_feedforward_layernorm.weight", (d,), same, same)
     if cfg.qk_norm:
       rows[("attn", "q_norm", "scale")] = ("self_attn.q_norm.weight", (h,),
                                            same, same)
@@ -538,7 +771,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
          param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
          rules: Any = None, **config_overrides: Any
          ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
-  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral checkpoint directory.
+  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 checkpoint dir.
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded
@@ -563,6 +796,13 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   """
   path = os.fspath(path)
   hf_json = _read_config(path)
+  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
+  if qwen2_vl.is_hf_config(hf_json):  # (Qwen2VL, Qwen2VLConfig)
+    if mesh is not None:
+      raise ValueError("mesh placement is not supported for Qwen2-VL / "
+                       "Qwen2.5-VL checkpoints")
+    return qwen2_vl.load_hf(path, dtype=dtype, param_dtype=param_dtype,
+                            **config_overrides)
   cfg = config_from_hf(hf_json, dtype=dtype,
                        param_dtype=param_dtype,
                        where=os.path.join(path, CONFIG_FILE),

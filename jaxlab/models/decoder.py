@@ -1,4 +1,4 @@
-"""A Llama/Qwen2-family decoder-only language model in Flax NNX.
+"""A Llama/Qwen2/Gemma 3-family decoder-only language model in Flax NNX.
 
     model = Decoder(DecoderConfig(...), rngs=nnx.Rngs(0))
     logits_btv = model(input_ids_bt)                       # [B, T, V]
@@ -7,6 +7,14 @@
                                                             # hidden states
 
 Pre-norm blocks: h = h + Attn(RMSNorm(h)); h = h + SwiGLU(RMSNorm(h)).
+Gemma 3 (text) is the same decoder with its switches on: per-layer
+sliding-window / global attention with two RoPE bases (`layer_types`,
+`sliding_rope_theta`), q/k RMSNorm, post-norms around attention and MLP
+(`post_norms`), (1 + w) RMSNorm (`norm_plus_one`), GeGLU
+(`mlp_activation="gelu_tanh"`), sqrt(dim) embedding scale (`embed_scale`),
+tied embeddings, the `query_pre_attn_scalar` attention scale (`attn_scale`)
+and attention / final logit soft-capping (`attn_logit_softcap`,
+`final_logit_softcap`); `jaxlab.io.hf` maps `Gemma3ForCausalLM`.
 Causal by default; `causal=False` gives the bidirectional model used by
 diffusion LMs (and `forward(causal=...)` overrides it per call). Per-layer
 RoPE can be switched off (`nope_layers`) for NoPE/iRoPE-style controls.
@@ -124,6 +132,23 @@ class DecoderConfig:
   sliding_rope_theta: float | None = None
   scan_layers: bool = False
   scan_period: int | None = None  # None: smallest period of the layer specs
+  # Gemma-style switches (Gemma 3: all on); the defaults are Llama / Qwen.
+  # RMSNorm also of each block's attention and MLP outputs (before they are
+  # added to the residual stream): Gemma's post-attention / post-feedforward
+  # norms.
+  post_norms: bool = False
+  # Every RMSNorm (blocks, q/k norms, final) computes x_hat * (1 + w) in
+  # float32, w initialised to 0 (`norm_lib.RMSNorm(plus_one=True)`).
+  norm_plus_one: bool = False
+  mlp_activation: str = "silu"  # "silu" (SwiGLU) | "gelu_tanh" (GeGLU)
+  embed_scale: bool = False  # token embeddings * sqrt(dim), compute dtype
+  # Multiplier of the attention logits; None: head_dim ** -0.5 (Gemma 3:
+  # query_pre_attn_scalar ** -0.5).
+  attn_scale: float | None = None
+  # c * tanh(x / c) of the attention logits (after scaling) / of the output
+  # logits; None: off.
+  attn_logit_softcap: float | None = None
+  final_logit_softcap: float | None = None
 
   def __post_init__(self):
     # One reading of `rope_scaling` (jaxlab.nn.rope.normalize_scaling): a
@@ -142,6 +167,13 @@ class DecoderConfig:
       if not 0 <= i < self.num_layers:
         raise ValueError(f"nope_layers entry {i} outside [0, {self.num_layers})")
     to_dtype(self.param_dtype), to_dtype(self.dtype)
+    if self.mlp_activation not in mlp_lib.ACTIVATIONS:
+      raise ValueError(f"mlp_activation={self.mlp_activation!r} unknown; "
+                       f"valid: {', '.join(mlp_lib.ACTIVATIONS)}")
+    for name in ("attn_logit_softcap", "final_logit_softcap"):
+      cap = getattr(self, name)
+      if cap is not None and not cap > 0:
+        raise ValueError(f"{name}={cap} must be positive (or None: off)")
     object.__setattr__(self, "remat", _normalize_remat(self.remat))
     object.__setattr__(self, "layer_types", tuple(self.layer_types))
     if self.layer_types:
@@ -240,6 +272,8 @@ class DecoderConfig:
     if self.qk_norm:
       attn += 2 * hd
     block = attn + 3 * self.dim * self.mlp_dim + 2 * self.dim
+    if self.post_norms:
+      block += 2 * self.dim
     emb = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
     return self.num_layers * block + emb + self.dim
 
@@ -281,23 +315,45 @@ class DecoderOutput:
   attentions: tuple[jax.Array, ...] | None = None
 
 
+def _rms_norm(cfg: DecoderConfig, dim: int) -> norm_lib.RMSNorm:
+  """An RMSNorm of this config (Gemma's (1 + w) one with `norm_plus_one`)."""
+  return norm_lib.RMSNorm(dim, eps=cfg.norm_eps,
+                          param_dtype=to_dtype(cfg.param_dtype),
+                          plus_one=cfg.norm_plus_one)
+
+
 class Block(nnx.Module):
-  """Pre-norm transformer block."""
+  """Pre-norm transformer block.
+
+  h = h + Attn(attn_norm(h)); h = h + MLP(mlp_norm(h)); with
+  `cfg.post_norms` (Gemma) the attention and MLP outputs are normalised
+  too: h = h + post_attn_norm(Attn(attn_norm(h))), and likewise
+  `post_mlp_norm` for the MLP.
+  """
 
   def __init__(self, cfg: DecoderConfig, layer: int, *, rngs: nnx.Rngs):
     pdt, dt = to_dtype(cfg.param_dtype), to_dtype(cfg.dtype)
-    self.attn_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
-                                      param_dtype=pdt)
+    self.attn_norm = _rms_norm(cfg, cfg.dim)
     self.attn = attn_lib.Attention(
         cfg.dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim,
         rngs=rngs, qkv_bias=cfg.qkv_bias, param_dtype=pdt, dtype=dt,
         init_std=cfg.init_std, use_rope=layer not in cfg.nope_layers,
         attention_impl=cfg.attention_impl, qk_norm=cfg.qk_norm,
-        norm_eps=cfg.norm_eps)
-    self.mlp_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
-                                     param_dtype=pdt)
+        norm_eps=cfg.norm_eps, scale=cfg.attn_scale,
+        logits_soft_cap=cfg.attn_logit_softcap)
+    if cfg.qk_norm and cfg.norm_plus_one:
+      # Gemma's q/k norms are (1 + w) norms too.
+      self.attn.q_norm = _rms_norm(cfg, cfg.resolved_head_dim)
+      self.attn.k_norm = _rms_norm(cfg, cfg.resolved_head_dim)
+    self.mlp_norm = _rms_norm(cfg, cfg.dim)
     self.mlp = mlp_lib.SwiGLU(cfg.dim, cfg.mlp_dim, rngs=rngs, param_dtype=pdt,
-                              dtype=dt, init_std=cfg.init_std)
+                              dtype=dt, init_std=cfg.init_std,
+                              activation=cfg.mlp_activation)
+    if cfg.post_norms:
+      self.post_attn_norm = _rms_norm(cfg, cfg.dim)
+      self.post_mlp_norm = _rms_norm(cfg, cfg.dim)
+    else:
+      self.post_attn_norm = self.post_mlp_norm = None
 
   def __call__(self, h_btd, cos_btd, sin_btd, mask, layer_cache, cache_index,
                is_causal=False, output_attentions=False):
@@ -308,8 +364,13 @@ class Block(nnx.Module):
                     output_attentions=output_attentions)
     a, new_cache = res[0], res[1]
     probs = res[2] if output_attentions else None
+    if self.post_attn_norm is not None:
+      a = self.post_attn_norm(a)
     h_btd = h_btd + a.astype(h_btd.dtype)
-    h_btd = h_btd + self.mlp(self.mlp_norm(h_btd)).astype(h_btd.dtype)
+    m = self.mlp(self.mlp_norm(h_btd))
+    if self.post_mlp_norm is not None:
+      m = self.post_mlp_norm(m)
+    h_btd = h_btd + m.astype(h_btd.dtype)
     return h_btd, new_cache, probs
 
 
@@ -388,7 +449,7 @@ def unstack_layers(model: "Decoder") -> "Decoder":
 
 
 class Decoder(nnx.Module):
-  """Decoder-only LM (Llama / Qwen2 family).
+  """Decoder-only LM (Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 text).
 
   Unrolled (default): `self.layers[i]` is block i. Scanned
   (`cfg.scan_layers`): `self.scan_blocks[j]` is position j of the repeated
@@ -417,8 +478,7 @@ class Decoder(nnx.Module):
       self.scan_blocks = _stack_blocks(blocks, period)
     else:
       self.layers = nnx.List(blocks)
-    self.final_norm = norm_lib.RMSNorm(cfg.dim, eps=cfg.norm_eps,
-                                       param_dtype=pdt)
+    self.final_norm = _rms_norm(cfg, cfg.dim)
     if cfg.tie_embeddings:
       self.lm_head_dv = None
     else:
@@ -441,9 +501,14 @@ class Decoder(nnx.Module):
         f"{type(self).__name__!r} object has no attribute {name!r}")
 
   def embed(self, input_ids_bt: jax.Array) -> jax.Array:
-    """Token embeddings `[B, T, D]` in the compute dtype."""
-    return jnp.take(self.embed_vd[...], input_ids_bt, axis=0).astype(
-        to_dtype(self.cfg.dtype))
+    """Token embeddings `[B, T, D]` in the compute dtype (times sqrt(dim),
+    in that dtype, with `cfg.embed_scale`; `forward(inputs_embeds=...)`
+    takes the embeddings as given, like transformers' Gemma)."""
+    dt = to_dtype(self.cfg.dtype)
+    h = jnp.take(self.embed_vd[...], input_ids_bt, axis=0).astype(dt)
+    if self.cfg.embed_scale:
+      h = h * jnp.asarray(self.cfg.dim ** 0.5, dt)
+    return h
 
   def unembed(self, h_btd: jax.Array) -> jax.Array:
     """Final norm + LM head: float32 logits `[..., V]` for `h [..., D]`
@@ -454,7 +519,11 @@ class Decoder(nnx.Module):
       logits = jnp.einsum("...d,vd->...v", h, self.embed_vd[...].astype(dt))
     else:
       logits = h @ self.lm_head_dv[...].astype(dt)
-    return logits.astype(dtypes.at_least_float32(logits.dtype))
+    logits = logits.astype(dtypes.at_least_float32(logits.dtype))
+    cap = self.cfg.final_logit_softcap
+    if cap is not None:
+      logits = cap * jnp.tanh(logits / cap)
+    return logits
 
   def init_cache(self, batch: int, max_len: int,
                  dtype=None) -> attn_lib.KVCache:
@@ -559,7 +628,9 @@ class Decoder(nnx.Module):
               output_qk: bool = False,
               output_attentions: bool = False,
               causal: bool | None = None,
-              allowed_mask: jax.Array | None = None) -> DecoderOutput:
+              allowed_mask: jax.Array | None = None,
+              rope_tables: tuple[jax.Array, jax.Array] | None = None
+              ) -> DecoderOutput:
     """Runs the model.
 
     Mask rule (see `jaxlab.nn.attention`): query t of row b may attend key s
@@ -597,6 +668,10 @@ class Decoder(nnx.Module):
       allowed_mask: boolean, broadcastable to `[B, N, T, S]` (S = cache
         slots with a cache, else T), True = may attend; replaces the causal
         and sliding-window rules (padding and empty slots stay denied).
+      rope_tables: precomputed RoPE (cos, sin) `[B, T, head_dim]` used by
+        every RoPE layer instead of the tables built from `positions` (which
+        then only drive the mask), e.g. Qwen2-VL's multimodal RoPE; not
+        combinable with `rope_pair_weights`.
 
     Returns:
       `DecoderOutput` with float32 logits, the updated cache, hidden states,
@@ -673,8 +748,13 @@ class Decoder(nnx.Module):
       return rope_lib.cos_sin(positions, *rope[theta], w,
                               dtype=cfg.rope_dtype)
 
-    shared = {} if per_layer_weights else {
-        theta: tables(theta, weights) for theta in rope}
+    if rope_tables is not None:
+      if weights is not None:
+        raise ValueError("rope_tables and rope_pair_weights are exclusive")
+      shared = {theta: tuple(rope_tables) for theta in rope}
+    else:
+      shared = {} if per_layer_weights else {
+          theta: tables(theta, weights) for theta in rope}
     index = None if cache is None else cache.index
 
     def apply_block(spec, blk, h, cos, sin, layer_cache):

@@ -134,3 +134,28 @@ def _build_video(model_cfg, *, vocab_size: int | None = None,
   cfg = video.config_from_dict(model_cfg, vocab_size=vocab_size)
   return ModelSpec(factory=lambda: video.VideoLM(cfg, rngs=nnx.Rngs(seed)),
                    config=cfg)
+
+
+@register("qwen2_5_vl")
+def _build_qwen2_5_vl(model_cfg, *, vocab_size: int | None = None,
+                      seed: int = 0) -> ModelSpec:
+  """`jaxlab.models.qwen2_vl.Qwen2VL`: decoder fields + a `vision` section
+  (VisionConfig fields) + image/video token ids and `mrope_section`."""
+  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
+  cfg = qwen2_vl.config_from_dict(model_cfg, vocab_size=vocab_size)
+  return ModelSpec(
+      factory=lambda: qwen2_vl.Qwen2VL(cfg, rngs=nnx.Rngs(seed)),
+      config=cfg)
+
+
+@register("qwen2_vl")
+def _build_qwen2_vl(model_cfg, *, vocab_size: int | None = None,
+                    seed: int = 0) -> ModelSpec:
+  """Qwen2-VL: like "qwen2_5_vl" with `vision.variant` "qwen2_vl" (LayerNorm,
+  quick_gelu MLP, no window attention) by default."""
+  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
+  cfg = qwen2_vl.config_from_dict(model_cfg, vocab_size=vocab_size,
+                                  variant="qwen2_vl")
+  return ModelSpec(
+      factory=lambda: qwen2_vl.Qwen2VL(cfg, rngs=nnx.Rngs(seed)),
+      config=cfg)

@@ -141,19 +141,24 @@ def make_attention_mask(q_positions_bt: jax.Array,
 
 def attention_probs(q_btnh: jax.Array, k_bskh: jax.Array,
                     mask: jax.Array | None, *, scale: float,
-                    is_causal: bool = False) -> jax.Array:
+                    is_causal: bool = False,
+                    soft_cap: float | None = None) -> jax.Array:
   """Float32 attention probabilities `[B, N, T, S]`, computed explicitly.
 
   p = softmax_s(where(mask, q.k * scale, finfo.min)) in float32, with query
   head n reading KV head n // (N // K). A row with no allowed key is uniform
   (as with jax.nn.dot_product_attention's XLA path and HF eager attention).
-  `is_causal` (with `mask=None`) applies the index-causal mask.
+  `is_causal` (with `mask=None`) applies the index-causal mask. `soft_cap`
+  (Gemma's attention logit soft-capping) replaces the scaled logits x by
+  soft_cap * tanh(x / soft_cap) before masking.
   """
   n, kh = q_btnh.shape[2], k_bskh.shape[2]
   k = jnp.repeat(k_bskh, n // kh, axis=2) if n != kh else k_bskh
   dt = dtypes.at_least_float32(q_btnh.dtype)
   logits = jnp.einsum("btnh,bsnh->bnts", q_btnh.astype(dt),
                       k.astype(dt)) * scale
+  if soft_cap is not None:
+    logits = soft_cap * jnp.tanh(logits / soft_cap)
   if is_causal and mask is None:
     t, s = logits.shape[-2:]
     mask = jnp.tril(jnp.ones((t, s), bool), s - t)[None, None]
@@ -445,6 +450,10 @@ class Attention(nnx.Module):
   (embed, heads|kv_heads, head_dim); optional q/k/v biases (Qwen2);
   optional per-head RMSNorm of q and k over head_dim before RoPE (Qwen3's
   `q_norm`/`k_norm`, one `[H]` scale each, shared by all heads).
+  `scale` multiplies the q.k logits (None: head_dim ** -0.5; Gemma 3:
+  query_pre_attn_scalar ** -0.5); `logits_soft_cap` soft-caps them
+  (c * tanh(x / c), Gemma 2's `attn_logit_softcapping`), which runs the
+  explicit attention path (`attention_probs`).
   """
 
   def __init__(self, dim: int, num_heads: int, num_kv_heads: int,
@@ -453,7 +462,9 @@ class Attention(nnx.Module):
                init_std: float = 0.02, use_rope: bool = True,
                attention_impl: str | None = None, qk_norm: bool = False,
                norm_eps: float = 1e-6,
-               splash_block_size: int | None = None):
+               splash_block_size: int | None = None,
+               scale: float | None = None,
+               logits_soft_cap: float | None = None):
     if num_heads % num_kv_heads:
       raise ValueError(f"num_heads={num_heads} must be a multiple of "
                        f"num_kv_heads={num_kv_heads}")
@@ -463,6 +474,9 @@ class Attention(nnx.Module):
     self.dtype = dtype
     self.use_rope = use_rope
     self.attention_impl = attention_impl
+    self.logits_scale = None if scale is None else float(scale)
+    self.logits_soft_cap = (None if logits_soft_cap is None
+                            else float(logits_soft_cap))
     # Splash kernel block size (None: jaxlab.nn.splash.default_block_size).
     self.splash_block_size = splash_block_size
     self.q_dnh = pt.param(init(rngs.params(), (dim, num_heads, head_dim),
@@ -556,7 +570,10 @@ class Attention(nnx.Module):
                        "a KV cache, put them into the mask")
     # jax.nn.dot_product_attention's XLA path takes its softmax in float32,
     # so a float64 model (a reference run) attends explicitly in float64.
-    explicit = output_attentions or jnp.dtype(q.dtype) == jnp.float64
+    explicit = (output_attentions or jnp.dtype(q.dtype) == jnp.float64
+                or self.logits_soft_cap is not None)
+    scale = (self.head_dim ** -0.5 if self.logits_scale is None
+             else self.logits_scale)
     impl = None if explicit else select_attention_impl(
         self.attention_impl, dtype=q.dtype, q_len=q.shape[1],
         kv_len=k.shape[1], dense_mask=mask is not None,
@@ -568,8 +585,8 @@ class Attention(nnx.Module):
           pos_bt, pos_bt, causal=is_causal, sliding_window=sliding_window,
           q_segment_ids_bt=segment_ids_bt, k_segment_ids_bs=segment_ids_bt)
     if explicit:
-      probs = attention_probs(q, k, mask, scale=self.head_dim ** -0.5,
-                              is_causal=is_causal)
+      probs = attention_probs(q, k, mask, scale=scale, is_causal=is_causal,
+                              soft_cap=self.logits_soft_cap)
       n, kh = q.shape[2], k.shape[2]
       v_n = jnp.repeat(v, n // kh, axis=2) if n != kh else v
       out_btnh = jnp.einsum("bnts,bsnh->btnh", probs.astype(self.dtype), v_n)
@@ -578,12 +595,12 @@ class Attention(nnx.Module):
       if impl == "splash":
         out_btnh = splash.splash_attention(
             q, k, v, causal=is_causal, sliding_window=sliding_window,
-            segment_ids_bt=segment_ids_bt, scale=self.head_dim ** -0.5,
+            segment_ids_bt=segment_ids_bt, scale=scale,
             block_size=self.splash_block_size)
       else:
         out_btnh = jax.nn.dot_product_attention(
             q, k, v, mask=mask, is_causal=is_causal and mask is None,
-            scale=self.head_dim ** -0.5, implementation=impl)
+            scale=scale, implementation=impl)
     # One contraction over N*H: with two contracted axes XLA:CPU may order
     # them (H, N) to match the attention output's layout and transpose the
     # whole output weight to fit, at every decode step (measured on the 56M

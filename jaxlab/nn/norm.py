@@ -14,16 +14,26 @@ class RMSNorm(nnx.Module):
   y = scale * x / sqrt(mean(x^2) + eps). The statistic is computed in float32
   and the normalised value cast back to the input dtype before the scale is
   applied, in the same order as transformers' `LlamaRMSNorm`.
+
+  `plus_one=True` is Gemma's variant: y = (x / sqrt(mean(x^2) + eps)) *
+  (1 + scale), the product taken in float32 and only then cast to the input
+  dtype (transformers' `Gemma3RMSNorm`); `scale` then starts at 0 (the
+  identity).
   """
 
-  def __init__(self, dim: int, *, eps: float = 1e-6, param_dtype=jnp.float32):
+  def __init__(self, dim: int, *, eps: float = 1e-6, param_dtype=jnp.float32,
+               plus_one: bool = False):
     self.eps = eps
-    self.scale = partitioning.param(
-        jnp.ones((dim,), param_dtype), ("norm",))
+    self.plus_one = plus_one
+    init = jnp.zeros if plus_one else jnp.ones
+    self.scale = partitioning.param(init((dim,), param_dtype), ("norm",))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     dtype = x.dtype
     x32 = x.astype(dtypes.at_least_float32(dtype))
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    if self.plus_one:
+      y32 = x32 * jax.lax.rsqrt(var + self.eps)
+      return (y32 * (1.0 + self.scale[...].astype(y32.dtype))).astype(dtype)
     y = (x32 * jax.lax.rsqrt(var + self.eps)).astype(dtype)
     return self.scale[...].astype(dtype) * y

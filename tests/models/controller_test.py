@@ -291,7 +291,7 @@ class AuxiliaryLossTest(parameterized.TestCase):
       key = jax.random.key(0)
       losses = {name: ctl_loss.controller_loss(model, b, rng=key, config=c,
                                                step=_STEP)
-                for name, c in jaxlab.configs.items()}
+                for name, c in configs.items()}
       out = model.forward(b["inputs"], step=_STEP, rng=key,
                           output_trace=True, output_states=True)
       return losses, out, model.initial_state(*b["inputs"].shape)

@@ -1,0 +1,327 @@
+"""Gemma 3 (text): jaxlab's decoder equals transformers' `Gemma3ForCausalLM`.
+
+Tiny random float32 configs with sliding-window and global layers (window 4,
+prompts of 14 tokens, so every sliding layer drops keys), their two RoPE
+bases (linear rope scaling on the global layers in one config), GQA with
+head_dim 16 != hidden / heads, and soft-capping on and off. Compared: the
+full forward, KV-cache prefill + decode steps, the model exported by
+`jaxlab.io.hf.save` and loaded by transformers, and the scanned model.
+
+Tolerance: the logits are O(1) sums through L <= 6 blocks whose widest
+contractions have D = 32, F = 48 and S <= 17 terms; float32 rounding
+(eps = 1.2e-7) of the two implementations' different summation orders,
+rsqrt/tanh/exp, gives O(eps * L * (D + F + S)) ~ 7e-5 in the worst case,
+~2e-6 measured; `TOL` = 5e-5 sits between.
+"""
+
+import os
+import shutil
+import tempfile
+import warnings
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+import torch
+from transformers import Gemma3ForCausalLM
+from transformers import Gemma3TextConfig
+
+from jaxlab.io import hf
+from jaxlab.models import decoder as decoder_lib
+from jaxlab.nn import norm as norm_lib
+
+TOL = 5e-5
+VOCAB = 80
+WINDOW = 4
+T = 14  # prompt length > WINDOW
+
+# name -> Gemma3TextConfig overrides.
+CONFIGS = {
+    # layer_types S F S F, plain RoPE on both bases.
+    "pattern2": dict(num_hidden_layers=4, sliding_window_pattern=2),
+    # S S F S S F, linear scaling on the global layers, final soft-capping.
+    "pattern3_scaled_softcap": dict(
+        num_hidden_layers=6, sliding_window_pattern=3,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+        final_logit_softcapping=0.6),
+    # Explicit layer_types with no period below L, untied head.
+    "irregular_untied": dict(
+        num_hidden_layers=4, tie_word_embeddings=False,
+        layer_types=["full_attention", "sliding_attention",
+                     "sliding_attention", "full_attention"]),
+}
+
+
+def _hf_config(**kw):
+  base = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              sliding_window=WINDOW, query_pre_attn_scalar=24,
+              rope_theta=1e6, rope_local_base_freq=1e4,
+              max_position_embeddings=64, rms_norm_eps=1e-6,
+              attn_implementation="eager", pad_token_id=0)
+  base.update(kw)
+  return Gemma3TextConfig(**base)
+
+
+def _hf_model(seed, **kw):
+  """A random float32 `Gemma3ForCausalLM` (every weight, norms included, drawn
+  at random, so zero-initialised (1 + w) norms cannot hide a mapping bug)."""
+  torch.manual_seed(seed)
+  model = Gemma3ForCausalLM(_hf_config(**kw)).eval()
+  with torch.no_grad():
+    for _, p in model.named_parameters():
+      p.normal_(0.0, 0.15)
+  return model
+
+
+def _hf_logits(model, ids, **kw):
+  with torch.no_grad():
+    out = model(torch.as_tensor(np.asarray(ids), dtype=torch.long), **kw)
+  return out.logits.float().numpy()
+
+
+def _ids(b=2, t=T, seed=0):
+  return np.random.RandomState(seed).randint(0, VOCAB, (b, t)).astype(np.int32)
+
+
+def setUpModule():
+  global ROOT, PATHS, HF_MODELS
+  ROOT = tempfile.mkdtemp()
+  PATHS, HF_MODELS = {}, {}
+  for i, (name, kw) in enumerate(CONFIGS.items()):
+    HF_MODELS[name] = _hf_model(10 + i, **kw)
+    PATHS[name] = os.path.join(ROOT, name)
+    HF_MODELS[name].save_pretrained(PATHS[name])
+
+
+def tearDownModule():
+  shutil.rmtree(ROOT, ignore_errors=True)
+
+
+def _max_err(a, b):
+  return float(np.abs(np.asarray(a) - np.asarray(b)).max())
+
+
+class Gemma3ConfigTest(absltest.TestCase):
+
+  def test_config_fields(self):
+    _, cfg = hf.load(PATHS["pattern3_scaled_softcap"])
+    self.assertEqual(cfg.layer_types, ("sliding_attention",) * 2 + (
+        "full_attention",) + ("sliding_attention",) * 2 + ("full_attention",))
+    self.assertEqual(cfg.sliding_window, WINDOW)
+    self.assertEqual((cfg.rope_theta, cfg.sliding_rope_theta), (1e6, 1e4))
+    self.assertEqual(dict(cfg.rope_scaling), {"method": "pi", "factor": 2.0,
+                                              "original_max_position": 64})
+    self.assertTrue(cfg.qk_norm and cfg.post_norms and cfg.norm_plus_one
+                    and cfg.embed_scale and cfg.tie_embeddings)
+    self.assertEqual(cfg.mlp_activation, "gelu_tanh")
+    self.assertAlmostEqual(cfg.attn_scale, 24 ** -0.5)
+    self.assertEqual(cfg.final_logit_softcap, 0.6)
+    self.assertIsNone(cfg.attn_logit_softcap)
+    self.assertEqual(cfg.resolved_scan_period, 3)
+
+  def test_transformers4_dialect_reads_the_same(self):
+    v5 = hf.config_from_hf(HF_MODELS["pattern3_scaled_softcap"].config
+                           .to_dict())
+    v4 = hf.config_from_hf({
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+        "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 6, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "sliding_window": WINDOW,
+        "sliding_window_pattern": 3, "query_pre_attn_scalar": 24,
+        "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+        "max_position_embeddings": 64, "final_logit_softcapping": 0.6})
+    self.assertEqual(v4, v5)
+
+  def test_config_round_trip(self):
+    for name in CONFIGS:
+      cfg = hf.config_from_hf(HF_MODELS[name].config.to_dict())
+      self.assertEqual(hf.config_from_hf(hf.config_to_hf(cfg)), cfg, name)
+
+  def test_export_refuses_partial_gemma(self):
+    cfg = hf.config_from_hf(HF_MODELS["pattern2"].config.to_dict())
+    with self.assertRaisesRegex(ValueError, "post_norms"):
+      hf.config_to_hf(cfg.replace(post_norms=False))
+    with self.assertRaisesRegex(ValueError, "attn_logit_softcapping"):
+      hf.config_to_hf(cfg.replace(attn_logit_softcap=2.0))
+    with self.assertRaisesRegex(ValueError, "gelu_tanh"):
+      hf.config_to_hf(decoder_lib.DecoderConfig(mlp_activation="gelu_tanh"))
+
+  def test_attn_logit_softcapping_field_is_ignored_like_transformers(self):
+    kw = dict(CONFIGS["pattern2"], attn_logit_softcapping=0.5)
+    model_hf = _hf_model(10, **kw)
+    ref = _hf_logits(model_hf, _ids())
+    np.testing.assert_array_equal(ref, _hf_logits(HF_MODELS["pattern2"],
+                                                  _ids()))
+    path = os.path.join(ROOT, "field_softcap")
+    model_hf.save_pretrained(path)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      model, cfg = hf.load(path)
+    self.assertTrue(any("attn_logit_softcapping" in str(w.message)
+                        for w in caught))
+    self.assertIsNone(cfg.attn_logit_softcap)
+    self.assertLess(_max_err(model(jnp.asarray(_ids())), ref), TOL)
+
+  def test_defaults_leave_other_models_unchanged(self):
+    cfg = decoder_lib.DecoderConfig(vocab_size=64, dim=32, num_layers=1)
+    block = decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0)).layers[0]
+    self.assertIsNone(block.post_attn_norm)
+    self.assertFalse(block.attn_norm.plus_one)
+    self.assertEqual(block.mlp.activation, "silu")
+    self.assertIsNone(block.attn.logits_scale)
+    self.assertIsNone(block.attn.logits_soft_cap)
+
+
+class Gemma3ParityTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(n, n) for n in CONFIGS])
+  def test_logits_match_transformers(self, name):
+    model, _ = hf.load(PATHS[name])
+    ids = _ids()
+    ref = _hf_logits(HF_MODELS[name], ids)
+    self.assertLess(_max_err(model(jnp.asarray(ids)), ref), TOL)
+    # The reference is not degenerate: logits vary along the sequence.
+    self.assertGreater(np.abs(ref[:, 1:] - ref[:, :-1]).mean(), 0.05)
+
+  def test_window_and_bases_matter(self):
+    """Sanity of the comparison: without the window, or with one RoPE base,
+    the logits differ from transformers' by far more than TOL."""
+    name = "pattern3_scaled_softcap"
+    model, cfg = hf.load(PATHS[name])
+    ref = _hf_logits(HF_MODELS[name], _ids())
+    for change in (dict(sliding_window=64), dict(sliding_rope_theta=None),
+                   dict(final_logit_softcap=None)):
+      other, _ = hf.load(PATHS[name], **change)
+      self.assertGreater(_max_err(other(jnp.asarray(_ids())), ref), 100 * TOL,
+                         change)
+    del model, cfg
+
+  def test_final_softcap_is_active(self):
+    name = "pattern3_scaled_softcap"
+    model, _ = hf.load(PATHS[name])
+    uncapped, _ = hf.load(PATHS[name], final_logit_softcap=None)
+    out = np.asarray(model(jnp.asarray(_ids())))
+    raw = np.asarray(uncapped(jnp.asarray(_ids())))
+    self.assertGreater(np.abs(raw).max(), 0.6)   # the cap bites
+    self.assertLess(np.abs(out).max(), 0.6)
+    np.testing.assert_allclose(out, 0.6 * np.tanh(raw / 0.6), atol=TOL)
+
+  @parameterized.parameters(0.5, 2.0)
+  def test_attention_softcap_matches_transformers_eager(self, cap):
+    # transformers' eager attention soft-caps when given `softcap` (Gemma 2's
+    # rule: tanh after the scale, before the mask).
+    name = "pattern2"
+    model, _ = hf.load(PATHS[name], attn_logit_softcap=cap)
+    ids = _ids()
+    ref = _hf_logits(HF_MODELS[name], ids, softcap=cap)
+    self.assertLess(_max_err(model(jnp.asarray(ids)), ref), TOL)
+    plain = _hf_logits(HF_MODELS[name], ids)
+    self.assertGreater(_max_err(ref, plain), 100 * TOL)
+
+  def test_left_padded_batch_matches_transformers(self):
+    name = "pattern3_scaled_softcap"
+    model, _ = hf.load(PATHS[name])
+    ids = _ids(seed=5)
+    mask = np.ones_like(ids)
+    mask[1, :5] = 0  # row 1: 5 pads, then 9 > WINDOW real tokens
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    ref = _hf_logits(HF_MODELS[name], ids,
+                     attention_mask=torch.as_tensor(mask),
+                     position_ids=torch.as_tensor(positions))
+    out = np.asarray(model(jnp.asarray(ids), attention_mask=jnp.asarray(mask)))
+    real = mask.astype(bool)
+    self.assertLess(_max_err(out[real], ref[real]), TOL)
+    # Row 1's real tokens equal the unpadded prompt's logits.
+    alone = np.asarray(model(jnp.asarray(ids[1:, 5:])))
+    self.assertLess(_max_err(out[1, 5:], alone[0]), TOL)
+
+  @parameterized.named_parameters(*[(n, n) for n in CONFIGS])
+  def test_kv_cache_prefill_and_decode(self, name):
+    model, _ = hf.load(PATHS[name])
+    steps = 3
+    ids = _ids(t=T + steps, seed=1)
+    full = np.asarray(model(jnp.asarray(ids)))
+    ref = _hf_logits(HF_MODELS[name], ids)
+    self.assertLess(_max_err(full, ref), TOL)
+    cache = model.init_cache(batch=2, max_len=T + steps + 2)
+    out = model.forward(jnp.asarray(ids[:, :T]), cache=cache)
+    got = [np.asarray(out.logits)]
+    cache = out.cache
+    for s in range(steps):
+      out = model.forward(jnp.asarray(ids[:, T + s:T + s + 1]), cache=cache)
+      cache = out.cache
+      got.append(np.asarray(out.logits))
+    got = np.concatenate(got, axis=1)
+    self.assertLess(_max_err(got, full), TOL)
+    self.assertLess(_max_err(got, ref), TOL)
+
+  @parameterized.named_parameters(*[(n, n) for n in CONFIGS])
+  def test_scanned_equals_unrolled(self, name):
+    model, _ = hf.load(PATHS[name])
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # the irregular pattern warns
+      scanned, cfg = hf.load(PATHS[name], scan_layers=True)
+    self.assertTrue(cfg.scan_layers)
+    ids = jnp.asarray(_ids())
+    self.assertLess(_max_err(scanned(ids), model(ids)), TOL)
+    # With a cache as well.
+    cache = scanned.init_cache(batch=2, max_len=T + 1)
+    out = scanned.forward(ids[:, :T - 1], cache=cache)
+    out = scanned.forward(ids[:, T - 1:], cache=out.cache)
+    self.assertLess(_max_err(out.logits, model(ids)[:, T - 1:]), TOL)
+    # Stacking the unrolled model gives the same function.
+    self.assertLess(_max_err(decoder_lib.stack_layers(model)(ids),
+                             model(ids)), TOL)
+
+  @parameterized.named_parameters(*[(n, n) for n in CONFIGS])
+  def test_export_then_transformers_agrees(self, name):
+    model, cfg = hf.load(PATHS[name])
+    out_dir = os.path.join(ROOT, "export_" + name)
+    hf.save(model, cfg, out_dir)
+    # Our reader gets back the same parameters, bit for bit.
+    again, cfg2 = hf.load(out_dir)
+    self.assertEqual(cfg2, cfg)
+    for (p1, v1), (p2, v2) in zip(
+        nnx.to_flat_state(nnx.state(model, nnx.Param)),
+        nnx.to_flat_state(nnx.state(again, nnx.Param))):
+      self.assertEqual(p1, p2)
+      np.testing.assert_array_equal(np.asarray(v1.get_value()),
+                                    np.asarray(v2.get_value()))
+    reloaded = Gemma3ForCausalLM.from_pretrained(
+        out_dir, attn_implementation="eager").eval()
+    self.assertEqual(reloaded.config.layer_types,
+                     HF_MODELS[name].config.layer_types)
+    ids = _ids(seed=2)
+    ref = _hf_logits(HF_MODELS[name], ids)
+    np.testing.assert_array_equal(_hf_logits(reloaded, ids), ref)
+    self.assertLess(_max_err(model(jnp.asarray(ids)), ref), TOL)
+
+  def test_export_of_a_scanned_native_model(self):
+    """A model built in jaxlab (scanned, random (1 + w) norms) exports to a
+    checkpoint transformers computes the same logits from."""
+    cfg = hf.config_from_hf(HF_MODELS["pattern2"].config.to_dict()).replace(
+        scan_layers=True, init_std=0.15)
+    model = decoder_lib.Decoder(cfg, rngs=nnx.Rngs(7))
+    # Norm scales start at 0 (identity); draw them too.
+    key = jax.random.key(3)
+    for _, module in nnx.iter_graph(model):
+      if isinstance(module, norm_lib.RMSNorm):
+        key, sub = jax.random.split(key)
+        module.scale.set_value(
+            0.15 * jax.random.normal(sub, module.scale.get_value().shape))
+    out_dir = os.path.join(ROOT, "export_native")
+    hf.save(model, cfg, out_dir)
+    reloaded = Gemma3ForCausalLM.from_pretrained(
+        out_dir, attn_implementation="eager").eval()
+    ids = _ids(seed=4)
+    self.assertLess(_max_err(model(jnp.asarray(ids)),
+                             _hf_logits(reloaded, ids)), TOL)
+
+
+if __name__ == "__main__":
+  absltest.main()
