@@ -1,0 +1,173 @@
+r"""AOT-compile a config's train step for a TPU topology, on this (CPU) host.
+
+    python -m jaxlab.experiments.compile --config=lm_tiny:tiny \
+        --topology=v5e:2x2 --config.mesh.data=1 --config.mesh.fsdp=-1
+    python -m experiments.compile --config=jaxlab/configs/lm_tiny.py \
+        --topology=v5p:2x2x4 --num_slices=2 --out=/tmp/aot.json
+
+Nothing runs and no TPU is needed: libtpu (`pip install 'jaxlab[tpu]'`)
+builds compile-only devices of the topology (`--num_slices` copies of it
+joined over DCN: the `data` mesh axis spans them), the mesh comes from
+`config.mesh`, and the train step (`trainer.make_train_step` on the
+abstract state of `trainer.build`) is lowered and compiled. Prints, per
+chip: argument / output / temporary / total bytes against the HBM, the
+model FLOPs of a step, the collectives of the optimised HLO, the custom
+kernels, the compile time and a roofline lower bound on the step time; a
+config whose experiment samples (a `max_new_tokens` field, or an
+`aot_sampler` section {batch, prompt_len, max_new_tokens}) also gets its
+sampler's prefill and decode programs. `--out` writes the report as JSON.
+
+A program that does not fit the chip's HBM is one `error:` line with the
+numbers and the knobs to turn (exit status 1; the JSON then holds `error`):
+libtpu's own out-of-memory error, or, for a program libtpu compiled (its
+check counts the temporaries only), arguments + temporaries over the HBM.
+`--config` takes a packaged config name (`lm_tiny:tiny`, the files of
+jaxlab/configs/) or a path, and `--config.x.y=v` overrides as for
+`python -m jaxlab.main`.
+"""
+
+import importlib
+import json
+import os
+import pkgutil
+import sys
+
+from jaxlab.train import aot
+
+# Before JAX initialises: libtpu must not look for real chips.
+aot.configure_host_env()
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
+from absl import logging  # pylint: disable=g-import-not-at-top
+from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "configs")
+
+_FLAGS = {}
+
+
+def _define_flags() -> None:
+  """The command-line flags, defined when run as a program (so importing
+  `run` defines none, e.g. next to `jaxlab.main`'s --config)."""
+  if _FLAGS:
+    return
+  _FLAGS["config"] = config_flags.DEFINE_config_file(
+      "config", None,
+      "A packaged config by name (NAME[:preset], e.g. lm_tiny:tiny) or a "
+      "path to a config file (PATH.py[:preset]).", lock_config=True)
+  _FLAGS["topology"] = flags.DEFINE_string(
+      "topology", None, "TPU topology: v5e:2x2, v5p:2x2x4, v4:2x2x1, "
+      "v6e:4x4, ... (chip:shape, as libtpu names it).")
+  _FLAGS["num_slices"] = flags.DEFINE_integer(
+      "num_slices", 1, "Slices of --topology joined over DCN (multi-slice); "
+      "the mesh's data axis spans them.")
+  _FLAGS["out"] = flags.DEFINE_string("out", None,
+                                      "Write the report here as JSON.")
+  _FLAGS["sampler"] = flags.DEFINE_bool(
+      "sampler", True, "Also compile the sampler's prefill and decode for a "
+      "config that samples.")
+  _FLAGS["hlo_dir"] = flags.DEFINE_string(
+      "hlo_dir", None, "Write each program's optimised HLO here "
+      "(<program>.hlo.txt).")
+  flags.mark_flags_as_required(["config", "topology"])
+
+
+# As jaxlab.main: modules that register losses, imported before a run.
+LOSS_PACKAGES = ("jaxlab.objectives",)
+LOSS_MODULES = ("jaxlab.train.losses", "jaxlab.rl.learner")
+
+
+def _import_losses() -> None:
+  for package_name in LOSS_PACKAGES:
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+      importlib.import_module(f"{package_name}.{info.name}")
+  for module_name in LOSS_MODULES:
+    importlib.import_module(module_name)
+
+
+def resolve_config_arg(value: str) -> str:
+  """A packaged config name -> its path (as `jaxlab.main`); paths unchanged."""
+  path, sep, arg = value.partition(":")
+  if os.path.isfile(path):
+    return value
+  candidate = os.path.join(CONFIG_DIR, f"{path}.py")
+  if "/" not in path and not path.endswith(".py") and os.path.isfile(
+      candidate):
+    return candidate + sep + arg
+  names = sorted(f[:-3] for f in os.listdir(CONFIG_DIR)
+                 if f.endswith(".py") and not f.startswith("_")
+                 and f != "common.py")
+  raise ValueError(f"--config={value}: no config file {path!r}; packaged "
+                   f"configs: {', '.join(names)}")
+
+
+def run(config, topology: str, num_slices: int = 1, *, sampler: bool = True,
+        out: str | None = None, hlo_dir: str | None = None) -> dict:
+  """Compiles `config` for the topology; prints the table, writes `out`."""
+  _import_losses()
+  try:
+    report = aot.compile_config(config, topology, num_slices=num_slices,
+                                sampler_too=sampler, hlo_dir=hlo_dir)
+  except aot.HbmOomError as e:
+    report = {"topology": topology, "num_slices": num_slices,
+              "error": str(e), "fits": False}
+    if out:
+      _write(out, report)
+    raise
+  print(aot.format_report(report), flush=True)
+  over = aot.overflow_message(report)
+  report["fits"] = over is None
+  if over:
+    report["error"] = over
+  if out:
+    _write(out, report)
+    print(f"Report: {out}", flush=True)
+  if over:
+    raise aot.HbmOomError(over)
+  return report
+
+
+def _write(path: str, report: dict) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(report, f, indent=2, sort_keys=True)
+    f.write("\n")
+
+
+def main(argv):
+  del argv
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  f = {k: v.value for k, v in _FLAGS.items()}
+  try:
+    run(f["config"], f["topology"], f["num_slices"], sampler=f["sampler"],
+        out=f["out"], hlo_dir=f["hlo_dir"])
+  except aot.HbmOomError as e:
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    sys.exit(1)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _entry():
+  argv = list(sys.argv)
+  try:
+    for i, a in enumerate(argv):
+      if a.startswith("--config="):
+        argv[i] = "--config=" + resolve_config_arg(a[len("--config="):])
+      elif a == "--config" and i + 1 < len(argv):
+        argv[i + 1] = resolve_config_arg(argv[i + 1])
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  sys.argv = argv
+  _define_flags()
+  app.run(main)
+
+
+if __name__ == "__main__":
+  _entry()

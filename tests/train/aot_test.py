@@ -1,0 +1,272 @@
+"""AOT compilation for a TPU topology from this CPU (`jaxlab.train.aot`).
+
+* A tiny decoder's train step compiles for v5e:2x2 (4 chips, FSDP over all)
+  and the per-chip argument bytes that libtpu reports equal, exactly, the
+  bytes computed here from the abstract state's shapes and shardings plus
+  the batch shard (the RNG key is unused by the LM loss, so jit drops it).
+  The config's sizes are multiples of the TPU tile (128 lanes), so no array
+  is padded, except the scalars (the optimizer step and the schedule
+  counts), which a TPU lays out as one 128-element tile of 32-bit words:
+  512 bytes each.
+* A batch that cannot fit gives one HbmOomError naming the knobs.
+* The collective parser on a hand-written HLO snippet (no libtpu needed).
+
+Skipped (with the reason) when libtpu is not importable: `pip install
+'jax[tpu]==<jax version>'`, the `tpu` extra.
+"""
+
+import json
+import math
+import os
+import tempfile
+import time
+import unittest
+
+from jaxlab.train import aot
+
+aot.configure_host_env()
+
+from absl.testing import absltest  # pylint: disable=g-import-not-at-top
+import jax  # pylint: disable=g-import-not-at-top
+import numpy as np  # pylint: disable=g-import-not-at-top
+
+from jaxlab.configs import lm_tiny  # pylint: disable=g-import-not-at-top
+
+_NO_LIBTPU = ("libtpu is not installed: pip install "
+              f"'jax[tpu]=={jax.__version__}' (the `tpu` extra) to compile "
+              "for TPU topologies")
+# The TPU layout of a scalar or of a 1-D array of < 128 32-bit words: one
+# T(128) tile of 4-byte words.
+_TILE_BYTES = 128 * 4
+
+
+def _config(**train):
+  c = lm_tiny.get_config("tiny")
+  # Every per-chip dimension a multiple of 128 (or whole and small for the
+  # head counts): dim 512 / fsdp 4 = 128, head_dim 128, mlp 512, vocab 512.
+  c.model.update(vocab_size=512, dim=512, num_layers=2, num_heads=4,
+                 num_kv_heads=2, head_dim=128, mlp_dim=512)
+  c.mesh.update(data=1, fsdp=-1, tensor=1)
+  c.train.update(**{"batch_size": 8, "seq_len": 128, **train})
+  return c
+
+
+HLO = """\
+HloModule jit_step, entry_computation_layout={(f32[8,128]{1,0})->f32[8,128]{1,0}}
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%body (p: (s32[], f32[8,128])) -> (s32[], f32[8,128]) {
+  %p = (s32[], f32[8,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %w = f32[8,128]{1,0} get-tuple-element(%p), index=1
+  %ag = f32[32,128]{1,0} all-gather(%w), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  %rs = f32[8,128]{1,0} reduce-scatter(%ag), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add
+  ROOT %t = (s32[], f32[8,128]{1,0}) tuple(%i, %rs)
+}
+
+%cond (p: (s32[], f32[8,128])) -> pred[] {
+  %p = (s32[], f32[8,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(16)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main (a: f32[8,128]) -> f32[8,128] {
+  %a = f32[8,128]{1,0} parameter(0)
+  %ars = f32[8,128]{1,0} all-reduce-start(%a), channel_id=3, replica_groups={{0,1,2,3}}, to_apply=%add
+  %ard = f32[8,128]{1,0} all-reduce-done(%ars)
+  %ags = (bf16[4,128]{1,0}, bf16[16,128]{1,0}) all-gather-start(%c), channel_id=4, replica_groups={{0,1,2,3}}, dimensions={0}
+  %agd = bf16[16,128]{1,0} all-gather-done(%ags)
+  %cp = f32[8,128]{1,0} collective-permute(%ard), channel_id=5, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  %c = bf16[4,128]{1,0} convert(%cp)
+  %z = s32[] constant(0)
+  %init = (s32[], f32[8,128]{1,0}) tuple(%z, %cp)
+  %loop = (s32[], f32[8,128]{1,0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"16"}}
+  %splash_mha_fwd.3 = f32[8,128]{1,0} custom-call(%cp), custom_call_target="tpu_custom_call", metadata={op_name="jit(step)/pallas_call"}
+  ROOT %out = f32[8,128]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+class CollectiveParserTest(absltest.TestCase):
+
+  def test_kinds_counts_bytes(self):
+    got = aot.parse_collectives(HLO)
+    f32_8x128 = 8 * 128 * 4
+    gathered = 32 * 128 * 4
+    # Groups of 4: each chip moves 3/4 of a gather / scatter, twice that
+    # for an all-reduce, all of a permute.
+    self.assertEqual(got, {
+        # Once in ENTRY (start/done counted once).
+        "all-reduce": {"count": 1, "bytes": f32_8x128,
+                       "traffic_bytes": 2 * 3 * f32_8x128 // 4},
+        # The async start's tuple minus its operand: the gathered result.
+        # Plus 16 loop iterations of the gather in the body (result bytes).
+        "all-gather": {"count": 1 + 16,
+                       "bytes": 16 * 128 * 2 + 16 * gathered,
+                       "traffic_bytes": 3 * (16 * 128 * 2 + 16 * gathered)
+                                        // 4},
+        # Reduce-scatter: its (larger) input, 16 times.
+        "reduce-scatter": {"count": 16, "bytes": 16 * gathered,
+                           "traffic_bytes": 3 * 16 * gathered // 4},
+        "collective-permute": {"count": 1, "bytes": f32_8x128,
+                               "traffic_bytes": f32_8x128},
+    })
+
+  def test_trip_count_from_the_condition_without_annotation(self):
+    # libtpu's optimised HLO has no known_trip_count: `i < 16` gives it.
+    plain = HLO.replace(', backend_config={"known_trip_count":{"n":"16"}}',
+                        "")
+    self.assertNotIn("known_trip_count", plain)
+    self.assertEqual(aot.parse_collectives(plain),
+                     aot.parse_collectives(HLO))
+
+  def test_group_size_spellings(self):
+    self.assertEqual(aot._group_size(
+        "x = f32[8] all-reduce(y), replica_groups={{0,1},{2,3}}"), 2)
+    self.assertEqual(aot._group_size(
+        "x = f32[8] all-gather(y), replica_groups=[2,8]<=[16]"), 8)
+    self.assertEqual(aot._group_size(
+        "x = f32[8] all-reduce(y), replica_groups=mesh['axis_0'=2,"
+        "'axis_1'=4] {'axis_1'}, to_apply=%add"), 4)
+    self.assertIsNone(aot._group_size("x = f32[8] collective-permute(y)"))
+    self.assertEqual(aot.custom_calls(HLO), {"tpu_custom_call": 1})
+    self.assertEqual(aot.kernels(HLO), {"splash_mha_fwd": 1})
+    # A generic instruction name: the op_name metadata names it.
+    self.assertEqual(aot.kernels(HLO.replace("%splash_mha_fwd.3",
+                                             "%custom-call.7")),
+                     {"pallas_call": 1})
+
+  def test_roofline_is_the_largest_term(self):
+    chip = aot.CHIPS["v5e"]
+    r = aot.roofline(chip, flops=chip.peak_bf16_flops * 2.0,
+                     hbm_bytes=chip.hbm_bandwidth * 0.5,
+                     collective_bytes=chip.ici_bandwidth * 1.0)
+    self.assertAlmostEqual(r["step_lower_bound_s"], 2.0)
+    self.assertEqual(r["bound_by"], "compute")
+
+  def test_overflow_message_for_a_program_libtpu_compiled(self):
+    gib = 1 << 30
+    mem = {"total_bytes": 16.39 * gib, "argument_bytes": 3.45 * gib,
+           "temp_bytes": 12.94 * gib, "hbm_bytes": 16 * gib, "fits": False}
+    report = {"chip": {"name": "v5e"}, "train_step": {"memory": mem}}
+    msg = aot.overflow_message(report)
+    self.assertIn("the train step needs 16.39 GiB per chip (3.45 arguments "
+                  "+ 12.94 temporaries) but a v5e has 16.00 GiB", msg)
+    self.assertIn("loss.chunk_size", msg)
+    mem["fits"] = True
+    self.assertIsNone(aot.overflow_message(report))
+
+  def test_chip_of_topology_names(self):
+    self.assertEqual(aot.chip_of("v5e:2x2").name, "v5e")
+    self.assertEqual(aot.chip_of("v5p:2x2x4").name, "v5p")
+    self.assertEqual(aot.chip_of("v6e:4x4").name, "v6e")
+    with self.assertRaisesRegex(ValueError, "unknown TPU"):
+      aot.chip_of("h100:8")
+
+
+@unittest.skipUnless(aot.libtpu_available(), _NO_LIBTPU)
+class TpuCompileTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.devices = aot.topology_devices("v5e:2x2")
+
+  def test_topology(self):
+    self.assertLen(self.devices, 4)
+    self.assertEqual(self.devices[0].device_kind, "TPU v5 lite")
+    self.assertEqual(aot.chip_of(self.devices[0]).name, "v5e")
+
+  def test_argument_bytes_are_state_plus_batch_plus_key(self):
+    config = _config()
+    t = time.perf_counter()
+    rep = aot.compile_train_step(config, self.devices)
+    seconds = time.perf_counter() - t
+    ts = rep["_train_state"]
+    # Independently: each leaf's shard shape from its NamedSharding.
+    state_bytes, n_scalars = 0, 0
+    for leaf in jax.tree.leaves(ts.state):
+      shard = leaf.sharding.shard_shape(leaf.shape)
+      if not shard:
+        n_scalars += 1
+        continue
+      self.assertEqual(shard[-1] % 128, 0, (leaf.shape, shard))
+      state_bytes += math.prod(shard) * np.dtype(leaf.dtype).itemsize
+    self.assertGreaterEqual(n_scalars, 1)  # opt.step, schedule counts
+    # The batch: 5 arrays [8 / 4 chips, 128] of 4-byte words per chip.
+    example = aot.lm_example(128)
+    batch_bytes = sum(2 * 128 * np.asarray(x).dtype.itemsize
+                      for x in example.values())
+    # The RNG key is not an argument of the executable: `lm_loss` ignores
+    # it and jax.jit drops unused arguments (keep_unused=False).
+    key_bytes = 0
+    expected = state_bytes + n_scalars * _TILE_BYTES + batch_bytes + key_bytes
+    mem = rep["memory"]
+    self.assertEqual(mem["argument_bytes"], expected,
+                     f"state {state_bytes} + {n_scalars} scalars + batch "
+                     f"{batch_bytes} + key {key_bytes}")
+    # The state is donated: its buffers are the outputs' too.
+    self.assertEqual(mem["alias_bytes"],
+                     state_bytes + n_scalars * _TILE_BYTES)
+    self.assertTrue(mem["fits"])
+    # FSDP over 4 chips gathers the weights: all-gathers are present.
+    self.assertIn("all-gather", rep["collectives"])
+    self.assertGreater(rep["flops_per_chip"], 0)
+    self.assertEqual(
+        rep["flops_per_chip"] * 4,
+        ts.spec.flops_per_token(128) * 8 * 128)
+    self.assertGreater(rep["roofline"]["step_lower_bound_s"], 0)
+    self.assertLess(seconds, 300)
+
+  def test_out_of_memory_is_one_message(self):
+    config = _config(batch_size=256, seq_len=4096)
+    config.model.update(vocab_size=32768, num_layers=1)
+    with self.assertRaises(aot.HbmOomError) as cm:
+      aot.compile_train_step(config, self.devices)
+    msg = str(cm.exception)
+    self.assertIn("the train step needs", msg)
+    self.assertIn("GiB of HBM per chip", msg)
+    for knob in ("mesh.fsdp", "remat", "train.batch_size",
+                 "loss.chunk_size"):
+      self.assertIn(knob, msg)
+    self.assertNotIn("Traceback", msg)
+    self.assertLess(len(msg.splitlines()), 3)
+
+  def test_cli_run_writes_json_with_the_sampler(self):
+    # A sampling experiment (generate): train step, prefill and decode.
+    from jaxlab.configs import generate  # pylint: disable=g-import-not-at-top
+    from jaxlab.experiments import compile as compile_cli  # pylint: disable=g-import-not-at-top
+    config = generate.get_config("tiny")
+    config.mesh.update(data=1, fsdp=-1)
+    with tempfile.TemporaryDirectory() as tmp:
+      out = os.path.join(tmp, "aot.json")
+      compile_cli.run(config, "v5e:2x2", out=out)
+      with open(out) as f:
+        report = json.load(f)
+    self.assertEqual(report["chips"], 4)
+    self.assertTrue(report["train_step"]["memory"]["fits"])
+    self.assertEqual(set(report["sampler"]), {"prefill", "decode"})
+    for rep in report["sampler"].values():
+      self.assertTrue(rep["memory"]["fits"])
+      self.assertGreater(rep["memory"]["argument_bytes"], 0)
+      self.assertGreater(rep["flops_per_chip"], 0)
+
+  def test_multislice_mesh_puts_data_across_slices(self):
+    devices = aot.topology_devices("v5e:2x2", num_slices=2)
+    self.assertLen(devices, 8)
+    mesh = aot.make_mesh({"data": 2, "fsdp": 4, "tensor": 1}, devices)
+    slices = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+    # Each data row is one slice; fsdp stays within it.
+    self.assertEqual(slices[:, :, 0].tolist(), [[0] * 4, [1] * 4])
+    with self.assertRaisesRegex(ValueError, "multiple of the slice count"):
+      aot.make_mesh({"data": 1, "fsdp": 8, "tensor": 1}, devices)
+
+
+if __name__ == "__main__":
+  absltest.main()
