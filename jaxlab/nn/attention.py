@@ -394,6 +394,17 @@ def concatenate(caches: Sequence[KVCache], axis: str = "batch") -> KVCache:
 SPLASH_MIN_AUTO_LEN = 128
 
 
+def current_platform() -> str:
+  """The platform the program is being built for: the devices of the mesh
+  set with `jax.set_mesh` (so a program compiled ahead of time for a TPU
+  topology from a CPU host selects TPU kernels), else
+  `jax.default_backend()`."""
+  mesh = jax.sharding.get_abstract_mesh()
+  device = None if mesh.empty else getattr(mesh, "abstract_device", None)
+  platform = getattr(device, "platform", None)
+  return platform or jax.default_backend()
+
+
 def select_attention_impl(impl: str | None, *, platform: str | None = None,
                           dtype=jnp.float32, q_len: int, kv_len: int,
                           dense_mask: bool, kv_cache: bool = False
@@ -414,13 +425,14 @@ def select_attention_impl(impl: str | None, *, platform: str | None = None,
 
   Args:
     impl: `Attention.attention_impl` / `DecoderConfig.attention_impl`.
-    platform: backend name; default `jax.default_backend()`.
+    platform: backend name; default `current_platform()` (the set mesh's
+      devices, else `jax.default_backend()`).
     dtype: dtype of the queries.
     q_len, kv_len: number of queries T and keys S.
     dense_mask: the call carries an explicit boolean mask array.
     kv_cache: the keys come from a KV cache.
   """
-  platform = jax.default_backend() if platform is None else platform
+  platform = current_platform() if platform is None else platform
   splash_case = not dense_mask and not kv_cache and q_len == kv_len
   if impl == "splash":
     if not splash_case:

@@ -309,6 +309,13 @@ class TpuLoweringTest(absltest.TestCase):
       # Forward, dq and dkv kernels, as Mosaic custom calls.
       self.assertEqual(lowered.as_text().count("tpu_custom_call"), 3)
       lowered.compile()  # compile-only client: nothing runs
+      # Under a mesh of TPU devices the auto-selection picks splash although
+      # this host's default backend is the CPU (ahead-of-time compilation).
+      self.assertEqual(jax.default_backend(), "cpu")
+      self.assertEqual(attention.current_platform(), "tpu")
+      self.assertEqual(attention.select_attention_impl(
+          None, q_len=t, kv_len=t, dense_mask=False), "splash")
+    self.assertEqual(attention.current_platform(), "cpu")
 
 
 if __name__ == "__main__":
