@@ -371,7 +371,7 @@ class Block(nnx.Module):
     if self.post_mlp_norm is not None:
       m = self.post_mlp_norm(m)
     h_btd = h_btd + m.astype(h_btd.dtype)
-    return h_btd, new_cache, probs
+    return pt.constrain_batch(h_btd), new_cache, probs
 
 
 def _restack(state: nnx.State, fn, axes_fn) -> nnx.State:
@@ -682,6 +682,7 @@ class Decoder(nnx.Module):
       raise ValueError("give exactly one of input_ids_bt and inputs_embeds")
     h = self.embed(input_ids_bt) if inputs_embeds is None else (
         inputs_embeds.astype(to_dtype(cfg.dtype)))
+    h = pt.constrain_batch(h)
     b, t = h.shape[:2]
     is_causal_cfg = cfg.causal if causal is None else bool(causal)
     if cache is not None:

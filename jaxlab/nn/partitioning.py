@@ -8,9 +8,11 @@ on one device first.
 """
 
 from collections.abc import Sequence
+import math
 
 import jax
 from flax import nnx
+from flax.core import spmd
 
 # Logical axis names used by jaxlab's models.
 BATCH = "batch"
@@ -33,3 +35,29 @@ def param(value: jax.Array, axes: Sequence[str | None]) -> nnx.Param:
         f"logical axes {tuple(axes)} do not match a parameter of shape "
         f"{value.shape}")
   return nnx.Param(value, out_sharding=tuple(axes), eager_sharding=False)
+
+
+def constrain_batch(x: jax.Array) -> jax.Array:
+  """`x` with its leading (batch) axis sharded over the rules' `batch` axes.
+
+  Activations carry no logical names, and XLA left alone may keep them
+  unsharded over the batch and all-reduce whole `[B, T, D]` tensors (the
+  ahead-of-time compile of an 8B step on v5p: 3,086 GiB of ICI traffic per
+  step, 312 GiB with this constraint per block). A no-op without a mesh, when
+  the rules give no batch axes, or when B does not divide over them.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or x.ndim == 0:
+    return x
+  axes = dict(spmd.get_logical_axis_rules() or ()).get(BATCH)
+  if axes is None:
+    return x
+  names = (axes,) if isinstance(axes, str) else tuple(axes)
+  shape = dict(mesh.shape)
+  if any(a not in shape for a in names):
+    return x
+  shards = math.prod(shape[a] for a in names)
+  if shards == 1 or x.shape[0] % shards:
+    return x
+  spec = jax.sharding.PartitionSpec(axes, *([None] * (x.ndim - 1)))
+  return jax.lax.with_sharding_constraint(x, spec)
