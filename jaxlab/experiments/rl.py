@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 import jax
@@ -25,6 +26,7 @@ from flax import nnx
 from jaxlab.data import sources
 from jaxlab.data import tokenizers
 from jaxlab.decoding import sampler
+from jaxlab.experiments import results as results_lib
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
 from jaxlab.rewards import answer as answer_lib
@@ -126,6 +128,7 @@ def greedy_accuracy(policy, rows, prompts, decode, gcfg, collapse) -> float:
 
 
 def run(config, workdir: str) -> dict[str, Any]:
+  start_time = time.time()
   os.makedirs(workdir, exist_ok=True)
   rl = config.rl
   tok = tokenizers.build(config.data.tokenizer,
@@ -206,6 +209,8 @@ def run(config, workdir: str) -> dict[str, Any]:
     results["exported_to"] = hf.save(learner.policy, mcfg, config.export_dir)
     if isinstance(tok, hf_tokenizer.HFTokenizer):
       hf_tokenizer.save(tok, config.export_dir)
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2)
+  # The provenance every experiment's results.json carries (command,
+  # commit, versions, config), with the final values at the top level.
+  results_lib.write(workdir, "rl", fields=results, config=config,
+                    start_time=start_time)
   return results

@@ -20,6 +20,7 @@ from jaxlab.configs import finetune
 from jaxlab.configs import generate as generate_cfg
 from jaxlab.configs import rl as rl_cfg
 from jaxlab.experiments import generate as generate_exp
+from jaxlab.experiments import results as results_lib
 from jaxlab.experiments import rl as rl_exp
 from jaxlab.experiments import train as train_exp
 from jaxlab.data import pipeline
@@ -142,6 +143,16 @@ class FinetuneExportTest(absltest.TestCase):
     self.assertEqual(cfg.data.tokenizer, "auto")
     out = rl_exp.run(cfg, work)
     self.assertEqual(out["train_questions"], 4)
+    with open(os.path.join(work, "results.json")) as f:
+      res = json.load(f)
+    # The provenance every experiment's results.json carries.
+    self.assertEqual(res["experiment"], "rl")
+    self.assertEqual(res["schema"], results_lib.SCHEMA_VERSION)
+    self.assertTrue(res["command"])
+    self.assertEqual(set(res["git"]), {"commit", "dirty"})
+    self.assertIn("jax", res["packages"])
+    self.assertEqual(res["config"], results_lib.to_jsonable(cfg.to_dict()))
+    self.assertEqual(res["train_questions"], 4)
     tok = tokenizers.from_pretrained(self.ckpt)
     encode = rl_exp.encoder(tok, chat=True)
     self.assertEqual(encode({"prompt": "Hi"}), tok.apply_chat_template(
