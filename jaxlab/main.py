@@ -39,9 +39,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxlab import _optional
+from jaxlab import configs as configs_lib
+from jaxlab import experiments as experiments_lib
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                          "configs")
+CONFIG_DIR = configs_lib.CONFIG_DIR
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None,
@@ -73,24 +74,10 @@ _INIT_TIMEOUT = flags.DEFINE_integer(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-# Where losses register themselves (`jaxlab.train.losses.register`): every
-# module of these packages, and these modules, are imported before a run, so
-# `config.loss.name` finds a paper's loss without the experiment importing its
-# module first.
-LOSS_PACKAGES = ("jaxlab.objectives",)
-LOSS_MODULES = ("jaxlab.train.losses", "jaxlab.rl.learner")
-
-
-def import_loss_modules() -> tuple[str, ...]:
-  """Imports every module that registers losses; returns the loss names."""
-  for package_name in LOSS_PACKAGES:
-    package = importlib.import_module(package_name)
-    for info in pkgutil.iter_modules(package.__path__):
-      importlib.import_module(f"{package_name}.{info.name}")
-  for module_name in LOSS_MODULES:
-    importlib.import_module(module_name)
-  from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
-  return losses.available()
+# Where losses register themselves: `jaxlab.experiments.import_loss_modules`.
+LOSS_PACKAGES = experiments_lib.LOSS_PACKAGES
+LOSS_MODULES = experiments_lib.LOSS_MODULES
+import_loss_modules = experiments_lib.import_loss_modules
 
 
 def check_loss(config) -> None:
@@ -226,41 +213,9 @@ def _parse_flags(argv):
   sys.exit(2)
 
 
-def packaged_configs() -> tuple[str, ...]:
-  """Names of the configs shipped in `jaxlab/configs/`."""
-  return tuple(sorted(
-      f[:-3] for f in os.listdir(CONFIG_DIR)
-      if f.endswith(".py") and not f.startswith("_") and f != "common.py"))
-
-
-def resolve_config_arg(value: str) -> str:
-  """`--config` value -> a config file path (`[:preset]` kept).
-
-  An existing file is used as given; otherwise a bare name (no `/`, no
-  `.py`) is a packaged config, `jaxlab/configs/NAME.py`. Anything else is
-  one clear error listing the packaged names.
-  """
-  path, sep, arg = value.partition(":")
-  if os.path.isfile(path):
-    return value
-  is_name = "/" not in path and os.sep not in path and not path.endswith(
-      ".py")
-  if is_name and path in packaged_configs():
-    return os.path.join(CONFIG_DIR, f"{path}.py") + sep + arg
-  raise ValueError(f"--config={value}: no config file {path!r}"
-                   + ("" if not is_name else " and no packaged config of that"
-                      " name") + f"; packaged configs: "
-                   f"{', '.join(packaged_configs())}")
-
-
-def _resolve_config_flag(argv: list[str]) -> list[str]:
-  out = list(argv)
-  for i, a in enumerate(out):
-    if a.startswith("--config="):
-      out[i] = "--config=" + resolve_config_arg(a[len("--config="):])
-    elif a == "--config" and i + 1 < len(out):
-      out[i + 1] = resolve_config_arg(out[i + 1])
-  return out
+packaged_configs = configs_lib.packaged
+resolve_config_arg = configs_lib.resolve
+_resolve_config_flag = configs_lib.resolve_flag
 
 
 def _flatten(config, prefix: str = "") -> list[tuple[str, object]]:

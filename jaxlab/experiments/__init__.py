@@ -1,0 +1,26 @@
+"""One module per experiment (`config.experiment`), found by package walk.
+
+`import_loss_modules` imports every module that registers a trainer loss
+(`jaxlab.train.losses.register`), so `config.loss.name` finds a paper's loss
+without the experiment importing its module first; the launcher and the
+ahead-of-time compiler call it before a run.
+"""
+
+import importlib
+import pkgutil
+
+# Every module of these packages, and these modules, register losses.
+LOSS_PACKAGES = ("jaxlab.objectives",)
+LOSS_MODULES = ("jaxlab.train.losses", "jaxlab.rl.learner")
+
+
+def import_loss_modules() -> tuple[str, ...]:
+  """Imports every module that registers losses; returns the loss names."""
+  for package_name in LOSS_PACKAGES:
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+      importlib.import_module(f"{package_name}.{info.name}")
+  for module_name in LOSS_MODULES:
+    importlib.import_module(module_name)
+  from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
+  return losses.available()

@@ -26,12 +26,12 @@ jaxlab/configs/) or a path, and `--config.x.y=v` overrides as for
 `python -m jaxlab.main`.
 """
 
-import importlib
 import json
 import os
-import pkgutil
 import sys
 
+from jaxlab import configs as configs_lib
+from jaxlab import experiments as experiments_lib
 from jaxlab.train import aot
 
 # Before JAX initialises: libtpu must not look for real chips.
@@ -41,9 +41,6 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "configs")
 
 _FLAGS = {}
 
@@ -74,40 +71,10 @@ def _define_flags() -> None:
   flags.mark_flags_as_required(["config", "topology"])
 
 
-# As jaxlab.main: modules that register losses, imported before a run.
-LOSS_PACKAGES = ("jaxlab.objectives",)
-LOSS_MODULES = ("jaxlab.train.losses", "jaxlab.rl.learner")
-
-
-def _import_losses() -> None:
-  for package_name in LOSS_PACKAGES:
-    package = importlib.import_module(package_name)
-    for info in pkgutil.iter_modules(package.__path__):
-      importlib.import_module(f"{package_name}.{info.name}")
-  for module_name in LOSS_MODULES:
-    importlib.import_module(module_name)
-
-
-def resolve_config_arg(value: str) -> str:
-  """A packaged config name -> its path (as `jaxlab.main`); paths unchanged."""
-  path, sep, arg = value.partition(":")
-  if os.path.isfile(path):
-    return value
-  candidate = os.path.join(CONFIG_DIR, f"{path}.py")
-  if "/" not in path and not path.endswith(".py") and os.path.isfile(
-      candidate):
-    return candidate + sep + arg
-  names = sorted(f[:-3] for f in os.listdir(CONFIG_DIR)
-                 if f.endswith(".py") and not f.startswith("_")
-                 and f != "common.py")
-  raise ValueError(f"--config={value}: no config file {path!r}; packaged "
-                   f"configs: {', '.join(names)}")
-
-
 def run(config, topology: str, num_slices: int = 1, *, sampler: bool = True,
         out: str | None = None, hlo_dir: str | None = None) -> dict:
   """Compiles `config` for the topology; prints the table, writes `out`."""
-  _import_losses()
+  experiments_lib.import_loss_modules()
   try:
     report = aot.compile_config(config, topology, num_slices=num_slices,
                                 sampler_too=sampler, hlo_dir=hlo_dir)
@@ -154,17 +121,11 @@ def main(argv):
 
 
 def _entry():
-  argv = list(sys.argv)
   try:
-    for i, a in enumerate(argv):
-      if a.startswith("--config="):
-        argv[i] = "--config=" + resolve_config_arg(a[len("--config="):])
-      elif a == "--config" and i + 1 < len(argv):
-        argv[i + 1] = resolve_config_arg(argv[i + 1])
+    sys.argv = configs_lib.resolve_flag(sys.argv)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  sys.argv = argv
   _define_flags()
   app.run(main)
 
