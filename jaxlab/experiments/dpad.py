@@ -84,17 +84,24 @@ TRAIN_FIELDS = ("model", "task", "loss", "optim", "train")
 EVAL_FIELDS = ("decode", "seeds", "mesh")
 
 
-def train_key(config, seed: int) -> dict[str, Any]:
+PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS)
+
+
+def _init_digest(config, seed: int) -> str | None:
   init_from = str(config.train.get("init_from", ""))
   init = init_from.format(seed=int(seed)) if init_from else ""
-  return stages.key(config, TRAIN_FIELDS, seed=int(seed),
-                    init_from_digest=stages.stored_digest(init) if init
-                    else None)
+  return stages.stored_digest(init) if init else None
+
+
+def train_key(config, seed: int) -> dict[str, Any]:
+  return PLAN.train_key(config, seed,
+                        init_from_digest=_init_digest(config, seed))
 
 
 def eval_key(config, seed: int) -> dict[str, Any]:
-  return stages.key(config, EVAL_FIELDS,
-                    train=stages.digest(train_key(config, seed)))
+  return PLAN.eval_key(
+      config, seed,
+      train_extra={"init_from_digest": _init_digest(config, seed)})
 
 
 def seed_model(config, seed: int, seed_dir: str

@@ -323,14 +323,8 @@ TRAIN_EXCLUDE = ("task.samples",)
 EVAL_FIELDS = ("methods", "task")
 
 
-def train_key(config, seed: int) -> dict[str, Any]:
-  return stages.key(config, TRAIN_FIELDS, exclude=TRAIN_EXCLUDE,
-                    seed=int(seed))
-
-
-def eval_key(config, seed: int) -> dict[str, Any]:
-  return stages.key(config, EVAL_FIELDS,
-                    train=stages.digest(train_key(config, seed)))
+PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE)
+train_key, eval_key = PLAN.train_key, PLAN.eval_key
 
 
 def seed_models(config, tok, seed: int, seed_dir: str):

@@ -102,14 +102,15 @@ TRAIN_EXCLUDE = ("task.eval_stories",)
 EVAL_FIELDS = ("decode", "clock", "task")
 
 
+PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE)
+
+
 def train_key(config, method: str, seed: int) -> dict[str, Any]:
-  return stages.key(config, TRAIN_FIELDS, exclude=TRAIN_EXCLUDE,
-                    seed=int(seed), method=method)
+  return PLAN.train_key(config, seed, method=method)
 
 
 def eval_key(config, method: str, seed: int) -> dict[str, Any]:
-  return stages.key(config, EVAL_FIELDS,
-                    train=stages.digest(train_key(config, method, seed)))
+  return PLAN.eval_key(config, seed, train_extra={"method": method})
 
 
 def method_model(config, method: str, seed: int, seed_dir: str):

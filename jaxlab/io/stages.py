@@ -197,3 +197,39 @@ def directory(parent: str, name: str, stage_key: Mapping[str, Any]) -> str:
               {"digest": digest(stage_key), "key": stage_key}, indent=1,
               default=str)
   return out
+
+
+class Plan:
+  """The two stages most experiments cache: a trained model, then its eval.
+
+  `train_fields` (less `train_exclude`) determine the trained model, with
+  the seed and any keyword given to `train_key`; `eval_fields` plus the
+  trained model's digest determine the evaluation. One declaration serves
+  both keys, so an experiment cannot key its eval on a stale train key:
+
+      PLAN = stages.Plan(("model", "task", "optim", "train"),
+                         ("methods", "task"), train_exclude=("task.samples",))
+      model, curve = stages.cached(path, PLAN.train_key(config, seed), ...)
+      rec = stages.cached(eval_path, PLAN.eval_key(config, seed), ...)
+  """
+
+  def __init__(self, train_fields: Sequence[str], eval_fields: Sequence[str],
+               *, train_exclude: Sequence[str] = (),
+               eval_exclude: Sequence[str] = ()):
+    self.train_fields = tuple(train_fields)
+    self.eval_fields = tuple(eval_fields)
+    self.train_exclude = tuple(train_exclude)
+    self.eval_exclude = tuple(eval_exclude)
+
+  def train_key(self, config: Any, seed: int, **extra: Any) -> dict[str, Any]:
+    """What the trained model depends on (`extra`: e.g. the method)."""
+    return key(config, self.train_fields, exclude=self.train_exclude,
+               seed=int(seed), **extra)
+
+  def eval_key(self, config: Any, seed: int, *, train_extra=None,
+               **extra: Any) -> dict[str, Any]:
+    """What the evaluation depends on: `eval_fields`, `extra` and the digest
+    of `train_key(config, seed, **train_extra)`."""
+    return key(config, self.eval_fields, exclude=self.eval_exclude,
+               train=digest(self.train_key(config, seed,
+                                           **(train_extra or {}))), **extra)
