@@ -147,7 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "train"
   c.seed = 0
-  c.init_from = ""            # HF checkpoint dir to start from ("" = scratch)
+  c.init_from = ""            # HF dir, .gguf or shipped name (io.pretrained); "" = scratch
   # Experiment "train": at the end, write the merged model (LoRA folded in)
   # as a HF checkpoint here, with the tokenizer files of data.tokenizer.
   c.export_dir = ""

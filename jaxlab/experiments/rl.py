@@ -25,6 +25,7 @@ from flax import nnx
 
 from jaxlab.data import sources
 from jaxlab.data import tokenizers
+from jaxlab.io import pretrained
 from jaxlab.decoding import sampler
 from jaxlab.experiments import results as results_lib
 from jaxlab.models import decoder as decoder_lib
@@ -133,7 +134,8 @@ def run(config, workdir: str) -> dict[str, Any]:
   rl = config.rl
   tok = tokenizers.build(config.data.tokenizer,
                          path=config.data.tokenizer_path,
-                         checkpoint=config.init_from, field="data.tokenizer")
+                         checkpoint=pretrained.tokenizer_dir(config.init_from)
+                         if config.init_from else "", field="data.tokenizer")
   model, mcfg = _model(config, tok)
   if tok.vocab_size > mcfg.vocab_size:
     raise ValueError(f"the tokenizer has {tok.vocab_size} ids but the model "

@@ -556,6 +556,21 @@ class GGUFCheckpoint:
     return out
 
 
+def _config(ckpt, dtype, param_dtype, overrides):
+  if not ckpt.causal:
+    overrides.setdefault("causal", False)
+  return hf_io.config_from_hf(ckpt.config, dtype=dtype,
+                              param_dtype=param_dtype, where=ckpt.path,
+                              **overrides)
+
+
+def load_config(path: str | os.PathLike, *, dtype: str = "float32",
+                param_dtype: str | None = None, **config_overrides: Any
+                ) -> decoder_lib.DecoderConfig:
+  """The `DecoderConfig` `load` builds for the file, reading no tensor."""
+  return _config(GGUFCheckpoint(path), dtype, param_dtype, config_overrides)
+
+
 def load(path: str | os.PathLike, *, dtype: str = "float32",
          param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
          rules: Any = None, **config_overrides: Any
@@ -583,10 +598,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
       with.
   """
   ckpt = GGUFCheckpoint(path)
-  if not ckpt.causal:
-    config_overrides.setdefault("causal", False)
-  cfg = hf_io.config_from_hf(ckpt.config, dtype=dtype, param_dtype=param_dtype,
-                             where=ckpt.path, **config_overrides)
+  cfg = _config(ckpt, dtype, param_dtype, config_overrides)
   abstract = nnx.eval_shape(lambda: decoder_lib.Decoder(cfg,
                                                         rngs=nnx.Rngs(0)))
   graphdef, abs_state = nnx.split(abstract)

@@ -599,9 +599,12 @@ def _vocab_size(config) -> int | None:
   if int(config.model.get("vocab_size", 0) or 0) > 0:
     return None
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  init_from = config.get("init_from", "")
   tok = tokenizers.build(config.data.tokenizer,
                          path=config.data.get("tokenizer_path", ""),
-                         checkpoint=config.get("init_from", ""),
+                         checkpoint=(pretrained.tokenizer_dir(init_from)
+                                     if init_from else ""),
                          field="data.tokenizer")
   return -(-tok.vocab_size // 64) * 64
 

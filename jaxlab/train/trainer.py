@@ -140,13 +140,12 @@ def _model_spec(config, model, vocab_size) -> tuple[Any, Any]:
     return registry.ModelSpec(factory=model), None
   init_from = _field(config, "init_from")
   if init_from:
-    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-    if not os.path.isdir(init_from):
-      raise FileNotFoundError(f"init_from={init_from!r}: no such directory")
+    from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+    # A HF directory, a .gguf file or a shipped name (`io.pretrained`).
     # Compute dtype, param dtype, remat (a bool or a policy name) and the
     # scanned layout come from the config; the architecture from the
-    # checkpoint's config.json.
-    instance, dcfg = hf.load(
+    # checkpoint's config.json / GGUF metadata.
+    instance, dcfg = pretrained.load(
         init_from, dtype=_field(config, "model.dtype"),
         param_dtype=_field(config, "model.param_dtype"),
         remat=_field(config, "model.remat"),
@@ -356,9 +355,12 @@ def _default_sources(config, train_source, eval_source):
     return train_source, eval_source, None
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  init_from = _field(config, "init_from")
   tok = tokenizers.build(_field(config, "data.tokenizer"),
                          path=_field(config, "data.tokenizer_path"),
-                         checkpoint=_field(config, "init_from"),
+                         checkpoint=(pretrained.tokenizer_dir(init_from)
+                                     if init_from else ""),
                          field="data.tokenizer")
   tr, ev = pipeline.lm_sources(config.data, seq_len=int(config.train.seq_len),
                                tokenizer=tok)
