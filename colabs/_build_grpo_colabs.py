@@ -2,7 +2,8 @@
 
     python colabs/_build_grpo_colabs.py
 
-The notebooks run the experiment modules on a preset chosen by the
+The notebooks launch the experiments (`jaxlab.main.run_experiment`, the
+launcher's entry) and use library modules only, on a preset chosen by the
 JAXLAB_COLAB_PRESET environment variable ("tiny" by default, what the test
 suite executes, further shrunk so CI stays fast; "" for the full preset).
 """
@@ -53,13 +54,13 @@ def trust_notebook():
           "is far too short to separate them; the README table uses the "
           "full preset)."),
       v4.new_code_cell(
+          "from jaxlab import main as launcher\n"
           "from jaxlab.configs import trust_grpo as tg_config\n"
-          "from jaxlab.experiments import trust_grpo as tg\n"
           "config = tg_config.get_config(PRESET)\n"
           "if PRESET == 'tiny':\n"
           "  config.rl.steps = 4; config.rl.eval_every = 2; "
           "config.sft.steps = 10\n"
-          "flat = tg.run(config, WORKDIR)\n"
+          "flat = launcher.run_experiment(config, WORKDIR)\n"
           "res = json.load(open(os.path.join(WORKDIR, 'results.json')))\n"
           "print('| variant | acc | sampled hack rate (hackable) |')\n"
           "for v, row in res['extra']['summary'].items():\n"
@@ -77,11 +78,13 @@ def trust_notebook():
           "Below: its scores of HACK and v = 0..4 beside the judge's, on "
           "one hackable and one informative question."),
       v4.new_code_cell(
+          "from jaxlab.data.synthetic import thinking_task\n"
+          "from jaxlab.rewards import learned_trm\n"
           "lcfg = tg_config.get_config('learned' if PRESET == '' else "
           "'learned,' + PRESET)\n"
-          "task = tg.make_task(lcfg.task)\n"
-          "trm, info = tg.fit_learned_trm(task, lcfg.trm, seed=0)\n"
-          "judge, learned = tg.judge_table(task), trm.table()\n"
+          "task = thinking_task.make_task(lcfg.task)\n"
+          "trm, info = learned_trm.fit_learned_trm(task, lcfg.trm, seed=0)\n"
+          "judge, learned = thinking_task.judge_table(task), trm.table()\n"
           "qh = min(task.hackable)\n"
           "qi = min(set(range(25)) - task.hackable)\n"
           "print('judge (hackable question):', judge[qh])\n"
@@ -128,13 +131,14 @@ def chart_notebook():
           "exec), then stage 2 (+ SSIM visual reward). The CI preset is "
           "minuscule; see docs/papers/grpo.md for the measured table."),
       v4.new_code_cell(
+          "from jaxlab import main as launcher\n"
           "from jaxlab.configs import chart_to_code as c2c_config\n"
-          "from jaxlab.experiments import chart_to_code as c2c\n"
           "config = c2c_config.get_config(PRESET)\n"
           "if PRESET == 'tiny':\n"
           "  config.charts.eval_size = 2; config.rl.prompts_per_step = 1; "
           "config.sft.steps = 10; config.sft.eval_every = 5\n"
-          "flat = c2c.run(config, WORKDIR)  # phase/metric -> mean over seeds\n"
+          "flat = launcher.run_experiment(config, WORKDIR)  "
+          "# phase/metric -> mean over seeds\n"
           "print('| phase | exec | data F1 | SSIM |')\n"
           "for p in ('sft', 'text_exec', 'text_vis_exec'):\n"
           "  print(f\"| {p} | {flat[p + '/exec_rate']:.2f} | "
@@ -142,6 +146,11 @@ def chart_notebook():
   ]
   return v4.new_notebook(cells=cells, metadata={"kernelspec": {
       "name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
+# Notebook file -> its builder (the tests discover builders by this).
+NOTEBOOKS = {"trust_grpo.ipynb": trust_notebook,
+             "chart_to_code.ipynb": chart_notebook}
 
 
 def main():

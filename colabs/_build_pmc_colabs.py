@@ -102,6 +102,11 @@ def mathfimer_notebook():
   return v4.new_notebook(cells=cells)
 
 
+# Notebook file -> its builder (the tests discover builders by this).
+NOTEBOOKS = {"pmc_unlearning.ipynb": pmc_notebook,
+             "mathfimer.ipynb": mathfimer_notebook}
+
+
 def main():
   for name, nb in (("pmc_unlearning.ipynb", pmc_notebook()),
                    ("mathfimer.ipynb", mathfimer_notebook())):

@@ -73,5 +73,9 @@ def build() -> nbformat.NotebookNode:
   return _setup_cell.notebook(CELLS, default_preset="probe,tiny")
 
 
+# Notebook file -> its builder (the tests discover builders by this).
+NOTEBOOKS = {"rerank_cl_vs_sft.ipynb": build}
+
+
 if __name__ == "__main__":
   _setup_cell.write(build(), "rerank_cl_vs_sft.ipynb")

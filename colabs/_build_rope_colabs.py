@@ -48,9 +48,9 @@ for m in ("default", "ntk", "yarn", "yarn_rotation", "mrope_uni", "mrope_pro"):
   print(f"{m:14s} first root of B(m): {rope.rope_bound_first_root(inv, 1 << 16)}"
         f"  attention scale {scale:.4f}")"""),
       v4.new_code_cell("""\
-from jaxlab.experiments import rope_extension as exp
+from jaxlab.analysis import rope_plots
 from IPython.display import Image, display
-display(Image(exp.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""),
+display(Image(rope_plots.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""),
       v4.new_markdown_cell(
           "## Train short, test long\n\nOne model per seed; every method "
           "reuses the same parameters (`long_context.with_rope_scaling`). "
@@ -58,6 +58,7 @@ display(Image(exp.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"))))"""
           "must be near 1 before the long-length table means anything."),
       v4.new_code_cell("""\
 from jaxlab.configs import rope_extension as cfg_mod
+from jaxlab.experiments import rope_extension as exp
 config = cfg_mod.get_config(PRESET)
 result = exp.run(config, WORKDIR)
 for rec in result["per_seed"]:
@@ -114,6 +115,11 @@ for name, sw in result["sweeps"].items():
   return v4.new_notebook(cells=cells, metadata={
       "kernelspec": {"name": "python3", "display_name": "Python 3",
                      "language": "python"}})
+
+
+# Notebook file -> its builder (the tests discover builders by this).
+NOTEBOOKS = {"rope_extension.ipynb": rope_extension,
+             "frequency_entropy.ipynb": frequency_entropy}
 
 
 def main():

@@ -79,7 +79,8 @@ summary = result["summary"]
 kinds = [k[4:] for k in next(iter(summary.values())) if k.startswith("ued_") and k != "ued_avg"]
 avg_ok = all(np.isclose(np.mean(s["ued_avg"]), np.mean([np.mean(s["ued_" + k]) for k in kinds]))
              for s in summary.values())
-rows_ok = all(f"| {v} | {np.mean(s['ued_avg']):.1f} |" in result["table_markdown"] for v, s in summary.items())
+from jaxlab.objectives.stabletoken_train import LABELS  # row labels of the results table
+rows_ok = all(f"| {LABELS.get(v, v)} | {np.mean(s['ued_avg']):.1f}" in result["table_markdown"] for v, s in summary.items())
 print("variants:", ", ".join(summary), "| perturbations:", len(kinds))
 print("average UED = mean over perturbations:", avg_ok, "| rows = per-variant means:", rows_ok)"""),
   ]

@@ -59,10 +59,10 @@ print("malformed:", bad.malformed, "accuracy:", round(bad.accuracy, 3))"""),
        "Cup/Chip questions with a `Think:` transcript and decoded at several "
        "thinking budgets (the `smoke` preset skips the model)."),
       ("code", """\
+from jaxlab import main as launcher
 from jaxlab.configs import video_reason as cfg_mod
-from jaxlab.experiments import video_reason as exp
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 print(result["table_markdown"])"""),
   ])
 

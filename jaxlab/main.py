@@ -29,7 +29,6 @@ and results; when a process dies the others stop within
 import importlib
 import json
 import os
-import pkgutil
 import sys
 import textwrap
 
@@ -101,13 +100,11 @@ _NOT_EXPERIMENTS = frozenset({"launch_local", "report", "results", "compile",
 
 def available_experiments() -> tuple[str, ...]:
   """Names `config.experiment` may take: the runnable modules of
-  `jaxlab.experiments` (found by package walk: a new experiment is a new
-  file)."""
-  from jaxlab import experiments  # pylint: disable=g-import-not-at-top
-  return tuple(sorted(
-      info.name for info in pkgutil.iter_modules(experiments.__path__)
-      if not info.name.startswith("_") and not info.ispkg
-      and info.name not in _NOT_EXPERIMENTS))
+  `jaxlab.experiments` (found by package walk, plugin directories
+  included: a new experiment is a new file)."""
+  from jaxlab import registry  # pylint: disable=g-import-not-at-top
+  return tuple(name for name in registry.package_modules("jaxlab.experiments")
+               if name not in _NOT_EXPERIMENTS)
 
 
 def run_experiment(config, workdir: str) -> dict:

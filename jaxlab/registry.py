@@ -12,8 +12,19 @@ behave the same everywhere:
 
     SCALINGS.get("yarm")  # ValueError: unknown RoPE scaling method 'yarm';
                           # valid choices: default, ntk, pi, yarn
+
+Registration is discovery: a module registers its entries when imported,
+and `import_package_modules("jaxlab.models")` imports every module of a
+package (a package walk), so a new file is found without an edit anywhere.
+Directories on `JAXLAB_PLUGIN_PATH` (`os.pathsep`-separated) are laid out
+like the `jaxlab` package (`DIR/models/x.py` is module `jaxlab.models.x`,
+`DIR/configs/x.py` a config, `DIR/colabs/`, `DIR/docs/papers/`): the walk
+covers them too, for a paper developed outside the checkout.
 """
 
+import importlib
+import os
+import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
@@ -69,3 +80,52 @@ class Registry(Mapping[str, T], Generic[T]):
 
   def __repr__(self) -> str:
     return f"Registry({self.kind!r}: {', '.join(self.names())})"
+
+
+# -- discovery ----------------------------------------------------------------
+
+PLUGIN_ENV = "JAXLAB_PLUGIN_PATH"
+
+
+def plugin_dirs() -> tuple[str, ...]:
+  """The directories of `JAXLAB_PLUGIN_PATH` (laid out like `jaxlab/`)."""
+  return tuple(os.path.abspath(d) for d in
+               os.environ.get(PLUGIN_ENV, "").split(os.pathsep) if d)
+
+
+def plugin_subdirs(*parts: str) -> tuple[str, ...]:
+  """`DIR/<parts>` of every plugin directory where it exists."""
+  return tuple(p for p in (os.path.join(d, *parts) for d in plugin_dirs())
+               if os.path.isdir(p))
+
+
+def package_path(package_name: str) -> list[str]:
+  """`package.__path__`, extended by the plugin directories' counterparts
+  (`DIR/models` for `jaxlab.models`), so their modules import as the
+  package's own."""
+  package = importlib.import_module(package_name)
+  path = package.__path__
+  extra = [d for d in plugin_subdirs(*package_name.split(".")[1:])
+           if d not in path]
+  if extra:
+    path.extend(extra)
+    importlib.invalidate_caches()
+  return list(path)
+
+
+def package_modules(package_name: str, *,
+                    packages: bool = False) -> tuple[str, ...]:
+  """Names of the modules of `package_name` (plugin directories included),
+  sorted; private ones (`_x`) left out, subpackages only with `packages`."""
+  return tuple(sorted({
+      info.name for info in pkgutil.iter_modules(package_path(package_name))
+      if not info.name.startswith("_") and (packages or not info.ispkg)}))
+
+
+def import_package_modules(package_name: str) -> tuple[str, ...]:
+  """Imports every module of `package_name` (its registrations run);
+  returns their full names."""
+  names = tuple(f"{package_name}.{m}" for m in package_modules(package_name))
+  for name in names:
+    importlib.import_module(name)
+  return names

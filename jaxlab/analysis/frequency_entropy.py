@@ -28,6 +28,14 @@ Typical use:
     alpha = alpha_table(sel, 0.1)
     attenuated = weighted_rope_model(model, alpha)
     ppl = perplexity(attenuated, ids_bt)
+
+On a pretrained model (`jaxlab.io.pretrained`; preset
+`jaxlab/configs/frequency_entropy.py:smollm2`): `maps_from_qk` on one
+`capture_qk` forward gives q and k maps per sequence, `fe_group_means`
+summarises them by depth and by pair band, `fe_selections` builds the
+attenuation arms (spec rules, equal-size quantile arms, a per-row random
+control) and `selection_scores` / `next_token_scores` give per-sequence
+next-token accuracy and NLL under each arm.
 """
 
 from collections.abc import Mapping, Sequence
@@ -152,6 +160,43 @@ def capture_qk(model, input_ids_bt, **forward_kwargs
                for q, k in out.qk)
 
 
+def maps_from_qk(qk, *, which: str = "q", pairing: str = "native",
+                 frame: int = 1024, hop: int = 512, window: str = "hann",
+                 nope_layers: Sequence[int] = (),
+                 per_sequence: bool = False) -> dict[str, np.ndarray]:
+  """FE of every (layer, head, pair) from captured post-RoPE q/k.
+
+  Args:
+    qk: per layer `(q [B,T,N,H], k [B,T,K,H])`, as `capture_qk` returns
+      (or `Decoder.forward(..., output_qk=True).qk`).
+    which: "q" (the spec's signal, C.1) or "k" (heads are then KV heads).
+    pairing, frame, hop, window: see `pair_norms` and `spectrum_fe`.
+    nope_layers: layers without RoPE (flagged False in "rope_layer").
+    per_sequence: keep the batch axis (`[B, layers, heads, pairs]`)
+      instead of averaging FE over the sequences.
+
+  Returns:
+    {"spectrum": [layers, heads, pairs], "sequence": [layers, heads, pairs],
+     "rope_layer": [layers] bool (False for NoPE layers)}.
+  """
+  if which not in ("q", "k"):
+    raise ValueError(f"which must be 'q' or 'k', got {which!r}")
+  spectrum, sequence = [], []
+  for q, k in qk:
+    norms_bnpt = np.moveaxis(pair_norms(q if which == "q" else k, pairing),
+                             1, -1)
+    sp = spectrum_fe(norms_bnpt, frame, hop, window)
+    sq = sequence_fe(norms_bnpt)
+    spectrum.append(sp if per_sequence else np.nanmean(sp, axis=0))
+    sequence.append(sq if per_sequence else np.nanmean(sq, axis=0))
+  axis = 1 if per_sequence else 0
+  nope = set(nope_layers)
+  return {"spectrum": np.stack(spectrum, axis),
+          "sequence": np.stack(sequence, axis),
+          "rope_layer": np.array([i not in nope
+                                  for i in range(len(spectrum))])}
+
+
 def fe_maps(model, input_ids_bt, *, which: str = "q",
             pairing: str = "native", frame: int = 1024, hop: int = 512,
             window: str = "hann") -> dict[str, np.ndarray]:
@@ -169,17 +214,45 @@ def fe_maps(model, input_ids_bt, *, which: str = "q",
   """
   if which not in ("q", "k"):
     raise ValueError(f"which must be 'q' or 'k', got {which!r}")
-  spectrum, sequence = [], []
-  for q, k in capture_qk(model, input_ids_bt):
-    norms_bnpt = np.moveaxis(pair_norms(q if which == "q" else k, pairing),
-                             1, -1)
-    spectrum.append(np.nanmean(spectrum_fe(norms_bnpt, frame, hop, window),
-                               axis=0))
-    sequence.append(np.nanmean(sequence_fe(norms_bnpt), axis=0))
-  nope = set(model.cfg.nope_layers)
-  return {"spectrum": np.stack(spectrum), "sequence": np.stack(sequence),
-          "rope_layer": np.array([i not in nope
-                                  for i in range(len(spectrum))])}
+  return maps_from_qk(capture_qk(model, input_ids_bt), which=which,
+                      pairing=pairing, frame=frame, hop=hop, window=window,
+                      nope_layers=model.cfg.nope_layers)
+
+
+def fe_group_means(maps_by_name: Mapping[str, Mapping[str, np.ndarray]], *,
+                   layer_group: int = 5, pair_group: int = 8
+                   ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+  """Mean FE per group of layers and per group of rotary pairs, per sequence.
+
+  Args:
+    maps_by_name: {name: `maps_from_qk(..., per_sequence=True)`} (e.g.
+      "q_native", "k_native"); arrays `[B, layers, heads, pairs]`.
+    layer_group, pair_group: group sizes (pair 0 is the fastest-rotating).
+
+  Returns:
+    {"depth": {"layers 0-4": {"<name>_spectrum": [B], "<name>_sequence":
+    [B], ...}, ...}, "pairs": {"pairs 0-7": {...}, ...}}: the NaN-ignoring
+    mean over the group's (layer, head, pair) cells of each sequence.
+  """
+  first = np.asarray(next(iter(maps_by_name.values()))["spectrum"])
+  n_layers, n_pairs = first.shape[1], first.shape[3]
+  groups = {
+      "depth": {f"layers {i}-{min(i + layer_group, n_layers) - 1}":
+                (slice(i, i + layer_group), slice(None))
+                for i in range(0, n_layers, layer_group)},
+      "pairs": {f"pairs {j}-{min(j + pair_group, n_pairs) - 1}":
+                (slice(None), slice(j, j + pair_group))
+                for j in range(0, n_pairs, pair_group)}}
+  out = {}
+  for gid, rows in groups.items():
+    out[gid] = {}
+    for label, (ls, ps) in rows.items():
+      out[gid][label] = {
+          f"{name}_{m}": np.nanmean(np.asarray(mp[m])[:, ls, :, ps],
+                                    axis=(1, 2, 3))
+          for name, mp in maps_by_name.items()
+          for m in ("spectrum", "sequence")}
+  return out
 
 
 def plot_fe_heatmaps(fe_lnp, path: str, *, title: str = "FE",
@@ -206,6 +279,17 @@ def plot_fe_heatmaps(fe_lnp, path: str, *, title: str = "FE",
   fig.savefig(path, dpi=100, bbox_inches="tight")
   plt.close(fig)
   return path
+
+
+def plot_fe_maps(maps: Mapping[str, np.ndarray], directory: str, *,
+                 pairing: str, which: str = "q") -> list[str]:
+  """`fe_<metric>_<pairing>.png` heatmaps of one `fe_maps` result."""
+  labels = [f"layer {i}" + ("" if r else " (NoPE)")
+            for i, r in enumerate(maps["rope_layer"])]
+  return [plot_fe_heatmaps(
+      maps[m], os.path.join(directory, f"fe_{m}_{pairing}.png"),
+      title=f"{m.capitalize()}FE ({pairing} pairing, {which})",
+      layer_labels=labels) for m in ("spectrum", "sequence")]
 
 
 # -- selection and attenuation ---------------------------------------------
@@ -270,6 +354,106 @@ def select_pairs(maps: Mapping[str, np.ndarray], rule: str = "a+b",
   if rope_layers_only and "rope_layer" in maps:
     mask &= np.asarray(maps["rope_layer"], bool)[:, None, None]
   return mask
+
+
+def quantile_selection(values, fraction: float, side: str,
+                       where=None) -> np.ndarray:
+  """The `fraction` of pairs with the lowest ("below") or highest ("above")
+  FE -> bool mask, restricted to `where` (bool, broadcast to `values`)."""
+  v = np.asarray(values)
+  mask = threshold_mask(v, quantile_threshold(v, fraction, side, where=where),
+                        side)
+  if where is not None:
+    mask &= np.broadcast_to(np.asarray(where, bool), v.shape)
+  return mask
+
+
+def random_selection(where, k: int, seed: int) -> np.ndarray:
+  """`k` pairs drawn uniformly without replacement from `where` (bool).
+
+  The equal-size random control of a quantile selection; the draw is
+  `numpy.random.default_rng(seed).choice(len(pool), k, replace=False)`
+  over `np.argwhere(where)`.
+  """
+  where = np.asarray(where, bool)
+  pool = np.argwhere(where)
+  if not 0 <= k <= len(pool):
+    raise ValueError(f"cannot draw {k} pairs from a pool of {len(pool)}")
+  rng = np.random.default_rng(int(seed))
+  mask = np.zeros(where.shape, bool)
+  for idx in pool[rng.choice(len(pool), size=k, replace=False)]:
+    mask[tuple(idx)] = True
+  return mask
+
+
+QUANTILE_ARMS = {"spectrum_low": ("spectrum", "below"),
+                 "spectrum_high": ("spectrum", "above"),
+                 "sequence_low": ("sequence", "below"),
+                 "sequence_high": ("sequence", "above")}
+
+
+def fe_selections(maps: Mapping[str, np.ndarray], fraction: float, *,
+                  rules: Sequence[str] = (),
+                  quantiles: Sequence[str] = ("spectrum_low", "spectrum_high",
+                                              "sequence_low"),
+                  random_like: str | None = "sequence_low",
+                  seed: int = 0, random_rows: int | None = None,
+                  drop_empty: bool = False) -> dict[str, np.ndarray]:
+  """The attenuation arms: spec rules and equal-size quantile selections.
+
+  Returns {"rule_<r>": select_pairs(maps, r) for r in rules,
+  "<q>_q": the `fraction` of RoPE-layer pairs lowest/highest in that FE
+  (`QUANTILE_ARMS`), "random_q": as many random RoPE-layer pairs as the
+  `random_like` arm (omitted when None), drawn with `seed`}. With
+  `random_rows=B`, "random_q" is `[B, layers, heads, pairs]`: a fresh draw
+  per evaluation row, row i with seed `seed + i` (`next_token_scores`
+  takes such per-row tables). `drop_empty` leaves out arms that select
+  no pair (a rule whose threshold this model's FE never crosses).
+  """
+  unknown = set(quantiles) - set(QUANTILE_ARMS)
+  if unknown:
+    raise ValueError(f"unknown quantile arms {sorted(unknown)}; valid "
+                     f"choices: {', '.join(QUANTILE_ARMS)}")
+  rope_l = np.asarray(maps["rope_layer"], bool)[:, None, None]
+  sel = {f"rule_{r}": select_pairs(maps, r) for r in rules}
+  for name in quantiles:
+    key, side = QUANTILE_ARMS[name]
+    sel[f"{name}_q"] = quantile_selection(maps[key], fraction, side,
+                                          where=rope_l)
+  if random_like is not None:
+    pool = np.broadcast_to(rope_l, np.asarray(maps["spectrum"]).shape)
+    k = int(sel[f"{random_like}_q"].sum())
+    sel["random_q"] = (random_selection(pool, k, seed) if random_rows is None
+                       else np.stack([random_selection(pool, k, seed + i)
+                                      for i in range(random_rows)]))
+  if drop_empty:
+    sel = {name: m for name, m in sel.items() if m.any()}
+  return sel
+
+
+def rope_vs_nope(maps: Mapping[str, np.ndarray],
+                 key: str = "sequence") -> dict[str, float | None]:
+  """Mean FE (`key`) of the RoPE layers and of the NoPE layers (None if
+  the model has none): the spec's periodicity control (C.1, C.3)."""
+  rope_l = np.asarray(maps["rope_layer"], bool)
+  v = np.asarray(maps[key])
+  return {"rope": float(np.nanmean(v[rope_l])),
+          "nope": float(np.nanmean(v[~rope_l])) if (~rope_l).any() else None}
+
+
+def selection_labels(fraction: float = 0.1,
+                     random_like: str = "SequenceFE lowest") -> dict[str, str]:
+  """Display names of the `fe_selections` arms (docs table rows)."""
+  pct = f"{round(fraction * 100, 6):g}%"
+  return {
+      "rule_a": "rule a: SpectrumFE > 0.4",
+      "rule_b": "rule b: SequenceFE < 0.6",
+      "rule_c": "rule c: SpectrumFE < 0.2", "rule_a+b": "rule a+b",
+      "spectrum_low_q": f"SpectrumFE lowest {pct}",
+      "spectrum_high_q": f"SpectrumFE highest {pct}",
+      "sequence_low_q": f"SequenceFE lowest {pct}",
+      "sequence_high_q": f"SequenceFE highest {pct}",
+      "random_q": f"random pairs (as many as {random_like})"}
 
 
 def alpha_table(selected_lnp, alpha: float) -> np.ndarray:
@@ -368,6 +552,94 @@ def perplexity(model, input_ids_bt, alpha_lnp=None, mode: str = "magnitude",
     nll += float(-jnp.take_along_axis(logp, tgt[..., None], -1).sum())
     count += tgt.size
   return math.exp(nll / count)
+
+
+def next_token_scores(model, input_ids_bt, alpha_lnp=None,
+                      mode: str = "magnitude",
+                      batch_size: int = 4) -> dict[str, np.ndarray]:
+  """Per-sequence next-token scores, optionally under weighted RoPE.
+
+  For each row of `[B, L]` ids: "nll", the mean NLL (nats) of tokens
+  1..L-1 given their prefix, and "accuracy", the fraction of them that are
+  the model's top-1 (argmax) prediction; "tokens" = L - 1. The weighted
+  model (`weighted_rope_model`) is built once for all rows; an `alpha_lnp`
+  of shape `[B, layers, heads, pairs]` gives each row its own table (e.g.
+  a fresh random selection per row).
+  """
+  if mode not in MODES:
+    raise ValueError(f"unknown attenuation mode {mode!r}; valid choices: "
+                     f"{', '.join(MODES)}")
+  ids = np.asarray(input_ids_bt)
+  if alpha_lnp is not None and np.ndim(alpha_lnp) == 4:
+    if len(alpha_lnp) != len(ids):
+      raise ValueError(f"{len(alpha_lnp)} per-row alpha tables for "
+                       f"{len(ids)} rows")
+    rows = [next_token_scores(model, ids[i:i + 1], alpha_lnp[i], mode)
+            for i in range(len(ids))]
+    return {"nll": np.concatenate([r["nll"] for r in rows]),
+            "accuracy": np.concatenate([r["accuracy"] for r in rows]),
+            "tokens": ids.shape[1] - 1}
+  kwargs = {}
+  if alpha_lnp is not None and mode == "magnitude":
+    model = weighted_rope_model(model, alpha_lnp)
+  elif alpha_lnp is not None:
+    kwargs["rope_pair_weights"] = jnp.asarray(
+        rope_pair_weights_from_alpha(alpha_lnp))
+  nll, acc = [], []
+  for start in range(0, ids.shape[0], batch_size):
+    chunk = jnp.asarray(ids[start:start + batch_size])
+    logits = model.forward(chunk, **kwargs).logits[:, :-1].astype(jnp.float32)
+    tgt = chunk[:, 1:]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll.append(np.asarray(-jnp.take_along_axis(logp, tgt[..., None],
+                                               -1)[..., 0].mean(-1)))
+    acc.append(np.asarray((logits.argmax(-1) == tgt).sum(-1)) / tgt.shape[1])
+  return {"nll": np.concatenate(nll).astype(np.float64),
+          "accuracy": np.concatenate(acc).astype(np.float64),
+          "tokens": ids.shape[1] - 1}
+
+
+def selection_scores(model, input_ids_bt,
+                     selections: Mapping[str, np.ndarray],
+                     alphas: Sequence[float], mode: str = "magnitude",
+                     batch_size: int = 4) -> dict[str, dict[float, Any]]:
+  """`next_token_scores` of every selection at every alpha, and "baseline".
+
+  `selections` maps a name to a bool `[layers, heads, pairs]` mask (or
+  `[B, layers, heads, pairs]`, one per row). Returns {name: {alpha:
+  scores}}; "baseline" (no attenuation) is scored once and listed under
+  every alpha; a selection of no pair is left out.
+  """
+  base = next_token_scores(model, input_ids_bt, batch_size=batch_size)
+  out = {"baseline": {float(a): base for a in alphas}}
+  for name, sel in selections.items():
+    if not np.asarray(sel).any():
+      continue
+    out[name] = {float(a): next_token_scores(
+        model, input_ids_bt, alpha_table(sel, a), mode, batch_size)
+                 for a in alphas}
+  return out
+
+
+def plot_alpha_sweep(sweeps: Mapping[str, Mapping[str, Any]],
+                     path: str) -> str:
+  """Perplexity against alpha, one line per selection (`alpha_sweep`s)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 3.6))
+  for name, sw in sweeps.items():
+    if sw["num_selected"]:
+      ax.plot(sw["alpha"], sw["perplexity"], marker="o",
+              label=f"{name} (n={sw['num_selected']})")
+  ax.set_xlabel("alpha")
+  ax.set_ylabel("perplexity")
+  ax.set_yscale("log")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
 
 
 def alpha_sweep(model, input_ids_bt, selected_lnp,

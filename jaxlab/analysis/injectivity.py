@@ -253,7 +253,9 @@ def exhaustive_continuation_test(model, prompts: Sequence[Sequence[int]],
 
 def tie_embedding_rows(model, src: int, dst: int):
   """A copy of `model` whose embedding row `dst` equals row `src` (spec Q.1
-  failure case: tied rows make the two tokens indistinguishable)."""
+  failure case: tied rows make the two tokens indistinguishable). The rows
+  of the table are tied, so `model.embed` (any `embed_scale`) gives the two
+  tokens the same input vector."""
   v = int(model.cfg.vocab_size)
   for name, tok in (("src", src), ("dst", dst)):
     if not 0 <= int(tok) < v:
@@ -283,3 +285,156 @@ def quantize_states(h, bits: int = 4, *, per: str = "tensor") -> np.ndarray:
            else np.max(np.abs(x)))
   scale = np.where(scale == 0, 1.0, scale) / levels
   return (np.round(x / scale) * scale).astype(np.float32)
+
+
+# -- the miniature's pieces (paper Q.6; composed by jaxlab/experiments/sipit.py)
+
+
+def bigram_text(vocab: int, num_seqs: int, seq_len: int, follow: float,
+                seed: int) -> dict[str, np.ndarray]:
+  """LM arrays of a noisy bigram chain over all of V (each token has one
+  preferred successor, taken with probability `follow`), so every
+  embedding row is trained: the miniature's "text"."""
+  rng = np.random.default_rng(10_000 + seed)
+  nxt = rng.permutation(vocab)
+  seqs = np.zeros((num_seqs, seq_len + 1), np.int32)
+  seqs[:, 0] = rng.integers(vocab, size=num_seqs)
+  for t in range(1, seq_len + 1):
+    seqs[:, t] = np.where(rng.random(num_seqs) < follow,
+                          nxt[seqs[:, t - 1]],
+                          rng.integers(vocab, size=num_seqs))
+  return {"inputs": seqs[:, :-1], "targets": seqs[:, 1:],
+          "loss_mask": np.ones((num_seqs, seq_len), np.float32)}
+
+
+def collision_report(model, prompts, *, chunk: int = 256,
+                     exhaustive_prompts: int = 0, quant_bits=(),
+                     quant_per: str = "tensor",
+                     continuations: Sequence[int] | None = None,
+                     batch_size: int = 256) -> dict[str, Any]:
+  """Per-layer collision test of `prompts` (spec Q.3): min / mean distance
+  and collision counts of last-token states; the exhaustive test on the
+  `exhaustive_prompts` closest prompts at the last layer (every token of V
+  appended, or only `continuations`); the b-bit quantised-state controls.
+  Lists are indexed by layer 0..L."""
+  states = last_token_states(model, prompts, batch_size=batch_size)
+  stats = per_layer_stats(states, chunk=chunk)
+  out = {"min": [s.min for s in stats], "mean": [s.mean for s in stats],
+         "collisions": [s.collisions for s in stats]}
+  if exhaustive_prompts:
+    idx = closest_prompts(stats[-1], int(exhaustive_prompts))
+    if continuations is None:
+      exh = exhaustive_continuation_test(model, prompts, idx, chunk=chunk)
+    else:
+      allst = np.concatenate([sipit.next_token_states(
+          model, prompts[i], np.asarray(continuations)) for i in idx], axis=1)
+      exh = per_layer_stats(allst, chunk=chunk)
+    out["exhaustive_min"] = [s.min for s in exh]
+    out["exhaustive_collisions"] = [s.collisions for s in exh]
+    out["exhaustive_pairs"] = exh[0].num_pairs
+  for bits in quant_bits:
+    q = quantize_states(states, int(bits), per=quant_per)
+    qs = [pair_stats(x, chunk=chunk) for x in q]
+    out[f"quant{bits}_min"] = [s.min for s in qs]
+    out[f"quant{bits}_collisions"] = [s.collisions for s in qs]
+  return out
+
+
+def tied_rows_control(model, *, src: int, dst: int, num_prompts: int,
+                      prompt_len: int, seed: int, layer: int | None = None,
+                      config: sipit.SipItConfig | None = None,
+                      ids: np.ndarray | None = None) -> dict[str, float]:
+  """Control (i): tie row dst := row src; prompts holding dst at the middle
+  position collide with their src twins (L2 distance of the last states at
+  `layer`, default the last) and SipIt returns src or dst, whichever it
+  proposes first. `ids` (default: seeded uniform tokens) are the prompts."""
+  tied = tie_embedding_rows(model, src, dst)
+  layer = sipit.num_layers(model) if layer is None else int(layer)
+  n, t = int(num_prompts), int(prompt_len)
+  if ids is None:
+    rng = np.random.default_rng(500 + seed)
+    ids = rng.integers(model.cfg.vocab_size, size=(n, t)).astype(np.int32)
+  ids = np.array(ids, np.int32)
+  ids[:, t // 2] = dst
+  twin = ids.copy()
+  twin[:, t // 2] = src
+  both = sipit.layer_states(tied, np.concatenate([ids, twin]))
+  dist = np.linalg.norm(both[layer][:n, -1] - both[layer][n:, -1], axis=-1)
+  res = sipit.invert(tied, both[layer][:n], layer=layer, config=config)
+  at = res.ids[:, t // 2]
+  return {"twin_distance_max": float(dist.max()),
+          "recovered_dst": float(np.mean(at == dst)),
+          "recovered_src": float(np.mean(at == src)),
+          "accuracy_elsewhere": float(np.mean(np.delete(res.ids == ids,
+                                                        t // 2, axis=1)))}
+
+
+def quantized_inversion(model, ids, bits: int, *, per: str = "tensor",
+                        layer: int | None = None,
+                        config: sipit.SipItConfig | None = None,
+                        time_limit_s: float | None = None
+                        ) -> dict[str, float]:
+  """Control (ii): SipIt on b-bit quantised states of `layer` (default the
+  last): the fraction of positions that verify and of exact tokens (the
+  closest candidate is kept where none verifies; a position that does not
+  verify walks all of V, so `time_limit_s` bounds it on large V)."""
+  layer = sipit.num_layers(model) if layer is None else int(layer)
+  h = sipit.layer_states(model, ids)[layer]
+  q = quantize_states(h, int(bits), per=per)
+  res = sipit.invert(model, q, layer=layer, config=config,
+                     time_limit_s=time_limit_s)
+  return {"verified": float(np.mean(res.verified)),
+          "accuracy": float(np.mean(res.ids == ids))}
+
+
+def text_window_prompts(streams: Sequence[Sequence[int]], num: int, *,
+                        min_len: int = 4, max_len: int = 16,
+                        seed: int = 0) -> list[list[int]]:
+  """Up to `num` distinct prompts cut from token streams of real text:
+  contiguous windows of min_len..max_len tokens at seeded random places
+  (the collision test on real sentences; distinct as token tuples)."""
+  rng = np.random.default_rng(seed)
+  windows = sorted({tuple(int(x) for x in s[i:i + n])
+                    for s in streams for n in range(min_len, max_len + 1)
+                    for i in range(0, len(s) - n + 1)})
+  if len(windows) < 2:
+    raise ValueError("text_window_prompts: the streams hold fewer than 2 "
+                     f"distinct windows of {min_len}..{max_len} tokens")
+  pick = rng.choice(len(windows), min(int(num), len(windows)), replace=False)
+  return [list(windows[i]) for i in sorted(pick)]
+
+
+def control_report(model, ids, *, tie, quant_bits, quant_per: str = "tensor",
+                   seed: int = 0, num_prompts: int | None = None,
+                   layer: int | None = None,
+                   config: sipit.SipItConfig | None = None,
+                   tie_ids=None, time_limit_s: float | None = None
+                   ) -> dict[str, Any]:
+  """The negative controls of one model: {"tied": `tied_rows_control`
+  (tie = (src, dst); prompts `tie_ids`, default seeded random ones),
+  "quant_inversion": {bits: `quantized_inversion` of `ids`}}."""
+  ids = np.asarray(ids, np.int32)
+  n = len(ids) if num_prompts is None else int(num_prompts)
+  return {"tied": tied_rows_control(
+              model, src=int(tie[0]), dst=int(tie[1]), num_prompts=n,
+              prompt_len=ids.shape[1], seed=seed, layer=layer, config=config,
+              ids=tie_ids),
+          "quant_inversion": {int(b): quantized_inversion(
+              model, ids[:n], int(b), per=quant_per, layer=layer,
+              config=config, time_limit_s=time_limit_s) for b in quant_bits}}
+
+
+def control_rows(report: dict[str, Any]) -> list[tuple[str, float]]:
+  """(label, value) rows of a `control_report` for a results table."""
+  t = report["tied"]
+  rows = [("tied rows: L2 distance of twin prompts", t["twin_distance_max"]),
+          ("tied rows: SipIt returns the tied-in token (%)",
+           100 * t["recovered_src"]),
+          ("tied rows: SipIt returns the true token (%)",
+           100 * t["recovered_dst"])]
+  for bits, q in report["quant_inversion"].items():
+    rows += [(f"{bits}-bit states: positions that verify (%)",
+              100 * q["verified"]),
+             (f"{bits}-bit states: exact tokens (nearest kept) (%)",
+              100 * q["accuracy"])]
+  return rows

@@ -5,6 +5,13 @@ Concepts"): base vs RL (GRPO) vs DPO vs chain-of-thought.
         --workdir=/tmp/calibration
     python -m jaxlab.main --config=jaxlab/configs/calibration.py:tiny \
         --workdir=/tmp/calibration_tiny
+    python -m jaxlab.main --config=jaxlab/configs/calibration.py:smollm2 \
+        --workdir=/tmp/calibration_smollm2
+
+`smollm2`: the shipped SmolLM2-135M-Instruct (`jaxlab.io.pretrained`) on
+the short questions of `jaxlab.data.short_qa`, M answers per question
+through its chat template, B-calibration under three collapsing functions
+of the same samples (extracted answer, normalised and exact reply string).
 
 A tiny byte-level decoder is trained with cross-entropy on synthetic
 questions whose answers are aleatoric (`jaxlab.data.synthetic.aleatoric`:
@@ -26,11 +33,22 @@ machine shared by many jobs); `tiny` runs in a few minutes on 2 CPU cores;
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 
+# Paper scale (spec N): B-calibration of Qwen2.5-7B-Instruct's sampled
+# answers (the paper spans Qwen2.5 0.5B-72B, Llama-3.1, Gemma-3): M = 50
+# samples per question [spec], short answers of <= 128 tokens after a
+# <= 256-token prompt [inferred]; the forward pass scores them.
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x2", seq_len=384,
+             batch_size=64, program="eval", sampler=(400, 256, 128),
+             paper="spec N: Qwen2.5-7B-Instruct, M = 50 samples a question")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
+                          smollm2=False)
   c = common.base_config()
   c.experiment = "calibration"
   c.seeds = (0, 1, 2)
@@ -62,6 +80,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # the questions, KL(pi_hat_x || q_x) on the rest.
   c.probe = dict(rank=8, alpha=16.0, steps=60, batch_size=8, lr=2e-2,
                  train_frac=0.5)
+  if args.smollm2:
+    # The real pretrained chat model on data.short_qa: per seed a question
+    # subset (another shuffle) and its own sampling key; M answers per
+    # question at T = 1 through the chat template. B-calibration under each
+    # collapsing function B of `collapse` (same samples): the extracted
+    # short answer (data.short_qa.canonical, the paper's semantic B), the
+    # normalised reply string, the exact reply string (surface forms).
+    # Correctness = data.short_qa.grade of the plurality class's reply.
+    c.pretrained = "smollm2-135m-instruct"
+    c.seeds = (0, 1, 2, 3, 4)
+    c.collapse = "semantic,normalized,exact"
+    c.qa = dict(categories="capital,antonym,plural,successor,fact",
+                num_questions=24, system="Answer with one word only.")
+    # M = 10 (spec N.3 says 50; 2 shared CPU cores) [inferred budget].
+    c.eval.update(num_samples=10, max_new_tokens=12, sample_batch_size=120,
+                  pad_multiple=32, num_bootstrap=100)
   if args.tiny:
     c.seeds = (0,)
     c.task.update(num_questions=12)
@@ -83,4 +117,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.grpo.update(group_size=2)
     c.dpo.update(pairs_per_question=2, steps=2, batch_size=4)
     c.probe.update(steps=2, batch_size=3)
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

@@ -5,7 +5,8 @@ r"""MSRL chart-to-code miniature (paper F): SFT -> GRPO stage 1 -> stage 2.
     python -m jaxlab.main --config=jaxlab/configs/chart_to_code.py:tiny \
         --workdir=/tmp/c2c_tiny
 
-See jaxlab/experiments/chart_to_code.py. Reward weights are [inferred] (equal; the
+See jaxlab/experiments/chart_to_code.py (the grammar and charts:
+jaxlab/data/synthetic/charts.py). Reward weights are [inferred] (equal; the
 paper's were not found); the visual judge is SSIM, the CPU proxy for
 Qwen2.5-VL-72B. Renders go through the warm sandbox pool (~0.05 s a chart
 on an idle 2-core machine, several times that under load) and are cached
@@ -22,9 +23,10 @@ width is the decoder's), `GRPOConfig(**config.grpo)`,
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
-EOS, PAD = 2, 0  # jaxlab/experiments/chart_to_code.py's grammar ids
+EOS, PAD = 2, 0  # jaxlab/data/synthetic/charts.py's grammar ids
 
 
 def _adam(lr: float) -> ml_collections.ConfigDict:
@@ -35,8 +37,16 @@ def _adam(lr: float) -> ml_collections.ConfigDict:
   return o
 
 
+# Paper scale (spec F): MSRL on Qwen2.5-VL-7B-Instruct, GRPO with groups of
+# 8 over 16 prompts a step (spec G's recipe; [inferred] for F), code
+# responses up to 1024 tokens after a ~1024-token chart prompt.
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=2048,
+             batch_size=128, grad_accum=8, sampler=(128, 1024, 1024),
+             note=scale.VLM_NOTE.format(size="7B"),
+             paper="spec F: Qwen2.5-VL-7B GRPO, 16 prompts x 8")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, tiny=False)
+  a = common.parse_arg(arg, tiny=False, paper=False)
   c = common.base_config()
   c.experiment = "chart_to_code"
   c.seeds = (0, 1, 2, 3, 4)
@@ -92,4 +102,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.update(steps=20, eval_every=10)
     c.rl.update(stage1_steps=1, stage2_steps=1, prompts_per_step=2)
     c.grpo.group_size = 2
+  if a.paper:
+    scale.preset(c, PAPER)
   return c

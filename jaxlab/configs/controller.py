@@ -30,7 +30,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base_config()
   c.experiment = "controller"
   c.tasks = "sum_mod10,sort"
-  c.variants = ",".join(VARIANTS)
+  c.variants = VARIANTS  # names of jaxlab.evals.controller_eval.model_config
   c.seeds = (0, 1, 2)
   c.train_lengths = tuple(range(8, 17))
   c.test_lengths = (32, 64)
@@ -77,7 +77,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.flops_every_p = (1, 2)
     c.flops_seq_len = 16
   if a.smoke:
-    c.variants = "gumbel"
+    c.variants = ("gumbel",)
     c.train.update(steps=8, batch_size=8)
     c.num_eval = 16
     c.eval_batch_size = 16

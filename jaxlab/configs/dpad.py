@@ -33,6 +33,7 @@ the committed miniature is `tiny` then `tiny,steps=300,init_from=...`).
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 from jaxlab.data.synthetic import arith_chains
 
 # name -> generate() keywords (DPad settings come from config.decode.dpad).
@@ -53,8 +54,16 @@ VARIANTS = {
 }
 
 
+# Paper scale (spec L): LLaDA-8B-Instruct decoding gen_len 1024 after a
+# GSM8K 1-shot prompt (~256 tokens [inferred]); DPad is training-free, so the
+# program is the bidirectional forward every denoising step runs.
+PAPER = dict(shape="llada_8b", topology="v5p:2x2x2", seq_len=1280,
+             batch_size=8, program="eval",
+             paper="spec L: LLaDA-8B-Instruct, gen_len 1024, GSM8K 1-shot")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
+  args = common.parse_arg(arg, tiny=False, paper=False,
+                          smoke=False, seeds=0, steps=0,
                           prompts=0, kind="", init_from="")
   c = common.base_config()
   c.experiment = "dpad"
@@ -126,4 +135,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.init_from = args.init_from
   if args.prompts:
     c.decode.prompts = c.decode.batch = args.prompts
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

@@ -20,15 +20,36 @@ F=128, H=64, on a training budget that fits a shared CPU: 300 steps of
 batch 4, checkpoint every 50 steps so a stopped run resumes),
 `smoke` (seconds; plumbing only, used by the colab test), `steps=N`;
 another training seed with `--config.seed=N`.
+
+`smollm2`: the real pretrained model SmolLM2-135M-Instruct (30 layers, 9
+query / 3 KV heads of head_dim 64, rope_theta 1e5; `jaxlab.io.pretrained`,
+no training, nothing downloads). FE of post-RoPE q and k on the repo's
+fixed English corpus (`jaxlab.data.prose`, passages 8-13 as 3 probe
+windows of 512 tokens; frame 128, hop 64: 7 frames, as the paper's
+4096/1024/512), then next-token top-1 accuracy and NLL on 8 held-out
+passages (0-7, 256 tokens each) with the selected query pairs attenuated
+by alpha = 0.1 (the paper's downstream setting): the spec's rules a, b, c,
+a+b, the 10 % of pairs with the lowest/highest SpectrumFE and SequenceFE,
+and as many random pairs (a fresh draw per passage). About 2 minutes of
+CPU time (9 minutes wall on 2 heavily shared cores).
 """
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 
+# Paper scale (spec C): FE of q/k and the attenuation's perplexity on
+# Llama-3-8B (also Qwen3-8B, Gemma-2-9B, Llama-4 Scout) over 8k-token
+# windows; an analysis of a pretrained model: the forward pass.
+PAPER = dict(shape="llama3_8b", topology="v5p:2x2x2", seq_len=8192,
+             batch_size=8, program="eval",
+             paper="spec C: Llama-3-8B, perplexity with attenuated pairs")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, spec=False, smoke=False, steps=0)
+  args = common.parse_arg(arg, tiny=False, paper=False, spec=False, smoke=False,
+                          smollm2=False, steps=0)
   c = common.base_config()
   c.experiment = "frequency_entropy"
   c.model.update(dim=128, num_layers=4, num_heads=4, num_kv_heads=2,
@@ -52,6 +73,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "fraction": 0.1,           # size of the quantile selections
       "mode": "magnitude",       # magnitude (paper) | angle
       "seed": 0,
+      "quantiles": ("spectrum_low", "spectrum_high", "sequence_low"),
+      # With `pretrained` (a `jaxlab.io.pretrained` name) nothing is trained:
+      # the model is probed on `jaxlab.data.prose` (see preset smollm2).
+      "pretrained": "",
+      "eval_len": 256,           # tokens of each held-out passage
+      "probe_len": 512,          # FE signal length L (probe windows)
+      "probe_from": 8,           # passages [probe_from:] are the probe text
+      "num_probe_seqs": 3,       # probe windows (all 3 that fit at 512)
+      "batch_size": 4,           # rows per forward when scoring
   })
   if args.spec:  # the default model at a budget 2 shared CPU cores can run
     c.train.update(steps=300, batch_size=4, eval_batch_size=4,
@@ -74,6 +104,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.update(steps=5, batch_size=8, seq_len=128, log_every=5,
                    eval_batch_size=8, eval_batches=1, checkpoint_every=0)
     c.fe.update(frame=32, hop=16, num_eval_seqs=2, alphas=(0.1, 1.0))
+  if args.smollm2:  # real model, probed and attenuated; nothing is trained
+    # fraction 0.025: about the share rule (a) selects in this model (200
+    # of 8640 query pairs); rule a+b is rule a here (b selects no pair).
+    c.fe.update(pretrained="smollm2-135m-instruct", frame=128, hop=64,
+                alphas=(0.1,), num_eval_seqs=8, seed=0, fraction=0.025,
+                rules=("a", "b", "c"), quantiles=(
+                    "spectrum_low", "spectrum_high", "sequence_low",
+                    "sequence_high"))
   if args.steps:
     c.train.steps = args.steps
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

@@ -19,10 +19,20 @@ only, used by the colab test), `steps=N`, `seeds=N` (seeds 0..N-1).
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 
+
+# Paper scale (spec P): LeSTD compresses the attention of Llama-2-13B (and
+# GPT-J-6B, OPT-30B); the program is the compressed model's evaluation
+# forward at its 4k context. (The compressed Tucker factors are smaller than
+# the dense weights compiled here: an upper bound.)
+PAPER = dict(shape="llama2_13b", topology="v5p:2x2x2", seq_len=4096,
+             batch_size=8, program="eval",
+             paper="spec P: Llama-2-13B, 4k context")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, steps=0, seeds=0)
+  args = common.parse_arg(arg, tiny=False, paper=False,
+                          smoke=False, steps=0, seeds=0)
   c = common.base_config()
   c.experiment = "lestd"
   # MHA: LeSTD stacks K and V per query head (num_kv_heads == num_heads)
@@ -73,4 +83,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.steps = args.steps
   if args.seeds:
     c.seeds = tuple(range(args.seeds))
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

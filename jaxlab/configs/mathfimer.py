@@ -16,10 +16,20 @@ the fine data; held-out exact match of the final answer.
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 
+
+# Paper scale (spec H): MathFimer-7B = full SFT of Qwen2.5-Math-7B, max_len
+# 8192, global batch 128, lr 1e-5 (Qwen2.5-Math: RoPE base 1e4, 4k native).
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=8192,
+             batch_size=128, grad_accum=8,
+             model_overrides={"rope_theta": 10000.0,
+                              "max_position_embeddings": 8192},
+             paper="spec H: Qwen2.5-Math-7B full SFT, max_len 8192, "
+             "global batch 128")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, table=False, spec=False)
+  args = common.parse_arg(arg, tiny=False, paper=False, table=False, spec=False)
   tiny, table = args.tiny, args.table
   c = common.base_config()
   c.experiment = "mathfimer"
@@ -131,4 +141,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.fim_train.update(steps=20, batch_size=8, warmup_steps=2)
     c.solver_train.update(steps=20, batch_size=8, warmup_steps=2)
     c.eval.update(max_new_tokens=32)
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

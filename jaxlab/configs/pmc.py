@@ -21,10 +21,20 @@ preset: warm-up of one epoch over the forget set (`unlearn.warmup_epochs`),
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 
+
+# Paper scale (spec B): Llama-3.2-3B-Instruct on TOFU, batch 8 x grad-accum
+# 2, generation max_length 200 (PMC samples the model's own answers, then
+# trains on them); TOFU question + answer within 512 tokens [inferred].
+PAPER = dict(shape="llama3_2_3b", topology="v5e:2x4", seq_len=512,
+             batch_size=16, grad_accum=2, sampler=(8, 128, 200),
+             paper="spec B: Llama-3.2-3B-Instruct, batch 8x2, "
+             "generation 200 tokens")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, small=False, table=False,
+  args = common.parse_arg(arg, tiny=False, paper=False,
+                          small=False, table=False,
                           spec=False, fit=False)
   tiny, small, table, spec = args.tiny, args.small, args.table, args.spec
   fit = args.fit
@@ -120,4 +130,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                      ref_max_new_tokens=16, batch_size=4)
     c.eval.update(max_new_tokens=16, leak_samples=2, retain_limit=8)
     c.probes.update(max_len=64)
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

@@ -34,6 +34,7 @@ default. LoRA on an imported HF decoder: `--config.init_from=DIR
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 
 PROBE_CELLS = ("sft/sft", "sft/cl", "cl/sft", "cl/cl", "constant/sft",
                "constant_tau_mask/sft")
@@ -45,8 +46,18 @@ NATIVE_CELLS = ("native/cl", "native/sft")
 DIRECTION_REFS = ("sft/sft", "cl/sft", "cl/cl")
 
 
+# Paper scale (spec A): GMR-7B = Qwen2.5-VL-7B-Instruct as a pointwise
+# reranker, LoRA on all linear layers of the LLM [inferred]; one query with
+# its positive and 15 negatives per group, 4 groups a step, 2048 tokens per
+# (instruction, query, document) [inferred].
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=2048,
+             batch_size=64, lora_rank=16,
+             note=scale.VLM_NOTE.format(size="7B"),
+             paper="spec A: GMR-7B (Qwen2.5-VL-7B), pointwise, LoRA")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, tiny=False, probe=False, directions=False,
+  a = common.parse_arg(arg, tiny=False, paper=False,
+                       probe=False, directions=False,
                        native=False, all=False, negatives=False, mm=False,
                        smoke=False)
   c = common.base_config()
@@ -195,4 +206,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.backbone.num_layers = 1
       c.train.update(steps=4, batch_size=8)
       c.task.eval_queries = 8
+  if a.paper:
+    scale.preset(c, PAPER)
   return c

@@ -22,11 +22,23 @@ length), `train_len=N`, `lr=F`.
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 
+
+# Paper scale (spec D): LLaMA3-8B (8K) extended zero-shot to 128K (S = 16)
+# with MrRoPE-Pro, perplexity / RULER at 128K: the program is the forward
+# pass over 128K-token documents, one per chip.
+PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=131072,
+             batch_size=16, program="eval",
+             paper="spec D: LLaMA3-8B 8K -> 128K, S = 16, MrRoPE-Pro",
+             model_overrides={"max_position_embeddings": 131072,
+                              "rope_scaling": {
+                                  "method": "mrope_pro", "factor": 16.0,
+                                  "original_max_position": 8192}})
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
-                          samples=0, train_len=0, lr=0.0)
+  args = common.parse_arg(arg, tiny=False, smoke=False, paper=False, seeds=0,
+                          steps=0, samples=0, train_len=0, lr=0.0)
   c = common.base_config()
   c.experiment = "rope_extension"
   c.seeds = (0, 1, 2, 3, 4)
@@ -75,4 +87,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.task.train_len = c.train.seq_len = args.train_len
   if args.lr:
     c.optim.lr = args.lr
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

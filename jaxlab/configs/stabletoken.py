@@ -11,7 +11,8 @@ Presets:
   seed=S run only seed S (several workdirs merge with
          `python -m jaxlab.experiments.report --add stabletoken DIR1 DIR2 ...`).
 
-Variants (config.variants, comma-separated): full (Voting-LFQ n=5, 3:2
+Variants (config.variants, a tuple of names of
+`jaxlab.objectives.stabletoken_train.VARIANTS`): full (Voting-LFQ n=5, 3:2
 clean:noisy routing, consensus loss), no_consensus (lambda1 = 0),
 no_routing (all branches read the same input: the perturbed copy with
 probability loss.augment_prob, else clean), single_branch (plain LFQ n=1
@@ -29,9 +30,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base_config()
   c.experiment = "stabletoken"
   c.seeds = (0, 1, 2)
-  c.variants = "full,no_consensus,no_routing,single_branch"
+  c.variants = ("full", "no_consensus", "no_routing", "single_branch")
   if a.vq:
-    c.variants += ",vq"
+    c.variants += ("vq",)
   # Spec miniature: 20 phones of 2-6 token frames (jaxlab.data.synthetic
   # .speech.SpeechConfig fields).
   c.speech = ml_collections.ConfigDict({
@@ -88,7 +89,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.update(lr=3e-3, warmup_steps=30)
     if a.smoke:
       c.seeds = (0,)
-      c.variants = "full"
+      c.variants = ("full",)
       c.speech.update(min_phones=3, max_phones=4, max_frames=3)
       c.utterances.update(train_utterances=32, eval_utterances=8, noisy_copies=1,
                     train_clips=2, eval_clips=2)

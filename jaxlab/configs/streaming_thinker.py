@@ -27,13 +27,23 @@ colab test), `seeds=N`, `steps=N`, `stories=N`, `depth=D1|D2|D3`.
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 from jaxlab.data.synthetic import running_sum
 
 METHODS = ("streaming", "batch", "interleaved")
 
 
+# Paper scale (spec K): Qwen3-4B full fine-tune in streaming mode,
+# per-device batch 2 x grad-accum 2 x 2 GPUs, gradient checkpointing;
+# source + target within 4096 tokens [inferred]. The global batch of 8 is one
+# sequence per chip on v5e:2x4, so no gradient accumulation is needed.
+PAPER = dict(shape="qwen3_4b", topology="v5e:2x4", seq_len=4096,
+             batch_size=8,
+             paper="spec K: Qwen3-4B streaming SFT, batch 2x2x2")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seeds=0, steps=0,
+  args = common.parse_arg(arg, tiny=False, paper=False,
+                          smoke=False, seeds=0, steps=0,
                           stories=0, depth="")
   c = common.base_config()
   c.experiment = "streaming_thinker"
@@ -86,4 +96,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.task.eval_stories = args.stories
   if args.depth:
     c.task.depth = args.depth
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

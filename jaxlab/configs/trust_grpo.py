@@ -28,15 +28,26 @@ the RL optimizer from `optim`, the SFT warm start's from `sft`.
 import ml_collections
 from ml_collections import config_dict
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 
+# Paper scale (spec G): SophiaVL-R1-7B = Qwen2.5-VL-7B-Instruct, GRPO with
+# rollout n = 8 over 16 prompts, max response 1024, prompts up to 8192
+# (2048 typical [inferred]), vision tower trained.
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=3072,
+             batch_size=128, grad_accum=8, sampler=(128, 2048, 1024),
+             note=scale.VLM_NOTE.format(size="7B"),
+             paper="spec G: Qwen2.5-VL-7B GRPO, 16 prompts x 8, 1024 new")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, learned=False, smoke=False)
+  args = common.parse_arg(arg, tiny=False, paper=False,
+                          learned=False, smoke=False)
   c = common.base_config()
   c.experiment = "trust_grpo"
   c.seeds = tuple(range(10))  # RL miniatures: 10 seeds (issue 11)
-  c.variants = "outcome,thinking,anneal,trust,trust_code"
+  # Names registered in jaxlab.rewards.trust_variants.VARIANTS.
+  c.variants = ("outcome", "thinking", "anneal", "trust", "trust_code")
   c.task = dict(modulus=5, hackable_frac=0.3, task_seed=1234,
                 # informative questions: right v / wrong v / HACK
                 trm_right=0.9, trm_wrong=0.3, trm_hack=0.3,
@@ -69,11 +80,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The learned TRM in the loop, and the shipped code's T = 12000.
     c.trust.trm = "learned"
     c.seeds = (0, 1, 2)
-    c.variants = "outcome,thinking,trust,trust_T12000"
+    c.variants = ("outcome", "thinking", "trust", "trust_T12000")
     c.rl.eval_every = 50  # evaluation does not touch training's keys
   if args.tiny:
     c.seeds = (0,)
-    c.variants = "outcome,thinking,trust"
+    c.variants = ("outcome", "thinking", "trust")
     c.sft.update(steps=30)
     c.rl.update(steps=20, eval_every=10, eval_samples=4)
     c.trm.update(samples=600, per_bin=60, steps=150)
@@ -82,4 +93,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.update(steps=10)
     c.rl.update(steps=3, eval_every=3, eval_samples=2)
     c.trm.update(samples=300, per_bin=30, steps=40)
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

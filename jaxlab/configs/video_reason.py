@@ -22,11 +22,20 @@ further).
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 
+# Paper scale (spec R): VideoReasonBench evaluates Qwen2.5-VL-7B (and
+# larger) with thinking up to 1024 tokens; ~8k video + question tokens
+# [inferred]. An evaluation: the forward pass and the sampler.
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=8192,
+             batch_size=16, program="eval", sampler=(16, 8192, 1024),
+             note=scale.VLM_NOTE.format(size="7B"),
+             paper="spec R: Qwen2.5-VL-7B evaluation, 1024 thinking tokens")
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False)
   c = common.base_config()
   c.experiment = "video_reason"
   c.parts = "solvers,model"
@@ -65,4 +74,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.parts = "solvers"
     c.seeds = (0,)
     c.bench.update(demos="number,cup,chip", num_ops_max=5)
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

@@ -28,10 +28,19 @@ Presets: default = the docs miniature (2 seeds, sized for a shared
 import ml_collections
 
 from jaxlab.configs import common
+from jaxlab.configs import _scale as scale
 
+
+# Paper scale (spec S): Qwen2.5-VL-7B evaluated at fps 1, max_pixels
+# 360x420, max_new_tokens 16 (MCQ); fine-tuning a 7B LVLM on the domains.
+# About 2k visual tokens per video + the question [inferred].
+PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=4096,
+             batch_size=32, sampler=(64, 4096, 16),
+             note=scale.VLM_NOTE.format(size="7B"),
+             paper="spec S: Qwen2.5-VL-7B, fps 1, 16 new tokens")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seed=-1)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False, seed=-1)
   c = common.base_config()
   c.experiment = "vudg"
   c.seeds = (0, 1)
@@ -74,4 +83,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        zero_shot=False)
   if args.seed >= 0:
     c.seeds = (args.seed,)
+  if args.paper:
+    scale.preset(c, PAPER)
   return c

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jaxlab.data import tokenizers as tok_lib
+from jaxlab.data import tokenizer_base as tok_lib
 
 TOKENIZER_FILE = "tokenizer.json"
 SENTENCEPIECE_FILE = "tokenizer.model"

@@ -16,6 +16,31 @@ import grain
 import jax
 import numpy as np
 
+from jaxlab import registry
+
+# `config.data.source` names beyond the built-in synthetic / jsonl /
+# chat_jsonl / tfds: `fn(data_cfg, *, seq_len, tokenizer) -> (train examples,
+# eval examples or None)`, registered from the source's own module of
+# `jaxlab.data` (found by package walk, plugin directories included):
+#
+#     @pipeline.register_source("counting")
+#     def counting(data_cfg, *, seq_len, tokenizer): ...
+SOURCES: registry.Registry[Callable[..., tuple[Any, Any]]] = registry.Registry(
+    "data source")
+register_source = SOURCES.register
+BUILTIN_SOURCES = ("synthetic", "jsonl", "chat_jsonl", "tfds")
+
+
+def get_source(name: str) -> Callable[..., tuple[Any, Any]]:
+  """A registered data source (discovering `jaxlab.data`'s modules first
+  when `name` is not registered yet); unknown: one error listing all."""
+  if name not in SOURCES:
+    registry.import_package_modules("jaxlab.data")
+  if name not in SOURCES:
+    raise ValueError(f"data.source={name!r}; valid: "
+                     f"{', '.join(BUILTIN_SOURCES + SOURCES.names())}")
+  return SOURCES.get(name)
+
 MODES = ("pack", "pad")
 
 
@@ -183,8 +208,9 @@ def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
   """(train examples, eval examples) for `config.data` of an LM run.
 
   `data.source`: `synthetic` (generated, `num_docs`), `jsonl` (`path`,
-  optional `eval_path`, `text_key`) or `tfds` (`tfds_name`, `data_dir`,
-  `split`, `eval_split`). Without an explicit eval set, the last
+  optional `eval_path`, `text_key`), `chat_jsonl`, `tfds` (`tfds_name`,
+  `data_dir`, `split`, `eval_split`) or a registered source
+  (`register_source`). Without an explicit eval set, the last
   `eval_fraction` of documents is held out.
   """
   from jaxlab.data import sources  # pylint: disable=g-import-not-at-top
@@ -218,8 +244,7 @@ def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
           tokenizer, seq_len=seq_len)
     return lazy_padded_examples(train, tokenizer, seq_len=seq_len), ev
   else:
-    raise ValueError(f"data.source={kind!r}; valid: synthetic, jsonl, "
-                     "chat_jsonl, tfds")
+    return get_source(kind)(data_cfg, seq_len=seq_len, tokenizer=tokenizer)
   if eval_texts is None:
     frac = float(data_cfg.get("eval_fraction", 0.05))
     n_eval = int(len(texts) * frac)

@@ -8,50 +8,12 @@ Face checkpoint's own tokenizer through `transformers.AutoTokenizer`
 All expose encode/decode, bos/eos/pad ids and vocab_size.
 """
 
-import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import json
 from typing import Any
 
-
-class Tokenizer(abc.ABC):
-  """The interface every jaxlab tokenizer implements."""
-
-  @property
-  @abc.abstractmethod
-  def vocab_size(self) -> int:
-    ...
-
-  @property
-  @abc.abstractmethod
-  def bos_id(self) -> int:
-    ...
-
-  @property
-  @abc.abstractmethod
-  def eos_id(self) -> int:
-    ...
-
-  @property
-  @abc.abstractmethod
-  def pad_id(self) -> int:
-    ...
-
-  @abc.abstractmethod
-  def encode(self, text: str, *, add_bos: bool = False,
-             add_eos: bool = False) -> list[int]:
-    ...
-
-  @abc.abstractmethod
-  def decode(self, ids: Sequence[int]) -> str:
-    ...
-
-  def token_id(self, piece: str) -> int:
-    """Id of a single-token string (e.g. " yes", a special token)."""
-    ids = self.encode(piece)
-    if len(ids) != 1:
-      raise ValueError(f"{piece!r} is not a single token (ids {ids})")
-    return ids[0]
+from jaxlab import registry
+from jaxlab.data.tokenizer_base import Tokenizer
 
 
 class ByteTokenizer(Tokenizer):
@@ -234,6 +196,15 @@ def row_template_kwargs(row: Any, base: Mapping[str, Any] | None = None
 
 
 TOKENIZER_NAMES = ("byte", "sentencepiece", "auto", "hf")
+# Further tokenizers by name: `fn(*, path, checkpoint) -> Tokenizer`,
+# registered from their own module of `jaxlab.data` (found by package walk,
+# plugin directories included), e.g.
+#
+#     @tokenizers.register("my_bpe")
+#     def my_bpe(*, path, checkpoint): return MyBPE(path)
+TOKENIZERS: registry.Registry[Callable[..., Tokenizer]] = registry.Registry(
+    "tokenizer")
+register = TOKENIZERS.register
 
 
 def build(name: str, *, path: str = "", checkpoint: str = "",
@@ -242,8 +213,9 @@ def build(name: str, *, path: str = "", checkpoint: str = "",
 
   `byte`; `sentencepiece` (a `.model` file at `path`); `auto` (the
   checkpoint's own, `checkpoint` being the HF directory the model is loaded
-  from); `hf` (a checkpoint directory's tokenizer at `path`). `field` names
-  the config field in error messages.
+  from); `hf` (a checkpoint directory's tokenizer at `path`); or a name
+  registered with `register` (`TOKENIZERS`). `field` names the config field
+  in error messages.
   """
   if name == "byte":
     return ByteTokenizer()
@@ -260,4 +232,9 @@ def build(name: str, *, path: str = "", checkpoint: str = "",
       raise ValueError(f"{field}='hf' needs the tokenizer directory as the "
                        "path field")
     return from_pretrained(path)
-  raise ValueError(f"{field}={name!r}; valid: {', '.join(TOKENIZER_NAMES)}")
+  if name not in TOKENIZERS:
+    registry.import_package_modules("jaxlab.data")
+  if name not in TOKENIZERS:
+    raise ValueError(f"{field}={name!r}; valid: "
+                     f"{', '.join(TOKENIZER_NAMES + TOKENIZERS.names())}")
+  return TOKENIZERS.get(name)(path=path, checkpoint=checkpoint)

@@ -28,7 +28,8 @@ the capacity.
 Registered here: "full" (keep everything, the identity; the baseline every
 eviction policy is compared with), "snapkv" (Li et al. 2024) and "speckv"
 (paper M: the prefill ends with the draft's lookahead tokens; run it
-through `speckv_generate`, which also re-feeds the last prompt token).
+through `jaxlab.decoding.speckv.speckv_generate`, which also re-feeds the
+last prompt token).
 `select_indices` is their key selection on plain query/key arrays; the
 policies score cache slots the same way (`cache_key_scores`, pooled by
 `candidate_slot_scores`; SpecKV's in `speckv_scores`) and keep one
@@ -396,7 +397,8 @@ def speckv(cache: attn_lib.KVCache, *, model: Any, prefill: PrefillInfo,
   cache is cropped to C_max = `budget`: the top (budget - window) pooled
   keys per KV head plus the `window` prompt tokens before the final one.
   The lookahead and the last prompt token are dropped: the caller re-feeds
-  the last prompt token as the first decode step (`speckv_generate`).
+  the last prompt token as the first decode step
+  (`jaxlab.decoding.speckv.speckv_generate`).
   """
   _check_scoring_options(budget=budget, window=window, kernel=kernel,
                          reduce=reduce)
@@ -418,66 +420,3 @@ def check_draft(target: Any, draft: Any) -> None:
         f"draft vocabulary size {dv} differs from the target's {tv}: the "
         "draft's tokens are fed to the target, so both must share one "
         "tokenizer (pick a draft of the target's model family)")
-
-
-def speckv_generate(target: Any, draft: Any,
-                    prompts: list[list[int]], *, budget: int,
-                    max_new_tokens: int, lookahead: int | None = None,
-                    draft_tokens: list[list[int]] | None = None,
-                    window: int = 32, kernel: int = 7, reduce: str = "max",
-                    layer_reduce: str = "mean", timings: dict | None = None,
-                    prefill_pad_multiple: int | None = None,
-                    **generate_kwargs: Any):
-  """SpecKV end to end (paper M, SpecKV steps 1-3) on the one sampler.
-
-    1. the draft generates `lookahead` tokens greedily (None = the full
-       answer length, `max_new_tokens`; the reference default), unless
-       `draft_tokens` are given (the cascade reuses SpecPC's);
-    2. the target prefills [prompt ‖ lookahead] and the "speckv" policy
-       crops its cache to `budget` slots;
-    3. the last prompt token is re-fed on that cache (positions continue
-       from the kept ones, so it gets its original position) and decoding
-       goes on as usual.
-
-  Returns the second `sampler.generate` result (tokens of the answer).
-  `prefill_pad_multiple` pads [prompt ‖ lookahead] to a multiple of it
-  (default: the next power of two).
-  `timings`, when a dict, gets `prefill_s` (draft + scoring prefill) and
-  `decode_s`.
-  """
-  from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
-  check_draft(target, draft)
-  _check_scoring_options(budget=budget, window=window, kernel=kernel,
-                         reduce=reduce)
-  t0 = time.perf_counter()
-  if draft_tokens is None:
-    n_look = max_new_tokens if lookahead is None else lookahead
-    if n_look > 0:
-      draft_tokens = sampler.generate(draft, prompts,
-                                      max_new_tokens=n_look).tokens
-    else:
-      draft_tokens = [[] for _ in prompts]
-  n_look = min(len(t) for t in draft_tokens)
-  draft_tokens = [list(t[:n_look]) for t in draft_tokens]
-  for i, p in enumerate(prompts):
-    if len(p) < 2:
-      raise ValueError(f"prompt {i} has {len(p)} tokens; SpecKV needs >= 2 "
-                       "(the last one is re-fed)")
-  first = sampler.generate(
-      target, [list(p) + t for p, t in zip(prompts, draft_tokens)],
-      max_new_tokens=1, cache_policy="speckv",
-      cache_policy_options=dict(budget=budget, lookahead=n_look,
-                                window=window, kernel=kernel, reduce=reduce,
-                                layer_reduce=layer_reduce),
-      return_cache=True, pad_multiple=prefill_pad_multiple)
-  if timings is not None:
-    jax.block_until_ready(first.cache)
-    timings["prefill_s"] = time.perf_counter() - t0
-  t1 = time.perf_counter()
-  out = sampler.generate(target, [[p[-1]] for p in prompts],
-                         cache=first.cache, max_new_tokens=max_new_tokens,
-                         pad_multiple=1, **generate_kwargs)
-  if timings is not None:
-    timings["decode_s"] = time.perf_counter() - t1
-  return out

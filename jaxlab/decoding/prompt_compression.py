@@ -18,7 +18,7 @@ SpecPC (paper M, SpecPC steps 1-4):
      positions (plain `sampler.generate`).
 
 SpecKV-PC (`speckv_pc_generate`): SpecPC to `pc_budget` with the full draft
-answer as lookahead, then SpecKV (`kv_policies.speckv_generate`) on the
+answer as lookahead, then SpecKV (`decoding.speckv.speckv_generate`) on the
 compressed prompt, reusing those draft tokens (no second draft pass).
 
 Compressors are a registry (`COMPRESSORS`: "specpc", "random", "last_n"),
@@ -35,6 +35,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.decoding import kv_policies
+from jaxlab.decoding import speckv as speckv_lib
 from jaxlab.decoding import sampler
 from jaxlab.registry import Registry
 
@@ -233,12 +234,15 @@ def _apply(prompts, indices, **extra) -> Compressed:
 def specpc_compress(prompts: list[list[int]], *, budget: int, draft: Any,
                     target: Any = None,
                     config: SpecPCConfig = SpecPCConfig(),
-                    draft_tokens: list[list[int]] | None = None
+                    draft_tokens: list[list[int]] | None = None,
+                    importance: list[np.ndarray] | None = None
                     ) -> Compressed:
   """SpecPC: compress each prompt to `budget` tokens with the draft.
 
   `target`, when given, is checked to share the draft's vocabulary. A
-  prompt no longer than `budget` is returned unchanged.
+  prompt no longer than `budget` is returned unchanged. `importance`, when
+  given, is each prompt's `token_importance` (computed once, selected at
+  several budgets).
   """
   _check_budget(budget)
   if target is not None:
@@ -248,12 +252,13 @@ def specpc_compress(prompts: list[list[int]], *, budget: int, draft: Any,
                                      max_new_tokens=config.lookahead).tokens
                     if config.lookahead > 0 else [[] for _ in prompts])
   indices, scores = [], []
-  for prompt, gen in zip(prompts, draft_tokens):
+  for i, (prompt, gen) in enumerate(zip(prompts, draft_tokens)):
     if len(prompt) <= budget:
       indices.append(np.arange(len(prompt)))
       scores.append(None)
       continue
-    s = token_importance(draft, prompt, gen, config)
+    s = (token_importance(draft, prompt, gen, config) if importance is None
+         else np.asarray(importance[i]))
     scores.append(s)
     indices.append(select_tokens(s, budget=budget, kernel=config.kernel,
                                  neighbors=config.neighbors,
@@ -315,7 +320,7 @@ def speckv_pc_generate(target: Any, draft: Any, prompts: list[list[int]], *,
   n_look = max_new_tokens if lookahead is None else lookahead
   cfg = dataclasses.replace(config, lookahead=n_look)
   comp = specpc_compress(prompts, budget=pc_budget, draft=draft, config=cfg)
-  out = kv_policies.speckv_generate(
+  out = speckv_lib.speckv_generate(
       target, draft, comp.prompts, budget=budget,
       max_new_tokens=max_new_tokens, draft_tokens=comp.draft_tokens,
       window=window, kernel=kernel, reduce=reduce, **generate_kwargs)

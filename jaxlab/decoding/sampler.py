@@ -366,9 +366,13 @@ class _Policy:
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _prefill(graphdef, settings: _Settings, n: int, policy: _Policy | None,
              model_tree, ids_bp, mask_bp, key, temperature, top_p, stop_ids,
-             step_offset, cache=None, prefix_bpd=None, prefix_mask_bp=None):
+             step_offset, cache=None, prefix_bpd=None, prefix_mask_bp=None,
+             embeds_bpd=None, forward_kwargs=None):
   """Runs the prefix and prompts through the model, applies the cache
   policy and samples the first new token.
+
+  `embeds_bpd` (a multimodal prompt's embeddings) replaces
+  `model.embed(ids_bp)`; `forward_kwargs` go to `model.forward`.
 
   Without a `cache`, one of `P0 + P + n` slots is created here, inside the
   compiled function, so no per-layer buffers are allocated eagerly.
@@ -379,7 +383,7 @@ def _prefill(graphdef, settings: _Settings, n: int, policy: _Policy | None,
   TRACE_COUNTS["prefill"] += 1
   model = _merge(graphdef, model_tree)
   b, p = ids_bp.shape
-  h = model.embed(ids_bp)
+  h = model.embed(ids_bp) if embeds_bpd is None else embeds_bpd
   if prefix_bpd is not None:
     h = jnp.concatenate([prefix_bpd.astype(h.dtype), h], axis=1)
     mask_bp = jnp.concatenate([prefix_mask_bp, mask_bp], axis=1)
@@ -388,7 +392,7 @@ def _prefill(graphdef, settings: _Settings, n: int, policy: _Policy | None,
   positions = model.default_positions(mask_bp, cache)
   out = model.forward(inputs_embeds=h, positions=positions,
                       attention_mask=mask_bp, cache=cache,
-                      output_hidden_states=True)
+                      output_hidden_states=True, **(forward_kwargs or {}))
   new_cache = out.cache
   if policy is not None:
     new_cache = policy(new_cache, model=model, prefill=kv_policies.PrefillInfo(
@@ -412,8 +416,10 @@ def _prefill(graphdef, settings: _Settings, n: int, policy: _Policy | None,
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3,))
 def _decode(graphdef, settings: _Settings, model_tree, carry, key, temperature,
-            top_p, stop_ids, max_new_tokens, pad_id, step_offset):
-  """Decodes tokens 1..max_new_tokens-1 in one `while_loop`.
+            top_p, stop_ids, max_new_tokens, pad_id, step_offset,
+            forward_kwargs=None):
+  """Decodes tokens 1..max_new_tokens-1 in one `while_loop`
+  (`forward_kwargs` go to every `model.forward`).
 
   Rows that are done keep being fed (as padding: their cache slots stay
   empty, their `pad_id` outputs are masked out) so the batch stays
@@ -429,7 +435,8 @@ def _decode(graphdef, settings: _Settings, model_tree, carry, key, temperature,
   def body(loop):
     step, (cache, tokens, logprobs, model_lps, done, lengths) = loop
     prev = jax.lax.dynamic_slice_in_dim(tokens, step - 1, 1, axis=1)
-    out = model.forward(prev, cache=cache, attention_mask=~done[:, None])
+    out = model.forward(prev, cache=cache, attention_mask=~done[:, None],
+                        **(forward_kwargs or {}))
     token, lp, model_lp = _sample_step(settings, out.logits[:, -1], tokens,
                                        step, key, temperature, top_p,
                                        step_offset)
@@ -484,7 +491,8 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
              cache: attn_lib.KVCache | None = None,
              prefix_embeds: jax.Array | np.ndarray | None = None,
              prefix_mask: jax.Array | np.ndarray | None = None,
-             step_offset: int = 0) -> GenerateResult:
+             step_offset: int = 0,
+             multimodal: dict[str, Any] | None = None) -> GenerateResult:
   """Generates continuations of a batch of token-id prompts.
 
   Args:
@@ -528,6 +536,18 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
     step_offset: added to the step in the sampling key schedule (see `key`);
       to continue a sampled generation with the draws of one longer call,
       pass the number of tokens generated before.
+    multimodal: vision inputs of the prompts for a model with
+      `multimodal_inputs` (e.g. `jaxlab.models.qwen2_vl.Qwen2VL`:
+      `pixel_values`, `image_grid_thw`, `pixel_values_videos`,
+      `video_grid_thw`, `second_per_grid_ts`, in transformers' layouts,
+      the items in prompt order over the batch; the prompts hold the
+      expanded placeholder tokens). The prefix (vision tower, placeholder
+      scatter, M-RoPE positions of the left-padded prompts) is computed once
+      by `model.multimodal_inputs(ids, mask, **multimodal)`, which returns
+      (inputs_embeds, prefill forward keywords, decode forward keywords);
+      decoding continues through the KV cache with the decode keywords
+      (Qwen2-VL: the rope deltas). Not combinable with `prefix_embeds` or
+      `cache`.
 
   Returns:
     `GenerateResult`; see its docstring for what each field holds.
@@ -600,16 +620,26 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
   temp = np.float32(temperature if not greedy else 1.0)
   top_p_arr = np.float32(1.0 if top_p is None else top_p)
   offset_arr = np.int32(step_offset)
+  embeds, prefill_kw, decode_kw = None, None, None
+  if multimodal is not None:
+    if not hasattr(model, "multimodal_inputs"):
+      raise ValueError(f"multimodal inputs given, but {type(model).__name__}"
+                       " has no multimodal_inputs method")
+    if prefix_embeds is not None or cache is not None:
+      raise ValueError("multimodal is not combinable with prefix_embeds or "
+                       "cache")
+    embeds, prefill_kw, decode_kw = model.multimodal_inputs(
+        ids, mask, **multimodal)
   carry = _prefill(graphdef, settings, n_new, policy, model_tree, ids, mask,
                    key, temp, top_p_arr, stop_arr, offset_arr, cache,
-                   prefix_embeds, prefix_mask)
+                   prefix_embeds, prefix_mask, embeds, prefill_kw)
   if timings is not None:
     jax.block_until_ready(carry)
     timings["prefill_s"] = time.perf_counter() - start
   if max_new_tokens > 1:
     carry = _decode(graphdef, settings, model_tree, carry, key, temp,
                     top_p_arr, stop_arr, np.int32(max_new_tokens),
-                    np.int32(pad_id), offset_arr)
+                    np.int32(pad_id), offset_arr, decode_kw)
   cache, tokens, logprobs, model_lps, done, lengths = carry
   tokens, logprobs, model_lps, done, lengths, index = jax.device_get(
       (tokens, logprobs, model_lps, done, lengths, cache.index))

@@ -513,6 +513,85 @@ def train_probe(model: nnx.Module, train: dict[str, np.ndarray], *,
   return probe
 
 
+# ---------------------------------------------------------------------------
+# Evaluation summaries (what the experiments report)
+# ---------------------------------------------------------------------------
+
+
+def calibration_metrics(confidences, correct, *, num_bins: int = 10
+                        ) -> dict[str, float]:
+  """smECE, binned ECE, accuracy, mean confidence and confidence - accuracy
+  of per-question (confidence, correct) pairs."""
+  f, y = _check_inputs(confidences, correct)
+  return {"smece": smooth_ece(f, y),
+          "binned_ece": binned_ece(f, y, num_bins=num_bins),
+          "accuracy": float(y.mean()), "confidence": float(f.mean()),
+          "overconfidence": float(f.mean() - y.mean())}
+
+
+def b_calibration_graded(responses: Sequence[Sequence[str]],
+                         classes: Sequence[Sequence[Hashable]],
+                         grade: Callable[[int, str], bool]
+                         ) -> dict[str, np.ndarray]:
+  """B-confidence and correctness when a grader, not B(y), decides.
+
+  Question i's samples `responses[i]` have classes `classes[i]` under some
+  B; the confidence is the plurality class's share (`b_confidence`) and the
+  prediction is correct iff `grade(i, r)` for the plurality class's first
+  response r. With a semantic B this equals pred == B(y); with a surface B
+  (the exact reply string) it scores string-level confidence against the
+  same notion of correctness.
+  """
+  if len(responses) != len(classes):
+    raise ValueError(f"{len(responses)} response lists but {len(classes)} "
+                     "class lists: give one each")
+  conf, correct = [], []
+  for i, (rs, cs) in enumerate(zip(responses, classes)):
+    cs = [NO_ANSWER if k is None else k for k in cs]
+    c, pred = b_confidence(cs)
+    conf.append(c)
+    correct.append(float(bool(grade(i, rs[cs.index(pred)]))))
+  return {"confidence": np.asarray(conf), "correct": np.asarray(correct)}
+
+
+def probe_heldout_kl(model, tokenizer, prompts: Sequence[str],
+                     targets: np.ndarray, class_token_ids: Sequence[int], *,
+                     steps: int, batch_size: int, lr: float, rank: int = 8,
+                     alpha: float = 16.0, train_frac: float = 0.5,
+                     seed: int = 0) -> float:
+  """The learnability probe's held-out KL (N.6, Claim 10): `train_probe` on
+  `train_frac` of the questions (a permutation drawn with 70_000 + seed),
+  `probe_kl` on the rest (on the training ones when none is left)."""
+  n = len(prompts)
+  order = np.random.default_rng(70_000 + seed).permutation(n)
+  n_train = max(1, int(round(train_frac * n)))
+  tr, te = order[:n_train], order[n_train:]
+  max_len = max(len(x) for x in prompts) + 1
+  batch = probe_batch(tokenizer, list(prompts), targets, class_token_ids,
+                      max_len=max_len)
+  pick = lambda ix: {k: v[ix] for k, v in batch.items()}  # pylint: disable=g-long-lambda
+  probe = train_probe(model, pick(tr), steps=steps, batch_size=batch_size,
+                      lr=lr, rank=rank, alpha=alpha, seed=seed)
+  return probe_kl(probe, pick(te if len(te) else tr))
+
+
+def plot_reliability_grid(groups: dict[str, tuple[np.ndarray, np.ndarray]],
+                          path: str, *, num_bootstrap: int = 100) -> str:
+  """One `plot_reliability` panel per label -> (confidences, correct)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.4))
+  axes = np.atleast_1d(axes)
+  for i, (ax, (label, (f, y))) in enumerate(zip(axes, groups.items())):
+    plot_reliability(f, y, ax=ax, title=label, color=f"C{i}",
+                     num_bootstrap=num_bootstrap)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
 __all__ = [
     "COLLAPSERS", "Collapser", "Judge", "NO_ANSWER", "b_calibration_data",
     "b_confidence", "binned_ece", "class_distribution", "collapse_all",
@@ -520,4 +599,6 @@ __all__ = [
     "get_collapser", "judge_collapse", "plot_reliability", "probe_batch",
     "probe_kl", "probe_logprobs", "probe_loss", "reliability_curve",
     "sample_answers", "smooth_ece", "smooth_ece_at", "train_probe",
+    "calibration_metrics", "b_calibration_graded", "probe_heldout_kl",
+    "plot_reliability_grid",
 ]

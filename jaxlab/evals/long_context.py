@@ -584,3 +584,79 @@ def ruler_scores(examples: Sequence[RetrievalExample],
       side = "first" if ex.question_first else "last"
       groups.setdefault(f"{ex.task}/{side}", []).append(row)
   return mean(rows) | {"groups": {k: mean(v) for k, v in groups.items()}}
+
+
+# -- chat needle-in-a-haystack for instruction-tuned models --------------------
+
+# English haystack: sentences drawn from these parts (subject, action, time),
+# so every example has its own varied, natural-looking text.
+HAYSTACK_SUBJECTS = (
+    "The old farmer", "A young teacher", "The city council", "My neighbour",
+    "The museum guide", "A tired nurse", "The baker on the corner",
+    "Our football coach", "The quiet librarian", "A travelling musician",
+    "The ship's captain", "The village doctor", "A curious student",
+    "The night watchman", "Her grandmother", "The local newspaper")
+HAYSTACK_ACTIONS = (
+    "repaired the wooden fence", "planted tomatoes in the garden",
+    "wrote a long letter to a friend", "walked the dog along the river",
+    "painted the kitchen a pale yellow", "read a novel about the sea",
+    "cooked a large pot of soup", "cleaned the windows of the shop",
+    "visited the market to buy apples", "fixed the bicycle's chain",
+    "sang an old song by the fire", "counted the sheep in the field",
+    "opened a small bakery downtown", "collected shells on the beach",
+    "studied the map of the mountains", "baked bread for the whole street")
+HAYSTACK_TIMES = (
+    "before the storm arrived", "on a cold Monday morning",
+    "after the long winter", "while the children were at school",
+    "late in the evening", "during the summer festival",
+    "just before sunset", "on the first day of spring",
+    "when the train was late", "after a busy week at work",
+    "as the rain began to fall", "in the middle of the night")
+CHAT_NEEDLE = "The secret code is {value}. "
+CHAT_INTRO = "Read the text below, then answer the question after it.\n\n"
+CHAT_QUESTION = "\n\nWhat is the secret code? Answer with the number only."
+
+
+def haystack_text(rng: np.random.Generator, sentences: int) -> str:
+  """`sentences` random English sentences (subject, action, time)."""
+  return " ".join(
+      f"{HAYSTACK_SUBJECTS[a]} {HAYSTACK_ACTIONS[b]} {HAYSTACK_TIMES[c]}."
+      for a, b, c in zip(
+          rng.integers(0, len(HAYSTACK_SUBJECTS), sentences),
+          rng.integers(0, len(HAYSTACK_ACTIONS), sentences),
+          rng.integers(0, len(HAYSTACK_TIMES), sentences)))
+
+
+def chat_needle_example(tokenizer, *, length: int, depth: float,
+                        rng: np.random.Generator, digits: int = 4,
+                        needle: str = CHAT_NEEDLE, intro: str = CHAT_INTRO,
+                        question: str = CHAT_QUESTION,
+                        system: str | None = None) -> RulerExample:
+  """Needle-in-a-haystack in the tokenizer's chat template, `length` tokens.
+
+  The user turn is `intro`, an English haystack (`haystack_text`, fresh per
+  example) with `needle` (a `digits`-digit value, first digit non-zero) at
+  the sentence boundary nearest `depth`, then `question`; the prompt ends
+  with the template's assistant header (the generation prompt), so the model
+  answers in its own words. Scored by `ruler_scores`: `part_recall` = the
+  value appears in the decoded answer. Needs a tokenizer with
+  `render_chat` (`jaxlab.data.hf_tokenizer.HFTokenizer`).
+  """
+  if not hasattr(tokenizer, "render_chat"):
+    raise ValueError("chat_needle_example needs a tokenizer with a chat "
+                     "template (render_chat), e.g. "
+                     "jaxlab.io.pretrained.tokenizer(NAME)")
+  value = str(rng.integers(1, 10)) + "".join(
+      str(d) for d in rng.integers(0, 10, digits - 1))
+  marker = "\x00HAYSTACK\x00"
+  messages = ([{"role": "system", "content": system}] if system else []) + [
+      {"role": "user", "content": marker}]
+  head, tail = tokenizer.render_chat(messages,
+                                     add_generation_prompt=True).split(marker)
+  filler = haystack_text(rng, max(8, length // 8))
+  prompt, start = build_prompt(
+      tokenizer, length=length, depth=depth, needle=needle.format(value=value),
+      question=question + tail, filler=filler, prefix=head + intro)
+  return RulerExample(prompt, np.asarray(tokenizer.encode(value), np.int32),
+                      value, length, depth, start, task="needle_chat",
+                      parts=(value,), question_first=False)

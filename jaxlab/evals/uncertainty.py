@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxlab.decoding import sampler
 
 CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
 QUANTILES = np.linspace(0.1, 1.0, 20)
@@ -312,3 +314,132 @@ def bootstrap_interval(metric: Callable[..., float], *arrays,
   alpha = (1 - confidence) / 2
   lo, hi = np.quantile(vals, [alpha, 1 - alpha])
   return float(lo), float(hi)
+
+
+def safe_auroc(scores, incorrect) -> float:
+  """`auroc`, NaN when the labels have one class (AUROC undefined)."""
+  try:
+    return auroc(scores, incorrect)
+  except ValueError:
+    return float("nan")
+
+
+def evaluate_scores(scores: dict, correct: np.ndarray, *, seed: int,
+                    num_resamples: int = 1000, confidence: float = 0.9
+                    ) -> dict[str, dict[str, Any]]:
+  """Per estimator: AUROC (positive = incorrect), AURAC, accuracy at 80 / 90 %
+  answered, the AUROC bootstrap interval and the rejection curve."""
+  correct = np.asarray(correct, bool)
+  out = {}
+  for name, s in scores.items():
+    acc = accuracy_at_fractions(s, correct)
+    lo, hi = bootstrap_interval(auroc, s, ~correct, seed=seed,
+                                num_resamples=num_resamples,
+                                confidence=confidence)
+    out[name] = {"auroc": safe_auroc(s, ~correct),
+                 "aurac": aurac(s, correct),
+                 "acc80": acc[0.8], "acc90": acc[0.9],
+                 "auroc_lo": lo, "auroc_hi": hi,
+                 "curve": rejection_curve(s, correct).tolist()}
+  return out
+
+
+# -- sampling answers --------------------------------------------------------
+
+
+def generate_answers(model, tokenizer, prompts: Sequence[str | Sequence[int]],
+                     *, key: jax.Array, temperature: float,
+                     max_new_tokens: int, batch_size: int,
+                     pad_multiple: int | None = None
+                     ) -> tuple[list[str], np.ndarray]:
+  """One answer per prompt and its length-normalised log-likelihood
+  l = mean_t log p(token_t) (raw model log-probs; 0 for an empty answer).
+
+  Prompts are strings (encoded with bos) or token ids (e.g. a chat
+  template's). Batches of `batch_size` rows, the i-th batch sampled with
+  `fold_in(key, start)`; answers are cut at the first eos and decoded.
+  `pad_multiple` is the sampler's prompt bucket (None: powers of two).
+  """
+  texts, lls = [], []
+  for start in range(0, len(prompts), batch_size):
+    ids = [tokenizer.encode(p, add_bos=True) if isinstance(p, str)
+           else list(p) for p in prompts[start:start + batch_size]]
+    res = sampler.generate(model, ids, max_new_tokens=max_new_tokens,
+                           temperature=temperature, eos_id=tokenizer.eos_id,
+                           pad_id=tokenizer.pad_id, pad_multiple=pad_multiple,
+                           key=jax.random.fold_in(key, start))
+    for row in res.tokens:
+      row = list(row)
+      if tokenizer.eos_id in row:
+        row = row[:row.index(tokenizer.eos_id)]
+      texts.append(tokenizer.decode(row))
+    lls += [float(np.mean(lp)) if lp else 0.0 for lp in res.model_logprobs]
+  return texts, np.asarray(lls)
+
+
+def sample_and_cluster(model, tokenizer, prompts, keys: Sequence[Callable],
+                       *, num_samples: int, key: jax.Array,
+                       temperature: float, max_new_tokens: int,
+                       batch_size: int, strict: bool = False,
+                       pad_multiple: int | None = None):
+  """Greedy answers, R = `num_samples` sampled answers per prompt, their
+  log-likelihoods `[Q, R]` and semantic ids `[Q, R]` (`keys[i]` is prompt
+  i's answer key: equal keys = one meaning, `StringMatchEntailment`).
+
+  Greedy answers use `key`, the samples `fold_in(key, 1)`.
+  """
+  r = num_samples
+  greedy, _ = generate_answers(model, tokenizer, prompts, key=key,
+                               temperature=0.0, max_new_tokens=max_new_tokens,
+                               batch_size=batch_size, pad_multiple=pad_multiple)
+  texts, ll = generate_answers(
+      model, tokenizer, [p for p in prompts for _ in range(r)],
+      key=jax.random.fold_in(key, 1), temperature=temperature,
+      max_new_tokens=max_new_tokens, batch_size=batch_size,
+      pad_multiple=pad_multiple)
+  ids = np.stack([semantic_ids(texts[i * r:(i + 1) * r],
+                               StringMatchEntailment("exact", keys[i]),
+                               strict=strict) for i in range(len(prompts))])
+  return {"greedy": greedy, "texts": [texts[i * r:(i + 1) * r]
+                                      for i in range(len(prompts))],
+          "loglik": ll.reshape(len(prompts), r), "ids": ids}
+
+
+def group_summary(correct, groups, ids) -> dict[str, float]:
+  """Greedy accuracy and clusters per question, overall and per group."""
+  correct, groups = np.asarray(correct, bool), np.asarray(groups)
+  nclus = np.array([len(set(np.asarray(r).tolist())) for r in ids])
+  out = {}
+  for g in dict.fromkeys(groups.tolist()):
+    out[f"acc_{g}"] = float(correct[groups == g].mean())
+    out[f"clusters_{g}"] = float(nclus[groups == g].mean())
+  out.update(questions=len(correct), accuracy=float(correct.mean()),
+             incorrect_frac=float(1 - correct.mean()),
+             clusters_mean=float(nclus.mean()))
+  return out
+
+
+def plot_rejection(curves: dict[str, np.ndarray], path: str, title: str
+                   ) -> str:
+  """Rejection-accuracy curves (name -> `[seeds, len(QUANTILES)]`, plotted
+  as their mean over seeds) saved to `path`."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  for name, c in curves.items():
+    ax.plot(QUANTILES, np.asarray(c).mean(0), marker="o", ms=3, label=name)
+  ax.set(xlabel="fraction of questions answered (most certain first)",
+         ylabel="accuracy", title=title)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def last_word(text: str) -> str:
+  """The last word of an answer sentence ("" if none), e.g. the fact value
+  of "Kalo was born in Lisbon." (an answer-span `key_fn`)."""
+  words = text.strip().rstrip(".!?").split()
+  return words[-1] if words else ""

@@ -56,7 +56,8 @@ def _define_flags() -> None:
       "path to a config file (PATH.py[:preset]).", lock_config=True)
   _FLAGS["topology"] = flags.DEFINE_string(
       "topology", None, "TPU topology: v5e:2x2, v5p:2x2x4, v4:2x2x1, "
-      "v6e:4x4, ... (chip:shape, as libtpu names it).")
+      "v6e:4x4, ... (chip:shape, as libtpu names it). Default: the "
+      "config's `scale.topology` (paper-scale presets).")
   _FLAGS["num_slices"] = flags.DEFINE_integer(
       "num_slices", 1, "Slices of --topology joined over DCN (multi-slice); "
       "the mesh's data axis spans them.")
@@ -68,13 +69,20 @@ def _define_flags() -> None:
   _FLAGS["hlo_dir"] = flags.DEFINE_string(
       "hlo_dir", None, "Write each program's optimised HLO here "
       "(<program>.hlo.txt).")
-  flags.mark_flags_as_required(["config", "topology"])
+  flags.mark_flags_as_required(["config"])
 
 
-def run(config, topology: str, num_slices: int = 1, *, sampler: bool = True,
-        out: str | None = None, hlo_dir: str | None = None) -> dict:
+def run(config, topology: str | None, num_slices: int = 1, *,
+        sampler: bool = True, out: str | None = None,
+        hlo_dir: str | None = None) -> dict:
   """Compiles `config` for the topology; prints the table, writes `out`."""
   experiments_lib.import_loss_modules()
+  scale = config.get("scale")
+  if topology is None:
+    if scale is None:
+      raise ValueError("--topology is required (or a config with a paper-"
+                       "scale preset, whose config.scale names one)")
+    topology, num_slices = scale.topology, int(scale.num_slices)
   try:
     report = aot.compile_config(config, topology, num_slices=num_slices,
                                 sampler_too=sampler, hlo_dir=hlo_dir)

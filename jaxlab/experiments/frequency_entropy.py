@@ -1,12 +1,11 @@
-"""Experiment "frequency_entropy": FE maps of a trained LM and an alpha sweep.
+"""Experiment "frequency_entropy": FE maps of an LM and an attenuation sweep.
 
-Trains (or resumes) the decoder of `config.model` on `config.data` (as one
-continuous token stream cut into `train.seq_len` windows, `StreamSource`),
-then on `fe.num_eval_seqs` held-out sequences of `train.seq_len` tokens
-computes SpectrumFE and SequenceFE for every (layer, head, rotary pair) and
-pairing, draws heatmaps, and sweeps the weighted-RoPE alpha over the spec's
-selection rules plus equal-size quantile selections, reporting perplexity.
-Writes `results.json` and PNGs (`fe_<metric>_<pairing>.png`, `sweep.png`).
+Trains (or resumes) the decoder of `config.model` on `config.data` (one
+continuous token stream, `StreamSource`), computes SpectrumFE / SequenceFE
+of every (layer, head, rotary pair) and pairing on `fe.num_eval_seqs`
+held-out sequences, draws heatmaps, and sweeps the weighted-RoPE alpha over
+the spec's rules and equal-size quantile selections (perplexity). With
+`fe.pretrained` (preset `smollm2`) nothing is trained: `run_pretrained`.
 """
 
 import os
@@ -17,116 +16,24 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.analysis import frequency_entropy as fe
-from jaxlab.data import sources as data_sources
-from jaxlab.data import tokenizers
+from jaxlab.data import prose, streams
+from jaxlab.data.streams import StreamSource  # pylint: disable=unused-import
+from jaxlab.io import pretrained
 from jaxlab.train import trainer
 from jaxlab.experiments import results as results_lib
 
 
-class StreamSource:
-  """LM examples cut from one continuous token stream (no padding, no resets).
-
-  The FE signal runs over positions 0..L-1 of one sequence (spec C.1), so
-  the model is trained the same way: documents (each starting with BOS) are
-  concatenated into one stream and cut into windows of `seq_len + 1`, so
-  every row has positions 0..L-1 and every target is a real token. (The
-  library packer instead resets positions per document and pads rows; a
-  whole-row forward pass then extrapolates past the longest document and
-  scores padding, which inflated the probe's perplexity to 212 against an
-  eval loss of 0.29 nats in a first run.)
-  """
-
-  def __init__(self, token_lists, seq_len: int):
-    stream = np.concatenate([np.asarray(t, np.int32) for t in token_lists])
-    n = (len(stream) - 1) // seq_len
-    if n < 1:
-      raise ValueError(f"corpus of {len(stream)} tokens is shorter than one "
-                       f"sequence of train.seq_len={seq_len}")
-    self.stream, self.seq_len, self.n = stream, seq_len, n
-
-  def __len__(self) -> int:
-    return self.n
-
-  def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-    w = self.stream[i * self.seq_len:(i + 1) * self.seq_len + 1]
-    return {"inputs": w[:-1], "targets": w[1:],
-            "loss_mask": np.ones(self.seq_len, np.float32)}
-
-
 def sources(config):
   """(train, eval) stream sources of `config.data` (synthetic or jsonl)."""
-  d = config.data
-  tok = tokenizers.ByteTokenizer()
-  if d.source == "synthetic":
-    texts = data_sources.synthetic_corpus(int(d.num_docs),
-                                          seed=int(d.data_seed))
-  elif d.source == "jsonl":
-    texts = data_sources.read_jsonl(d.path, text_key=d.text_key)
-  else:
-    raise ValueError(f"data.source={d.source!r}; valid for this experiment: "
-                     "synthetic, jsonl")
-  n_eval = max(1, int(len(texts) * float(d.eval_fraction)))
-  seq_len = int(config.train.seq_len)
-  toks = [tok.encode(t, add_bos=True, add_eos=True) for t in texts]
-  return (StreamSource(toks[:-n_eval], seq_len),
-          StreamSource(toks[-n_eval:], seq_len))
+  return streams.byte_stream_sources(config.data, int(config.train.seq_len))
 
 
 def eval_tokens(config) -> np.ndarray:
   """`[num_eval_seqs, seq_len]` held-out token ids of the run's corpus."""
-  _, ev = sources(config)
-  n = min(int(config.fe.num_eval_seqs), len(ev))
-  return np.stack([np.asarray(ev[i]["inputs"]) for i in range(n)])
+  return sources(config)[1].rows(int(config.fe.num_eval_seqs))
 
 
-def _selections(maps, config) -> dict[str, np.ndarray]:
-  f = float(config.fe.fraction)
-  rope_l = np.asarray(maps["rope_layer"], bool)[:, None, None]
-  sel = {f"rule_{r}": fe.select_pairs(maps, r) for r in config.fe.rules}
-  spec, seq = maps["spectrum"], maps["sequence"]
-  t_low_spec = fe.quantile_threshold(spec, f, "below", where=rope_l)
-  t_high_spec = fe.quantile_threshold(spec, f, "above", where=rope_l)
-  t_low_seq = fe.quantile_threshold(seq, f, "below", where=rope_l)
-  sel["spectrum_low_q"] = fe.threshold_mask(spec, t_low_spec, "below") & rope_l
-  sel["spectrum_high_q"] = fe.threshold_mask(spec, t_high_spec,
-                                             "above") & rope_l
-  sel["sequence_low_q"] = fe.threshold_mask(seq, t_low_seq, "below") & rope_l
-  rng = np.random.default_rng(int(config.fe.seed))
-  pool = np.argwhere(np.broadcast_to(rope_l, spec.shape))
-  k = int(sel["sequence_low_q"].sum())
-  rand = np.zeros(spec.shape, bool)
-  for idx in pool[rng.choice(len(pool), size=k, replace=False)]:
-    rand[tuple(idx)] = True
-  sel["random_q"] = rand
-  return sel
-
-
-def _plot_sweep(sweeps, path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 3.6))
-  for name, sw in sweeps.items():
-    if sw["num_selected"]:
-      ax.plot(sw["alpha"], sw["perplexity"], marker="o",
-              label=f"{name} (n={sw['num_selected']})")
-  ax.set_xlabel("alpha")
-  ax.set_ylabel("perplexity")
-  ax.set_yscale("log")
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
-
-
-SELECTION_LABELS = {
-    "rule_a": "rule a: SpectrumFE > 0.4", "rule_b": "rule b: SequenceFE < 0.6",
-    "rule_c": "rule c: SpectrumFE < 0.2", "rule_a+b": "rule a+b",
-    "spectrum_low_q": "SpectrumFE lowest 10%",
-    "spectrum_high_q": "SpectrumFE highest 10%",
-    "sequence_low_q": "SequenceFE lowest 10%",
-    "random_q": "random pairs (as many as SequenceFE lowest)"}
+SELECTION_LABELS = fe.selection_labels(0.1)
 
 
 def results_tables(out: dict[str, Any], seed: int) -> tuple[list, list]:
@@ -144,10 +51,9 @@ def results_tables(out: dict[str, Any], seed: int) -> tuple[list, list]:
        for i in range(len(first))], row_label="")
   names = {"spectrum": "SpectrumFE", "sequence": "SequenceFE"}
   for key, vals in out["per_layer"].items():
-    metric, pairing = key.split("_", 1)
-    pairing = ("native pairs" if pairing == "native"
-               else f"{pairing} (non-native)")
-    layers.add_seed(f"{names[metric]}, {pairing}", seed,
+    metric, p = key.split("_", 1)
+    p = "native pairs" if p == "native" else f"{p} (non-native)"
+    layers.add_seed(f"{names[metric]}, {p}", seed,
                     {f"layer{i}": v for i, v in enumerate(vals)})
   pairings = [k[len("sequence_fe_rope_vs_nope_"):] for k in out
               if k.startswith("sequence_fe_rope_vs_nope_")]
@@ -166,10 +72,8 @@ def results_tables(out: dict[str, Any], seed: int) -> tuple[list, list]:
       [col(f"a{a:g}", f"alpha {a:g}", 3) for a in alphas],
       row_label="selection")
   for name, sw in sweeps.items():
-    vals = {"n": sw["num_selected"]}
-    if sw["num_selected"]:
-      vals.update({f"a{a:g}": p for a, p in zip(sw["alpha"],
-                                               sw["perplexity"])})
+    vals = {"n": sw["num_selected"]} | ({f"a{a:g}": p for a, p in zip(
+        sw["alpha"], sw["perplexity"])} if sw["num_selected"] else {})
     sweep.add_seed(SELECTION_LABELS.get(name, name), seed, vals)
   comparisons = [results_lib.Comparison("rope_vs_nope", p, "RoPE layers",
                                         "NoPE layer") for p in pairings]
@@ -186,7 +90,75 @@ def results_tables(out: dict[str, Any], seed: int) -> tuple[list, list]:
   return [layers, rvn, sweep], comparisons
 
 
+def run_pretrained(config, workdir: str) -> dict[str, Any]:
+  """FE of a pretrained model's q/k; next-token accuracy under attenuation.
+
+  Seeds: probe windows (FE tables), held-out passages (attenuation; the
+  random arm draws afresh per passage, seed `fe.seed + passage`)."""
+  t0, c, col = time.time(), config.fe, results_lib.Column
+  model, _ = pretrained.load(c.pretrained, cache=True)
+  tok, texts = pretrained.tokenizer(c.pretrained), prose.passages()
+  probe = prose.token_windows(tok, texts[int(c.probe_from):], int(
+      c.probe_len), stream=True, max_windows=int(c.num_probe_seqs))
+  ids = prose.token_windows(tok, texts[:int(c.num_eval_seqs)],
+                            int(c.eval_len))
+  qk = fe.capture_qk(model, probe)
+  maps = {f"{w}_{p}": fe.maps_from_qk(qk, which=w, pairing=p, frame=int(
+      c.frame), hop=int(c.hop), window=c.window, per_sequence=True)
+          for p in c.pairings for w in ("q", "k")}
+  cols = [col(f"{n}_{m}", f"{n[0]} {m.capitalize()}FE" + (
+      "" if n.endswith("native") else f" ({n[2:]})"), 3)
+          for n in maps for m in ("spectrum", "sequence")]
+  tables = []
+  for gid, rows in fe.fe_group_means(maps).items():
+    tables.append(results_lib.Table(
+        f"fe_{gid}", f"mean FE of post-RoPE q/k by {gid} (pair 0 rotates "
+        "fastest)", cols, row_label=gid))
+    for label, cells in rows.items():
+      for b in range(len(probe)):
+        tables[-1].add_seed(label, b, {k: v[b] for k, v in cells.items()})
+  native = {k: np.nanmean(v, 0) if v.ndim > 1 else v
+            for k, v in maps["q_native"].items()}
+  sels = fe.fe_selections(native, float(c.fraction), rules=tuple(c.rules),
+                          quantiles=tuple(c.quantiles), seed=int(c.seed),
+                          random_like="spectrum_low", random_rows=len(ids))
+  labels = {"baseline": "no attenuation", **fe.selection_labels(
+      float(c.fraction), "SpectrumFE lowest")}
+  att = results_lib.Table(
+      "attenuation", "next-token top-1 accuracy (%) and NLL (nats/token), "
+      "selected query pairs attenuated", [col("n", "pairs", 0, spread=False)]
+      + [col(f"{m}{a:g}", f"{m} alpha {a:g}", d, s) for a in c.alphas
+         for m, d, s in (("acc", 1, 100), ("nll", 3, 1))],
+      row_label="attenuated pairs")
+  scores = fe.selection_scores(model, ids, sels, tuple(c.alphas), c.mode,
+                               int(c.batch_size))
+  for name in ("baseline", *sels):  # n: pairs of one (each row's) table
+    sel = sels.get(name)
+    att.add(labels[name], "n", None, 0 if sel is None else int(
+        sel.sum((-3, -2, -1)).flat[0]))
+    for a, sc in scores.get(name, {}).items():
+      for i in range(len(ids)):
+        att.add_seed(labels[name], i, {f"acc{a:g}": sc["accuracy"][i],
+                                       f"nll{a:g}": sc["nll"][i]})
+  pairs = [(n, "baseline") for n in sels] + [
+      (f"{x}_low_q", f"{x}_high_q") for x in ("spectrum", "sequence")] + [
+          (f"{q}_q", "random_q") for q in c.quantiles]
+  comparisons = [results_lib.Comparison("attenuation", f"{m}{a:g}",
+                                        labels[x], labels[y])
+                 for x, y in pairs if {x, y} <= set(scores)
+                 for a in c.alphas for m in ("acc", "nll")]
+  out = {"scores": scores, "probe_shape": probe.shape, "eval_shape":
+         ids.shape, "baseline_perplexity": float(np.exp(
+             scores["baseline"][float(c.alphas[0])]["nll"].mean()))}
+  results_lib.write(workdir, "frequency_entropy", tables=tables + [att],
+                    comparisons=comparisons, extra=out, config=config,
+                    start_time=t0)
+  return out
+
+
 def run(config, workdir: str) -> dict[str, Any]:
+  if config.fe.get("pretrained"):
+    return run_pretrained(config, workdir)
   t0 = time.time()
   train_src, eval_src = sources(config)
   res = trainer.train(config, workdir, train_source=train_src,
@@ -204,29 +176,22 @@ def run(config, workdir: str) -> dict[str, Any]:
     maps = fe.fe_maps(model, ids, which=c.which, pairing=pairing,
                       frame=int(c.frame), hop=int(c.hop), window=c.window)
     maps_by_pairing[pairing] = maps
-    labels = [f"layer {i}" + ("" if r else " (NoPE)")
-              for i, r in enumerate(maps["rope_layer"])]
+    out["plots"] += fe.plot_fe_maps(maps, workdir, pairing=pairing,
+                                    which=c.which)
     for metric in ("spectrum", "sequence"):
-      out["plots"].append(fe.plot_fe_heatmaps(
-          maps[metric], os.path.join(workdir, f"fe_{metric}_{pairing}.png"),
-          title=f"{metric.capitalize()}FE ({pairing} pairing, {c.which})",
-          layer_labels=labels))
       out["per_layer"][f"{metric}_{pairing}"] = np.nanmean(
           maps[metric], axis=(1, 2)).tolist()
   native = maps_by_pairing.get("native", next(iter(maps_by_pairing.values())))
-  rope_l = native["rope_layer"]
   for pairing, maps in maps_by_pairing.items():
-    out[f"sequence_fe_rope_vs_nope_{pairing}"] = {
-        "rope": float(np.nanmean(maps["sequence"][rope_l])),
-        "nope": (float(np.nanmean(maps["sequence"][~rope_l]))
-                 if (~rope_l).any() else None)}
+    out[f"sequence_fe_rope_vs_nope_{pairing}"] = fe.rope_vs_nope(maps)
+  sels = fe.fe_selections(native, float(c.fraction), rules=tuple(c.rules),
+                          quantiles=tuple(c.quantiles), seed=int(c.seed))
   sweeps = {name: fe.alpha_sweep(model, ids, sel, alphas=tuple(c.alphas),
-                                 mode=c.mode)
-            for name, sel in _selections(native, config).items()}
+                                 mode=c.mode) for name, sel in sels.items()}
   out["sweeps"] = sweeps
   out["baseline_perplexity"] = fe.perplexity(model, ids)
-  out["plots"].append(_plot_sweep(sweeps, os.path.join(workdir,
-                                                       "sweep.png")))
+  out["plots"].append(fe.plot_alpha_sweep(sweeps, os.path.join(workdir,
+                                                               "sweep.png")))
   tables, comparisons = results_tables(out, int(config.seed))
   results_lib.write(workdir, "frequency_entropy", tables=tables,
                     comparisons=comparisons, extra=out, config=config,

@@ -7,184 +7,43 @@ Three disjoint problem pools: `num_fim` fine solutions train the FIM model
 exact match and steps per solution of solvers trained on coarse / expanded
 (rounds 1..k) / fine data, the fraction of correct computation steps in each
 training set, and per round the insertion and rejection rates and the
-fraction of inserted steps that are correct arithmetic.
+fraction of inserted steps that are correct arithmetic. The pieces are
+`jaxlab.objectives.fim` and `jaxlab.objectives.fim_solver`.
 """
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import random
 import time
 
-from flax import nnx
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.data import tokenizers
-from jaxlab.data.synthetic import arithmetic
-from jaxlab.evals import text as text_metrics
-from jaxlab.io import params as params_io
-from jaxlab.models import decoder
-from jaxlab.models import registry as model_registry
-from jaxlab.objectives import fim
-from jaxlab.objectives import self_generated as sg
-from jaxlab.train import runner
+from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
+from jaxlab.io import params as params_io
+from jaxlab.objectives import fim
+from jaxlab.objectives.fim_solver import (  # pylint: disable=unused-import
+    ROUND_KEYS, Progress, correct_step_frac, evaluate_solver, expand_rounds,
+    heldout_fim_accuracy, init_model, inserted_steps, majority_exact_match,
+    problem_pools, solver_prompt, train_fim_model, train_solver)
+from jaxlab.train import runner  # pylint: disable=unused-import
 
-
-def _model(tok, cfg, seed):
-  mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
-  return decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
-
-
-def _train_kw(section):
-  kw = dict(section)
-  kw.pop("max_len")
-  return kw
-
-
-def solver_prompt(question: str) -> str:
-  return question + "\n"
-
-
-def init_model(tok, cfg, seed, base=None):
-  """A fresh model, or a copy of the pretrained `base` model's weights."""
-  model = _model(tok, cfg, seed)
-  if base is not None:
-    # Copies (the runner donates its state's buffers, so sharing them with
-    # `base` would invalidate the base model).
-    nnx.update(model, jax.tree.map(jnp.copy, nnx.state(base, nnx.Param)))
-  return model
-
-
-def train_solver(tok, cfg, seed, items, base=None, section=None):
-  """A solver trained on (question, steps) items; (model, loss log).
-
-  Starts from a copy of `base` when given (`base_train`), else from a fresh
-  init; `section` is the training config (default `cfg.solver_train`).
-  """
-  section = cfg.solver_train if section is None else section
-  model = init_model(tok, cfg, seed, base)
-  data = sg.encode_for_lm(tok, [solver_prompt(q) for q, _ in items],
-                          ["\n".join(s) for _, s in items],
-                          max_len=section.max_len)
-  logs = runner.train_lm(model, data, seed=seed, log_every=50,
-                         **_train_kw(section))
-  return model, logs
-
-
-def evaluate_solver(model, tok, cfg, test) -> dict[str, float]:
-  outs = sg.generate_text(model, tok, [solver_prompt(p.question)
-                                       for p in test],
-                          max_new_tokens=cfg.eval.max_new_tokens)
-  em = [text_metrics.exact_match(arithmetic.extract_answer(o) or "",
-                                 p.answer) for o, p in zip(outs, test)]
-  steps = [len(fim.split_steps(o, min_chars=cfg.fim.min_step_chars))
-           for o in outs]
-  return {"exact_match": float(np.mean(em)),
-          "gen_steps": float(np.mean(steps))}
-
-
-def correct_step_frac(items) -> float:
-  """Fraction of computation steps (all but the answer line) that are right.
-
-  Steps that do not parse as a computation step of the data's format count
-  as wrong (`arithmetic.step_is_correct`, against the item's question).
-  """
-  flags = [bool(arithmetic.step_is_correct(s, q)) for q, steps in items
-           for s in steps[:-1]]
-  return float(np.mean(flags)) if flags else float("nan")
-
-
-def inserted_steps(before, after, *, with_question: bool = False) -> list:
-  """Steps of `after` not in `before` (insertions only add steps).
-
-  `with_question`: (question, step) pairs instead of steps.
-  """
-  out = []
-  for (_, b), (q, a) in zip(before, after):
-    new = (collections.Counter(a) - collections.Counter(b)).elements()
-    out.extend((q, x) if with_question else x for x in new)
-  return out
-
-
-def heldout_fim_accuracy(fill, fmt, items, *, seed: int = 0
-                         ) -> dict[str, float]:
-  """The FIM model's own metric on held-out fine solutions.
-
-  One random step y_i of each (question, steps) item (never the answer
-  line) is masked and filled greedily from FIM(Q, y_<i, y_>i):
-  `heldout_middle_exact` = fraction of fills equal to y_i,
-  `heldout_middle_correct` = fraction that are a correct computation step
-  (`arithmetic.step_is_correct` against the question; another right step
-  of the chain counts here, not in `exact`).
-  """
-  rng = random.Random(seed)
-  exs = []
-  for q, steps in items:
-    if len(steps) < 2:
-      continue
-    i = rng.randrange(len(steps) - 1)
-    exs.append(fim.FimExample(q, tuple(steps[:i]), tuple(steps[i + 1:]),
-                              steps[i]))
-  outs = [fim.clean_middle(o, fmt.step_sep) for o in
-          fill([fmt.prompt(e.question, e.prefix, e.suffix) for e in exs])]
-  return {"heldout_middle_exact": float(np.mean(
-              [o == e.middle for o, e in zip(outs, exs)])),
-          "heldout_middle_correct": float(np.mean(
-              [bool(arithmetic.step_is_correct(o, e.question))
-               for o, e in zip(outs, exs)]))}
-
-
-def majority_exact_match(train, test) -> float:
-  """Held-out EM of always answering the training set's commonest answer."""
-  top = collections.Counter(p.answer for p in train).most_common(1)[0][0]
-  return float(np.mean([p.answer == top for p in test]))
-
-
-class _Progress:
-  """Per-seed stage results in WORKDIR/progress_seed<N>.json (resume)."""
-
-  def __init__(self, workdir: str, seed: int):
-    self.path = os.path.join(workdir, f"progress_seed{seed}.json")
-    self.data = {}
-    if os.path.exists(self.path):
-      with open(self.path) as f:
-        self.data = json.load(f)
-
-  def get(self, key):
-    return self.data.get(key)
-
-  def put(self, **kv):
-    self.data.update(kv)
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(self.data, f)
-    os.replace(tmp, self.path)
+def _add_stats(summary: dict, prefix: str, recs, keys) -> None:
+  """summary[f"{prefix}/{k}_mean" / "_std"]: mean ± sample std over recs."""
+  for k in keys:
+    (summary[f"{prefix}/{k}_mean"], summary[f"{prefix}/{k}_std"],
+     _) = results_lib.mean_std([r[k] for r in recs])
 
 
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   cfg = config
   d = dict(cfg.problems)
-  n_fim = int(d.get("num_fim", d["num_train"]))
-  problems = arithmetic.make_problems(
-      n_fim + d["num_train"] + d["num_test"], min_ops=d["min_ops"],
-      max_ops=d["max_ops"], seed=d["seed"],
-      max_value=int(d.get("max_value", 99)),
-      step_format=d.get("step_format", "chain"))
-  fim_pool = problems[:n_fim]
-  train = problems[n_fim:n_fim + d["num_train"]]
-  test = problems[n_fim + d["num_train"]:]
+  fim_pool, train, test, coarse = problem_pools(cfg)
   t0 = time.time()
   log = lambda msg: print(f"[mathfimer {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
                           flush=True)
-  crng = random.Random(d["seed"] + 1)
-  coarse = [arithmetic.coarsen(p, drop_frac=d["drop_frac"], rng=crng)
-            for p in train]
   split = lambda p: fim.split_steps(p.solution,  # pylint: disable=g-long-lambda
                                     min_chars=cfg.fim.min_step_chars)
   fine_items = [(p.question, split(p)) for p in train]
@@ -199,14 +58,10 @@ def run(config, workdir: str) -> dict:
   base_row = None
 
   def get_base():
-    """The pretrained base model (`base_train.steps` > 0), trained once.
-
-    The paper's FIM model and solvers all start from pretrained math LMs;
-    here a base LM learns the step-by-step format on the FIM pool's fine
-    solutions (disjoint from the solver pool) and every FIM model and
-    solver starts from a copy of it. Saved as WORKDIR/base_model.npz, so a
-    resumed run loads it.
-    """
+    """The pretrained base model (`base_train.steps` > 0), trained once on
+    the FIM pool's fine solutions (the paper's models start from pretrained
+    math LMs); every FIM model and solver starts from a copy of it. Saved
+    as WORKDIR/base_model.npz (a resumed run loads it)."""
     if not base_cfg or int(base_cfg.steps) <= 0:
       return None
     if "model" not in base_box:
@@ -232,7 +87,7 @@ def run(config, workdir: str) -> dict:
     # Each finished stage (expanded data sets, each solver's result) is
     # saved, so a stopped run resumes at the next stage (spec-size runs are
     # long on shared CPUs).
-    progress = _Progress(workdir, seed)
+    progress = Progress(workdir, seed)
     tok = tokenizers.ByteTokenizer()
     fmt.add_to_tokenizer(tok)
 
@@ -269,44 +124,22 @@ def run(config, workdir: str) -> dict:
     # merged by `jaxlab.experiments.report --add` count it once.
     fim_seed = int(cfg.fim.get("seed", -1))
     fim_seed = seed if fim_seed < 0 else fim_seed
-    fim_progress = progress if fim_seed == seed else _Progress(workdir,
+    fim_progress = progress if fim_seed == seed else Progress(workdir,
                                                                 fim_seed)
     if fim_progress.get("datasets") is None:
       # 1. FIM model on the fine solutions.
-      examples, fim_counts = fim.build_fim_dataset(
-          fim_items, rounds=cfg.fim.masks_per_solution, seed=fim_seed,
-          empty_masks=int(cfg.fim.get("empty_masks", 0)),
-          coarse_gaps=int(cfg.fim.get("coarse_gaps", 0)),
-          coarse_drop_frac=float(cfg.fim.get("coarse_drop_frac", 0.4)))
-      fim_model = init_model(tok, cfg, fim_seed, get_base())
-      enc = fim.encode_batch(fmt, tok, examples,
-                             max_len=cfg.fim_train.max_len,
-                             context_weight=cfg.fim.get("context_weight", 0.0))
-      fim_logs = runner.train_lm(fim_model, enc, seed=fim_seed, log_every=50,
-                                 **_train_kw(cfg.fim_train))
-      log(f"seed {seed}: FIM model trained on {len(examples)} examples; "
-          f"loss curve {[(x['step'], round(x['loss'], 3)) for x in fim_logs]}")
+      fim_model, fim_counts = train_fim_model(
+          cfg, tok, fmt, fim_items, fim_seed, get_base(),
+          log=lambda m: log(f"seed {seed}: {m}"))
       # 2. Expand the coarse data k rounds (stats per round).
       fill = fim.make_fill_fn(fim_model, tok,
                               max_new_tokens=cfg.fim.max_new_tokens)
       fim_heldout = heldout_fim_accuracy(
           fill, fmt, [(p.question, split(p)) for p in test], seed=fim_seed)
       log(f"seed {seed}: FIM model on held-out masks: {fim_heldout}")
-      datasets = {"coarse": coarse_items}
-      current, hist = coarse_items, []
-      for r in range(cfg.fim.rounds):
-        steps, st = fim.expand(current, fill, rounds=1, fmt=fmt,
-                               eta=cfg.fim.eta,
-                               first_gap=cfg.fim.get("first_gap", False))
-        prev, current = current, [(q, s) for (q, _), s in zip(current,
-                                                             steps)]
-        new = inserted_steps(prev, current, with_question=True)
-        st[0]["inserted_correct_frac"] = (
-            float(np.mean([bool(arithmetic.step_is_correct(x, q))
-                           for q, x in new])) if new else float("nan"))
-        datasets[f"expanded_r{r + 1}"] = current
-        hist.append(st[0])
-        log(f"seed {seed}: expansion round {r + 1}: {st[0]}")
+      expanded, hist = expand_rounds(
+          coarse_items, fill, fmt, cfg, log=lambda m: log(f"seed {seed}: {m}"))
+      datasets = {"coarse": coarse_items, **expanded}
       datasets["fine"] = fine_items  # the ceiling: the removed steps back
       fim_progress.put(datasets=datasets, hist=hist, fim_counts=fim_counts,
                        fim_heldout=fim_heldout)
@@ -328,56 +161,25 @@ def run(config, workdir: str) -> dict:
   summary = {"fim_examples": fim_counts["examples"],
              "chance_exact_match": majority_exact_match(train, test),
              "fim_skipped_short": fim_counts["skipped_short"],
-             "num_fim": n_fim, "num_train": len(train), "num_test": len(test),
+             "num_fim": len(fim_pool), "num_train": len(train), "num_test": len(test),
              "seeds": list(cfg.seeds)}
   for name, rs in rows.items():
-    for k in rs[0]:
-      vals = [r[k] for r in rs]
-      (summary[f"{name}/{k}_mean"], summary[f"{name}/{k}_std"],
-       _) = results_lib.mean_std(vals)
+    _add_stats(summary, name, rs, rs[0])
   for r in range(cfg.fim.rounds if expansion else 0):
-    for k in ("insertion_rate", "rejection_rate", "rejected_similar",
-              "rejected_empty", "gaps", "skipped_short", "steps_after",
-              "inserted_correct_frac"):
-      vals = [h[r][k] for h in expansion.values()]
-      (summary[f"round{r + 1}/{k}_mean"], summary[f"round{r + 1}/{k}_std"],
-       _) = results_lib.mean_std(vals)
-  for k in ("heldout_middle_exact", "heldout_middle_correct"):
-    if fim_models:
-      (summary[f"fim/{k}_mean"], summary[f"fim/{k}_std"],
-       _) = results_lib.mean_std([h[k] for h in fim_models.values()])
-  names = list(rows)
-  lines = [f"mean ± sample std (ddof 1) over {len(cfg.seeds)} seed(s)", "",
-           "| train data | steps/solution | correct steps (%) | held-out EM (%) "
-           "| generated steps |",
-           "|---|---|---|---|---|"]
-  for n in names:
-    g = lambda k: (summary[f"{n}/{k}_mean"], summary[f"{n}/{k}_std"])  # pylint: disable=cell-var-from-loop
-    (s, ss), (c, cs), (e, es), (gs, gss) = (
-        g("train_steps_per_solution"), g("train_correct_step_frac"),
-        g("exact_match"), g("gen_steps"))
-    lines.append(f"| {n} | {s:.2f} ± {ss:.2f} | {100 * c:.1f} ± "
-                 f"{100 * cs:.1f} | {100 * e:.1f} ± {100 * es:.1f} | "
-                 f"{gs:.2f} ± {gss:.2f} |")
-  lines += ["", "| round | insertion rate | rejection rate (similar+empty) "
-            "| inserted steps correct |", "|---|---|---|---|"]
-  for r in range(cfg.fim.rounds if expansion else 0):
-    i_m, i_s = (summary[f"round{r + 1}/insertion_rate_mean"],
-                summary[f"round{r + 1}/insertion_rate_std"])
-    j_m, j_s = (summary[f"round{r + 1}/rejection_rate_mean"],
-                summary[f"round{r + 1}/rejection_rate_std"])
-    c_m, c_s = (summary[f"round{r + 1}/inserted_correct_frac_mean"],
-                summary[f"round{r + 1}/inserted_correct_frac_std"])
-    lines.append(f"| {r + 1} | {i_m:.2f} ± {i_s:.2f} | {j_m:.2f} ± "
-                 f"{j_s:.2f} | {c_m:.2f} ± {c_s:.2f} |")
-  with open(os.path.join(workdir, "table.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+    _add_stats(summary, f"round{r + 1}", [h[r] for h in expansion.values()],
+               ROUND_KEYS)
+  if fim_models:
+    _add_stats(summary, "fim", list(fim_models.values()),
+               ("heldout_middle_exact", "heldout_middle_correct"))
   tables, comparisons = results_tables(list(cfg.seeds), rows, expansion,
                                        summary["chance_exact_match"],
                                        fim_models=fim_models)
-  results_lib.write(workdir, "mathfimer", tables=tables,
-                    comparisons=comparisons, extra=summary, config=config,
-                    start_time=t0)
+  res = results_lib.write(workdir, "mathfimer", tables=tables,
+                          comparisons=comparisons, extra=summary,
+                          config=config, start_time=t0)
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write("\n".join(report.render_table(res, tid, name="mathfimer")
+                       for tid in ("solvers", "expansion")))
   return summary
 
 

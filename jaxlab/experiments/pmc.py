@@ -8,7 +8,8 @@
    sampling), the multiple-choice least-likely-option attack and the
    log-prob drift of the forget values in unrelated text
    (`jaxlab.evals.unlearning`).
-Writes WORKDIR/results.json, lottery.png, table.md.
+The methods and their evaluation are `jaxlab.objectives.pmc_methods`.
+Writes WORKDIR/results.json, lottery.png, table.md (rendered from it).
 """
 
 from __future__ import annotations
@@ -17,117 +18,52 @@ import json
 import os
 import time
 
-from flax import nnx
-import jax
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
+from jaxlab.analysis import figures
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.data.synthetic import real_authors as real_authors_lib
-from jaxlab.evals import unlearning as unlearning_evals
+from jaxlab.experiments import report
+from jaxlab.experiments import results as results_lib
 from jaxlab.io import params as params_io
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
-from jaxlab.objectives import pmc
-from jaxlab.objectives import self_generated as sg
+from jaxlab.objectives.pmc_methods import (  # pylint: disable=unused-import
+    METRICS, dpo_arrays, lottery_runs, pretrained_model, prompts,
+    unlearn_config, value_pool)
+from jaxlab.objectives.pmc_methods import evaluate as _eval
+from jaxlab.objectives.pmc_methods import unlearn_and_eval as _unlearn_and_eval
 from jaxlab.train import runner
-from jaxlab.experiments import results as results_lib
-
-METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
-           "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
-           "recall_prefill", "leak_sampling", "recall_real_authors",
-           "leak_prefill_fixed", "recall_prefill_fixed",
-           "mc_least_likely_acc", "mc_most_likely_acc", "drift",
-           "abs_drift")
-
 
 def run_lottery(cfg, workdir: str) -> dict:
-  lc = dict(cfg.lottery)
-  seeds = lc.pop("seeds")
+  """Final forget / top-colour mass per seed; WORKDIR/lottery.png."""
   out = {}
-  fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-  for use_retain, a in ((True, ax[0]), (False, ax[1])):
-    finals = []
-    for s in seeds:
-      h = pmc.lottery_machine(use_retain=use_retain, seed=s, **lc)
-      forget_mass = h[:, lc["retain_colours"]:].sum(-1)
-      finals.append((forget_mass[-1], h[-1].max()))
-      if use_retain:
-        a.plot(forget_mass, label=f"seed {s}")
-      else:
-        a.plot(h.max(-1), label=f"seed {s}")
-    tag = "with_retain" if use_retain else "no_retain"
-    out[f"lottery_{tag}_per_seed"] = [
-        {"seed": int(s), "forget_mass": float(f[0]), "top_colour": float(f[1])}
-        for s, f in zip(seeds, finals)]
-    out[f"lottery_{tag}_forget_mass"] = float(np.mean([f[0] for f in finals]))
-    out[f"lottery_{tag}_top_colour"] = float(np.mean([f[1] for f in finals]))
-  ax[0].set(title="with retain set: mass on forget colours",
-            xlabel="round", ylabel="pi_t(forget)")
-  ax[1].set(title="no retain set: mass of the top colour",
-            xlabel="round", ylabel="max_c pi_t(c)")
-  for a in ax:
-    a.legend()
-  fig.tight_layout()
-  fig.savefig(os.path.join(workdir, "lottery.png"), dpi=100)
-  plt.close(fig)
+  runs = lottery_runs(cfg.lottery)
+  n_retain = cfg.lottery.retain_colours
+  with figures.figure(os.path.join(workdir, "lottery.png"), figsize=(10, 3.5),
+                      ncols=2) as (_, ax):
+    for (tag, recs), a in zip(runs.items(), ax):
+      finals = []
+      for s, h in recs:
+        forget_mass = h[:, n_retain:].sum(-1)
+        finals.append((forget_mass[-1], h[-1].max()))
+        a.plot(forget_mass if tag == "with_retain" else h.max(-1),
+               label=f"seed {s}")
+      out[f"lottery_{tag}_per_seed"] = [
+          {"seed": int(s), "forget_mass": float(f[0]),
+           "top_colour": float(f[1])} for (s, _), f in zip(recs, finals)]
+      out[f"lottery_{tag}_forget_mass"] = float(np.mean([f[0]
+                                                         for f in finals]))
+      out[f"lottery_{tag}_top_colour"] = float(np.mean([f[1]
+                                                        for f in finals]))
+    ax[0].set(title="with retain set: mass on forget colours",
+              xlabel="round", ylabel="pi_t(forget)")
+    ax[1].set(title="no retain set: mass of the top colour",
+              xlabel="round", ylabel="max_c pi_t(c)")
+    for a in ax:
+      a.legend()
   return out
-
-
-def _prompts(items):
-  return [facts_lib.qa_prompt(x.question) for x in items]
-
-
-def _value_pool(fs):
-  """Attribute -> every value of that attribute in the fact set (MC decoys)."""
-  pool = {}
-  for x in fs.forget + fs.retain + fs.world:
-    pool.setdefault(x.attribute, set()).add(x.value)
-  return {k: sorted(v) for k, v in pool.items()}
-
-
-def _eval(model, tok, fs, cfg, seed, *, base=None, authors=()):
-  """pmc.evaluate_unlearning + the MC attack + drift against `base`."""
-  out = pmc.evaluate_unlearning(
-      model, tok, fs, prompt_fn=facts_lib.qa_prompt,
-      key=jax.random.key(1000 + seed), real_authors=authors, **dict(cfg.eval))
-  p = cfg.probes
-  out.update(unlearning_evals.mc_attack(
-      model, tok, fs.forget, _prompts(fs.forget), _value_pool(fs),
-      num_options=p.mc_options, normalize=p.mc_normalize, seed=seed,
-      max_len=p.max_len))
-  if base is not None:
-    out.update(unlearning_evals.value_drift(model, base, tok, fs.forget,
-                                            max_len=p.max_len))
-  return out
-
-
-def _unlearn_config(cfg, method, seed):
-  u = dict(cfg.unlearn)
-  c = pmc.default_config()
-  beta = u.pop("simnpo_beta") if method == "simnpo" else u["beta"]
-  u.pop("simnpo_beta", None)
-  c.update(u)
-  c.beta = beta
-  c.loss = f"unlearn_{method}"
-  c.seed = seed
-  return c
-
-
-def _dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
-  """DPO's extra forget rows: rejected answers + both reference NLLs."""
-  rej = sg.encode_pairs(tok, prompts, rejected, max_len=max_len)
-  ref_chosen = sg.sequence_nll_dataset(base, tok, prompts, chosen,
-                                       max_len=max_len)
-  extra = {"rejected_inputs": rej["inputs"],
-           "rejected_targets": rej["targets"],
-           "rejected_mask": rej["mask"],
-           "rejected_ref_nll": sg.sequence_nll_dataset(
-               base, tok, prompts, rejected, max_len=max_len)}
-  return ref_chosen, extra
 
 
 # What the pre-trained model and a method's evaluation depend on: a run
@@ -154,43 +90,6 @@ def _cached_json(path: str, meta: dict, compute):
   return value, False
 
 
-def _unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
-  """Unlearns from a clone of `base` with `method`; its eval and extras."""
-  f_prompts = _prompts(fs.forget)
-  r_prompts = _prompts(fs.retain)
-  r_answers = [x.answer for x in fs.retain]
-  model = nnx.clone(base)
-  ucfg = _unlearn_config(cfg, method, seed)
-  ucfg.warmup_steps = pmc.warmup_steps(ucfg, len(fs.forget))
-  extra = {}
-  if method == "pmc":
-    res = pmc.run_pmc(model, tok, forget_questions=[x.question
-                                                    for x in fs.forget],
-                      retain_prompts=r_prompts, retain_answers=r_answers,
-                      config=ucfg, prompt_fn=facts_lib.qa_prompt)
-    extra["pmc_cache_done_frac"] = res["history"][-1]["cache_done_frac"]
-    extra["pmc_skipped_empty_questions"] = res["skipped_empty_questions"]
-  else:
-    truth = [x.answer for x in fs.forget]
-    answers = ([cfg.idk_answer] * len(fs.forget)
-               if method in ("idk", "dpo") else truth)
-    ref, extra_arrays = None, None
-    if method == "npo":
-      ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
-                                    max_len=ucfg.max_len)
-    if method == "dpo":  # chosen "I don't know.", rejected the truth
-      ref, extra_arrays = _dpo_arrays(base, tok, f_prompts, answers,
-                                      truth, ucfg.max_len)
-    sg.run_self_generated(model, tok, forget_prompts=f_prompts,
-                          retain_prompts=r_prompts,
-                          retain_answers=r_answers, score_fn=None,
-                          fixed_forget_answers=answers,
-                          ref_forget_nll=ref,
-                          extra_forget_arrays=extra_arrays, config=ucfg)
-  return {"eval": _eval(model, tok, fs, cfg, seed, base=base,
-                        authors=authors), "extra": extra}
-
-
 def run_unlearning(cfg, workdir: str) -> dict:
   tok = tokenizers.ByteTokenizer()
   fs = facts_lib.make_fact_set(**dict(cfg.facts))
@@ -202,26 +101,8 @@ def run_unlearning(cfg, workdir: str) -> dict:
   log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
                           flush=True)
   for seed in cfg.seeds:
-    mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
-    base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
-    pre_meta, pre_key = params_io.config_key(cfg, *_PRETRAIN_FIELDS)
-    pre_meta["seed"] = int(seed)
-    base_path = os.path.join(workdir, f"pretrained_seed{seed}_{pre_key}.npz")
-
-    if params_io.exists(base_path):
-      final_loss = params_io.load(base, base_path, pre_meta)["final_loss"]
-      reused = True
-    else:
-      train = fs.train + authors
-      data = sg.encode_for_lm(tok, _prompts(train),
-                              [x.answer for x in train],
-                              max_len=cfg.pretrain.max_len)
-      p = dict(cfg.pretrain)
-      p.pop("max_len")
-      logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
-      final_loss = float(logs[-1]["loss"])
-      params_io.save(base, base_path, {**pre_meta, "final_loss": final_loss})
-      reused = False
+    base, final_loss, reused = pretrained_model(
+        cfg, tok, fs.train + authors, seed, workdir, _PRETRAIN_FIELDS)
     extra[f"pretrain_final_loss_seed{seed}"] = final_loss
     ometa, okey = params_io.config_key(cfg, *_PRETRAIN_FIELDS, "eval",
                                        "probes")
@@ -252,7 +133,6 @@ def run_unlearning(cfg, workdir: str) -> dict:
       if vals:
         summary[f"{m}/{k}_mean"], summary[f"{m}/{k}_std"], _ = (
             results_lib.mean_std(vals))
-  _write_table(summary, ["original"] + methods, len(cfg.seeds), workdir)
   summary.update(extra)
   summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
                          "methods": per_seed}
@@ -337,27 +217,6 @@ def results_tables(out: dict, table_id: str = "unlearning",
   return tables, comparisons
 
 
-def _write_table(summary, methods, n_seeds, workdir):
-  cols = ("uq", "utility", "recall_forget", "recall_retain", "recall_world",
-          "recall_real_authors", "leak_greedy", "leak_prefill_fixed",
-          "leak_prefill", "leak_sampling", "mc_least_likely_acc", "drift")
-  lines = [f"mean ± sample std (ddof 1) over {n_seeds} seed(s)", "",
-           "| method | " + " | ".join(cols) + " |",
-           "|---" * (len(cols) + 1) + "|"]
-  for m in methods:
-    cells = []
-    for k in cols:
-      if f"{m}/{k}_mean" not in summary:  # e.g. drift of the original
-        cells.append("–")
-        continue
-      scale = 1.0 if k in ("uq", "utility", "drift") else 100.0
-      mu, sd = summary[f"{m}/{k}_mean"] * scale, summary[f"{m}/{k}_std"] * scale
-      cells.append(f"{mu:.1f} ± {sd:.1f}")
-    lines.append(f"| {m} | " + " | ".join(cells) + " |")
-  with open(os.path.join(workdir, "table.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-
-
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   parts = [p for p in config.parts.split(",") if p]
@@ -374,6 +233,10 @@ def run(config, workdir: str) -> dict:
   tables, comparisons = results_tables(
       results, config.get("table_id", "unlearning"),
       config.get("table_caption", "Tiny-LM TOFU-like unlearning"))
-  results_lib.write(workdir, "pmc", tables=tables, comparisons=comparisons,
-                    extra=results, config=config, start_time=t0)
+  res = results_lib.write(workdir, "pmc", tables=tables,
+                          comparisons=comparisons, extra=results,
+                          config=config, start_time=t0)
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write("\n".join(report.render_table(res, t.id, name="pmc")
+                       for t in tables))
   return results

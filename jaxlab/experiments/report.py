@@ -408,9 +408,15 @@ def parse_front_matter(text: str, where: str = "") -> list[dict[str, str]]:
 
 def paper_docs(repo: str = REPO) -> list[tuple[str, dict[str, str]]]:
   """(doc path, paper) for every paper of docs/papers/*.md, sorted by id;
-  an id claimed by two docs is an error."""
+  an id claimed by two docs is an error. The `docs/papers/` folders of the
+  plugin directories (`JAXLAB_PLUGIN_PATH`, `jaxlab.registry`) count too:
+  a new paper's doc is found, never listed."""
+  from jaxlab import registry  # pylint: disable=g-import-not-at-top
   out, seen = [], {}
-  for path in sorted(glob.glob(os.path.join(repo, "docs", "papers", "*.md"))):
+  paths = sorted(glob.glob(os.path.join(repo, "docs", "papers", "*.md")))
+  for d in registry.plugin_subdirs("docs", "papers"):
+    paths += sorted(glob.glob(os.path.join(d, "*.md")))
+  for path in paths:
     with open(path) as f:
       where = os.path.relpath(path, repo)
       for paper in parse_front_matter(f.read(), where):

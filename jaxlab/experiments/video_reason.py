@@ -5,9 +5,10 @@
    the no-reasoning solver (answers with the revealed state), per skill and
    level, and by operation-count bin.
 2. The shared video LM (`jaxlab.models.video`) trained with the `video_lm`
-   loss through the generic step runner on Cup/Chip videos, decoded by the
-   library sampler at several thinking budgets (spec R.5: the thinking
-   budget helps most on this benchmark).
+   loss through the generic step runner on Cup/Chip videos
+   (`jaxlab.data.synthetic.video_reason.lm_data`), decoded at several
+   thinking budgets by `jaxlab.decoding.budget.budget_forced` (spec R.5:
+   the thinking budget helps most on this benchmark).
 Writes WORKDIR/results.json and budget.png.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 
-import jax
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -24,6 +24,8 @@ import numpy as np
 
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import video_reason as vr
+from jaxlab.data.synthetic.video_reason import lm_data
+from jaxlab.decoding import budget as budget_lib
 from jaxlab.evals import video_reason as ev
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
@@ -34,8 +36,6 @@ from jaxlab.experiments import results as results_lib
 SKILL_LABELS = {"recall_order": "RecO", "recall_count": "RecC",
                 "infer_state": "InfS", "compare_state": "CmpS",
                 "predict_state": "PrdS", "predict_operation": "PrdO"}
-THINK = " Think:"
-FINAL = " Final Answer:"
 
 
 def _columns(with_malformed: bool = False) -> list[results_lib.Column]:
@@ -59,24 +59,12 @@ def _row_values(rep: ev.Report) -> dict[str, float]:
   return out
 
 
-def _demos(text: str) -> list[str]:
-  return [d.strip() for d in text.split(",") if d.strip()]
-
-
-def _sizes(text: str) -> dict[str, list[int]]:
-  out = {}
-  for part in _demos(text):
-    demo, size = part.split(":")
-    out.setdefault(demo.strip(), []).append(int(size))
-  return out
-
-
 # -- part 1: solvers -----------------------------------------------------------
 
 
 def run_solvers(cfg, seed: int, table, bins: dict, bin_table=None) -> None:
   b = cfg.bench
-  videos = vr.generate(_demos(b.demos),
+  videos = vr.generate(lm_data.demos(b.demos),
                        num_ops=range(b.num_ops_min, b.num_ops_max + 1),
                        seed=seed, frame_size=b.frame_size, progress=False)
   recs = vr.records(videos)
@@ -98,71 +86,11 @@ def run_solvers(cfg, seed: int, table, bins: dict, bin_table=None) -> None:
 # -- part 2: the video LM --------------------------------------------------------
 
 
-def _think_text(video: vr.Video) -> str:
-  eng = video.engine
-  shown = eng.format_state(eng.view(video.visible_state()))
-  ops = "; ".join(eng.op_text(o) for o in video.ops)
-  return f" shown at {video.reveal}: {shown} | ops: {ops}"
-
-
-def _prompt(rec: dict) -> str:
-  return f"{rec['demo']}: {rec['question']}"
-
-
-def _clip(video: vr.Video, num_frames: int) -> np.ndarray:
-  f = video.frames.astype(np.float32) / 255.0
-  if len(f) > num_frames:
-    raise ValueError(f"a video has {len(f)} frames > model.video.num_frames="
-                     f"{num_frames}: raise it to task.num_ops_max + 2")
-  pad = np.zeros((num_frames - len(f),) + f.shape[1:], np.float32)
-  return np.concatenate([f, pad])
-
-
-def task_videos(cfg, seed: int, per_cell: int) -> list[vr.Video]:
-  t = cfg.task
-  return vr.generate(_demos(t.demos), sizes=_sizes(t.sizes),
-                     num_ops=range(t.num_ops_min, t.num_ops_max + 1),
-                     videos_per_cell=per_cell, seed=seed,
-                     frame_size=t.frame_size, progress=False)
-
-
-def encode_examples(cfg, tok, videos, rng) -> dict[str, np.ndarray]:
-  """Teacher-forcing rows: prompt [+ Think: transcript] + Final Answer.
-
-  The loss covers everything after the prompt; a fraction
-  `task.think_fraction` of the rows carry the transcript.
-  """
-  t = cfg.task
-  length = t.seq_len
-  nf = cfg.model.video.num_frames
-  rows = {"inputs": [], "targets": [], "loss_mask": [], "attention_mask": [],
-          "frames": []}
-  for v in videos:
-    clip = _clip(v, nf)
-    for rec in v.questions:
-      prompt = [tok.bos_id] + tok.encode(_prompt(rec))
-      think = rng.random() < t.think_fraction
-      body = (THINK + _think_text(v) if think else "") + FINAL + " " + \
-          rec["answer"]
-      ids = prompt + tok.encode(body) + [tok.eos_id]
-      if len(ids) > length + 1:
-        raise ValueError(f"an example has {len(ids)} tokens > task.seq_len="
-                         f"{length} + 1: raise task.seq_len")
-      n = len(ids) - 1
-      pad = length - n
-      rows["inputs"].append(ids[:-1] + [tok.pad_id] * pad)
-      rows["targets"].append(ids[1:] + [tok.pad_id] * pad)
-      mask = [0.0] * (len(prompt) - 1) + [1.0] * (n - len(prompt) + 1)
-      rows["loss_mask"].append(mask + [0.0] * pad)
-      rows["attention_mask"].append([1] * n + [0] * pad)
-      rows["frames"].append(clip)
-  return {k: np.asarray(v, np.float32 if k in ("loss_mask", "frames")
-                        else np.int32) for k, v in rows.items()}
-
-
 def train_model(cfg, tok, seed: int):
-  train = task_videos(cfg, 10_000 + seed, cfg.task.train_videos_per_cell)
-  data = encode_examples(cfg, tok, train, np.random.default_rng(seed))
+  train = lm_data.task_videos(cfg.task, 10_000 + seed,
+                               cfg.task.train_videos_per_cell)
+  data = lm_data.encode_examples(cfg, tok, train,
+                                 np.random.default_rng(seed))
   model = model_registry.get_spec(cfg.model, vocab_size=tok.vocab_size,
                                   seed=seed).factory()
   steps, bs = cfg.train.steps, cfg.train.batch_size
@@ -185,50 +113,20 @@ def train_model(cfg, tok, seed: int):
   return run.model(), curve, n
 
 
-def respond(model, tok, videos, budget: int, answer_tokens: int,
-            num_frames: int) -> tuple[list[str], float]:
-  """Responses at a thinking budget; also the mean thinking tokens used."""
-  frames, prompts = [], []
-  for v in videos:
-    clip = _clip(v, num_frames)
-    for rec in v.questions:
-      frames.append(clip)
-      prompts.append([tok.bos_id] + tok.encode(_prompt(rec)))
-  frames = np.stack(frames)
-  final_ids = tok.encode(FINAL)
-  used = 0.0
-  if budget > 0:
-    stage1 = [p + tok.encode(THINK) for p in prompts]
-    out = model.generate(frames, stage1, max_new_tokens=budget,
-                         eos_id=tok.eos_id)
-    prompts2 = []
-    for p, toks in zip(stage1, out.tokens):
-      text = tok.decode([t for t in toks if t != tok.eos_id])
-      text = text.split(FINAL.strip())[0].rstrip()
-      think_ids = tok.encode(text)
-      used += len(think_ids)
-      prompts2.append(p + think_ids + final_ids)
-    used /= max(len(prompts), 1)
-  else:
-    prompts2 = [p + final_ids for p in prompts]
-  out = model.generate(frames, prompts2, max_new_tokens=answer_tokens,
-                       eos_id=tok.eos_id)
-  responses = ["Final Answer:" + tok.decode([t for t in toks
-                                            if t != tok.eos_id])
-               for toks in out.tokens]
-  return responses, used
-
-
 def run_model(cfg, seed: int, table, extra: dict) -> None:
   tok = tokenizers.ByteTokenizer()
   model, curve, n_train = train_model(cfg, tok, seed)
-  evals = task_videos(cfg, 20_000 + seed, cfg.task.eval_videos_per_cell)
+  evals = lm_data.task_videos(cfg.task, 20_000 + seed,
+                              cfg.task.eval_videos_per_cell)
+  frames, prompts = lm_data.eval_inputs(tok, evals,
+                                        cfg.model.video.num_frames)
   recs = vr.records(evals)
   per_budget = {}
   for budget in cfg.task.budgets:
-    responses, used = respond(model, tok, evals, budget,
-                              cfg.task.answer_tokens,
-                              cfg.model.video.num_frames)
+    responses, used = budget_lib.budget_forced(
+        model, tok, frames, prompts, budget=budget,
+        answer_tokens=cfg.task.answer_tokens, think=lm_data.THINK,
+        final=lm_data.FINAL)
     rep = ev.score(recs, responses)
     label = f"budget {budget}"
     table.add_seed(label, seed, _row_values(rep))

@@ -64,10 +64,8 @@ import tempfile
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from flax import nnx
 
 from jaxlab.io import hf as hf_io
 from jaxlab.models import decoder as decoder_lib
@@ -599,20 +597,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   """
   ckpt = GGUFCheckpoint(path)
   cfg = _config(ckpt, dtype, param_dtype, config_overrides)
-  abstract = nnx.eval_shape(lambda: decoder_lib.Decoder(cfg,
-                                                        rngs=nnx.Rngs(0)))
-  graphdef, abs_state = nnx.split(abstract)
-  shardings = None
-  if mesh is not None:
-    with nnx.logical_axis_rules(rules or ()):
-      shardings = dict(nnx.to_flat_state(
-          nnx.get_named_sharding(abs_state, mesh)))
-  # pylint: disable=protected-access
-  table = hf_io._hf_names(cfg)  # the HF tensor table hf.load / hf.save use
-  target = np.dtype(decoder_lib.to_dtype(cfg.param_dtype))
 
-  def read(param_path):
-    name, hf_shape, to_ours, _ = table[param_path]
+  def read(name, hf_shape):
     if name not in ckpt:
       raise ValueError(f"{ckpt.path}: missing tensor {name!r} (GGUF "
                        f"{_gguf_name(name)!r})")
@@ -621,29 +607,15 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
       raise ValueError(f"{ckpt.path}: tensor {_gguf_name(name)!r} has shape "
                        f"{found} (HF order), expected {hf_shape} from the "
                        "metadata")
-    return to_ours(ckpt.tensor(name)).astype(target)
+    return ckpt.tensor(name)
 
-  used = {row[0] for row in table.values()}
-  extra = sorted(set(ckpt.names()) - used)
+  # The HF tensor table hf.load / hf.save use.
+  extra = sorted(set(ckpt.names()) - set(hf_io.tensor_shapes(cfg)))
   if extra:
     raise ValueError(f"{ckpt.path}: tensors {[_gguf_name(n) for n in extra]} "
                      f"are not used by the {ckpt.config['architectures'][0]} "
                      "config the metadata gives")
-  flat = []
-  for param_path, var in nnx.to_flat_state(abs_state):
-    stacked = hf_io._layer_paths(cfg, param_path)
-    arr = read(param_path) if stacked is None else np.stack(
-        [read(p) for p in stacked])
-    expected = var.get_value().shape
-    assert arr.shape == expected, (param_path, arr.shape, expected)
-    if shardings is not None:
-      value = jax.device_put(arr, hf_io._fit_sharding(
-          shardings[param_path].get_value(), arr.shape))
-    else:
-      value = jnp.asarray(arr)
-    flat.append((param_path, var.replace(value)))
-  # pylint: enable=protected-access
-  return nnx.merge(graphdef, nnx.from_flat_state(flat)), cfg
+  return hf_io.load_tensors(cfg, read, mesh=mesh, rules=rules), cfg
 
 
 def diffusion_tokens(path: str | os.PathLike) -> dict[str, Any]:

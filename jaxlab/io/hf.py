@@ -49,8 +49,10 @@ with the (1 + w) weights stored as is). torch is never imported.
 Vision-language: a Qwen2.5-VL / Qwen2-VL checkpoint
 (`Qwen2_5_VLForConditionalGeneration`, `Qwen2VLForConditionalGeneration`)
 loads as `(jaxlab.models.qwen2_vl.Qwen2VL, Qwen2VLConfig)` through
-`qwen2_vl.load_hf` (import only; both the Hub's and transformers 5's
-tensor names and config dialects).
+`load_qwen2_vl` (both the Hub's and transformers 5's tensor names and
+config dialects; mesh placement and scanned text layers as for a decoder),
+and `save` of such a model writes one (`save_qwen2_vl`: transformers 5's
+config layout, the Hub's tensor names).
 
 Scanned models (`scan_layers=True`, e.g. `load(path, scan_layers=True)`):
 the per-layer HF tensors of the layers j, j + P, ... are converted and
@@ -60,6 +62,7 @@ scanned model reads and writes the same HF tensors as the unrolled one.
 """
 
 from collections.abc import Callable, Mapping
+import dataclasses
 import json
 import os
 from typing import Any
@@ -73,6 +76,7 @@ from safetensors import safe_open
 import safetensors.numpy
 
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import qwen2_vl
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM",
                            "Qwen3ForCausalLM", "MistralForCausalLM")
@@ -796,42 +800,22 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   """
   path = os.fspath(path)
   hf_json = _read_config(path)
-  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
-  if qwen2_vl.is_hf_config(hf_json):  # (Qwen2VL, Qwen2VLConfig)
-    if mesh is not None:
-      raise ValueError("mesh placement is not supported for Qwen2-VL / "
-                       "Qwen2.5-VL checkpoints")
-    return qwen2_vl.load_hf(path, dtype=dtype, param_dtype=param_dtype,
-                            **config_overrides)
+  if is_qwen2_vl_config(hf_json):  # (Qwen2VL, Qwen2VLConfig)
+    return load_qwen2_vl(path, dtype=dtype, param_dtype=param_dtype,
+                         mesh=mesh, rules=rules, **config_overrides)
   cfg = config_from_hf(hf_json, dtype=dtype,
                        param_dtype=param_dtype,
                        where=os.path.join(path, CONFIG_FILE),
                        **config_overrides)
   files = _weight_files(path)
-  abstract = nnx.eval_shape(lambda: decoder_lib.Decoder(cfg,
-                                                        rngs=nnx.Rngs(0)))
-  graphdef, abs_state = nnx.split(abstract)
-  shardings = None
-  if mesh is not None:
-    with nnx.logical_axis_rules(rules or ()):
-      shardings = dict(nnx.to_flat_state(
-          nnx.get_named_sharding(abs_state, mesh)))
-  table = _tensor_names_for(_architecture(hf_json, CONFIG_FILE),
-                            _hf_names(cfg))
-  target_np_dtype = np.dtype(decoder_lib.to_dtype(cfg.param_dtype))
-
+  where_index = os.path.join(path, INDEX_FILE if os.path.exists(
+      os.path.join(path, INDEX_FILE)) else SINGLE_FILE)
   handles: dict[str, Any] = {}
-  flat = []
 
-  def read(param_path):
-    """One unrolled param, converted from its HF tensor (host numpy)."""
-    if param_path not in table:
-      raise ValueError(f"internal: no HF tensor mapped to {param_path}")
-    name, hf_shape, to_ours, _ = table[param_path]
+  def read(name, hf_shape):
+    """One HF tensor (host numpy), its name and shape checked."""
     if name not in files:
-      where = os.path.join(path, INDEX_FILE if os.path.exists(
-          os.path.join(path, INDEX_FILE)) else SINGLE_FILE)
-      raise ValueError(f"{where}: missing tensor {name!r}")
+      raise ValueError(f"{where_index}: missing tensor {name!r}")
     file = files[name]
     if file not in handles:
       handles[file] = _open_safetensors(file).__enter__()
@@ -841,32 +825,97 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
           f"{file}: tensor {name!r} has shape {found_shape}, expected "
           f"{hf_shape} from {CONFIG_FILE}")
     try:
-      raw = handles[file].get_tensor(name)
+      return handles[file].get_tensor(name)
     except Exception as e:  # a shard cut short after its header
       raise ValueError(f"{file}: cannot read tensor {name!r} ({e}); the "
                        "file may be truncated") from None
-    return to_ours(raw).astype(target_np_dtype)
 
   try:
-    for param_path, var in nnx.to_flat_state(abs_state):
-      stacked = _layer_paths(cfg, param_path)
-      if stacked is None:
-        arr = read(param_path)
-      else:  # scanned: the layers' tensors stacked on the host
-        arr = np.stack([read(p) for p in stacked])
-      expected = var.get_value().shape
-      assert arr.shape == expected, (param_path, arr.shape, expected)
-      if shardings is not None:
-        value = jax.device_put(arr, _fit_sharding(
-            shardings[param_path].get_value(), arr.shape))
-      else:
-        value = jnp.asarray(arr)
-      flat.append((param_path, var.replace(value)))
+    model = load_tensors(cfg, read, mesh=mesh, rules=rules,
+                         architecture=_architecture(hf_json, CONFIG_FILE))
   finally:
     for fh in handles.values():
       fh.__exit__(None, None, None)
-  state = nnx.from_flat_state(flat)
-  return nnx.merge(graphdef, state), cfg
+  return model, cfg
+
+
+def tensor_shapes(cfg: decoder_lib.DecoderConfig, *,
+                  architecture: str | None = None
+                  ) -> dict[str, tuple[int, ...]]:
+  """HF tensor name -> HF-layout shape of every tensor a `cfg` model is
+  made of: the names `load_tensors` asks for and `save` writes
+  (`architecture`: the config.json architecture whose tensor names to use,
+  e.g. "LLaDAModelLM"; None: the Llama-family names)."""
+  table = _tensor_names_for(architecture or "", _hf_names(cfg))
+  return {name: shape for name, shape, _, _ in table.values()}
+
+
+def load_tensors(cfg: decoder_lib.DecoderConfig,
+                 get_tensor: Callable[[str, tuple[int, ...]], Any], *,
+                 mesh: jax.sharding.Mesh | None = None, rules: Any = None,
+                 architecture: str | None = None) -> decoder_lib.Decoder:
+  """A `Decoder` of `cfg` filled from HF-layout tensors given by name.
+
+  The loader behind `load` (safetensors) and `jaxlab.io.gguf.load`: any
+  other source of transformers-named tensors (another file format, an
+  in-memory state dict) fills a model the same way.
+
+  Args:
+    cfg: the architecture (e.g. from `config_from_hf`).
+    get_tensor: `get_tensor(name, shape) -> array`: the HF tensor `name`
+      (e.g. "model.layers.0.self_attn.q_proj.weight") in transformers'
+      layout, whose expected HF shape is `shape` (`tensor_shapes(cfg)`
+      lists them all). It should raise a ValueError naming its source when
+      the tensor is missing or has another shape; a returned array of the
+      wrong shape raises a ValueError here. It is called once per tensor
+      (per layer of a scanned param), so a source can read lazily.
+    mesh, rules: optional mesh and logical-axis rules; every parameter is
+      placed with its `NamedSharding` as it is converted (a dim the mesh
+      axes do not divide stays replicated).
+    architecture: as in `tensor_shapes` (the names asked for).
+
+  Returns:
+    The filled `Decoder` (params in `cfg.param_dtype`; a scanned config's
+    stacked params are the layers' tensors stacked on the host).
+  """
+  abstract = nnx.eval_shape(lambda: decoder_lib.Decoder(cfg,
+                                                        rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = None
+  if mesh is not None:
+    with nnx.logical_axis_rules(rules or ()):
+      shardings = dict(nnx.to_flat_state(
+          nnx.get_named_sharding(abs_state, mesh)))
+  table = _tensor_names_for(architecture or "", _hf_names(cfg))
+  target_np_dtype = np.dtype(decoder_lib.to_dtype(cfg.param_dtype))
+
+  def read(param_path):
+    """One unrolled param, converted from its HF tensor (host numpy)."""
+    if param_path not in table:
+      raise ValueError(f"internal: no HF tensor mapped to {param_path}")
+    name, hf_shape, to_ours, _ = table[param_path]
+    raw = np.asarray(get_tensor(name, hf_shape))
+    if tuple(raw.shape) != tuple(hf_shape):
+      raise ValueError(f"tensor {name!r} has shape {tuple(raw.shape)}, "
+                       f"expected {tuple(hf_shape)}")
+    return to_ours(raw).astype(target_np_dtype)
+
+  flat = []
+  for param_path, var in nnx.to_flat_state(abs_state):
+    stacked = _layer_paths(cfg, param_path)
+    if stacked is None:
+      arr = read(param_path)
+    else:  # scanned: the layers' tensors stacked on the host
+      arr = np.stack([read(p) for p in stacked])
+    expected = var.get_value().shape
+    assert arr.shape == expected, (param_path, arr.shape, expected)
+    if shardings is not None:
+      value = jax.device_put(arr, _fit_sharding(
+          shardings[param_path].get_value(), arr.shape))
+    else:
+      value = jnp.asarray(arr)
+    flat.append((param_path, var.replace(value)))
+  return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
 def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
@@ -878,6 +927,8 @@ def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
   `load`.
   """
   path = os.fspath(path)
+  if isinstance(cfg, qwen2_vl.Qwen2VLConfig):  # Qwen2.5-VL / Qwen2-VL
+    return save_qwen2_vl(model, cfg, path)
   hf_config = config_to_hf(cfg)
   os.makedirs(path, exist_ok=True)
   table = _hf_names(cfg)
@@ -897,6 +948,369 @@ def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
         raise ValueError(f"parameter {param_path} gives {name!r} of shape "
                          f"{arr.shape}, expected {hf_shape}")
       tensors[name] = arr
+  safetensors.numpy.save_file(tensors, os.path.join(path, SINGLE_FILE),
+                              metadata={"format": "pt"})
+  with open(os.path.join(path, CONFIG_FILE), "w") as fh:
+    json.dump(hf_config, fh, indent=2)
+  return path
+
+
+# -- Qwen2.5-VL / Qwen2-VL (jaxlab.models.qwen2_vl) ---------------------
+
+
+def qwen2_vl_variant(hf: Mapping[str, Any]) -> str | None:
+  """"qwen2_5_vl" / "qwen2_vl" for such a config.json, else None."""
+  archs = hf.get("architectures") or []
+  if len(archs) == 1 and archs[0] in qwen2_vl.ARCHITECTURES:
+    return qwen2_vl.ARCHITECTURES[archs[0]]
+  if not archs and hf.get("model_type") in qwen2_vl.MODEL_TYPES:
+    return hf["model_type"]
+  return None
+
+
+def is_qwen2_vl_config(hf: Mapping[str, Any]) -> bool:
+  return qwen2_vl_variant(hf) is not None
+
+
+def qwen2_vl_config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
+                            param_dtype: str | None = None,
+                            where: str = "config.json", **overrides
+                            ) -> qwen2_vl.Qwen2VLConfig:
+  """`qwen2_vl.Qwen2VLConfig` from a Qwen2.5-VL / Qwen2-VL config.json
+  (transformers 5 nested `text_config` or the older flat text fields)."""
+  text = dict(hf.get("text_config") or {})
+  if not text.get("hidden_size"):
+    text = {k: v for k, v in hf.items() if k not in ("vision_config",
+                                                     "text_config")}
+  rope = dict(text.get("rope_parameters") or text.get("rope_scaling")
+              or hf.get("rope_scaling") or {})
+  section = rope.get("mrope_section", (16, 24, 24))
+  rtype = rope.get("rope_type", rope.get("type", "default"))
+  if rtype not in ("default", "mrope"):
+    raise ValueError(f"{where}: rope type {rtype!r} is not supported for "
+                     "Qwen2.5-VL (multimodal RoPE only)")
+  theta = rope.get("rope_theta", text.get("rope_theta",
+                                          hf.get("rope_theta", 1e6)))
+  tie = hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+  text.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+               "rope_parameters": {"rope_type": "default",
+                                   "rope_theta": theta},
+               "tie_word_embeddings": tie})
+  text.pop("rope_scaling", None)
+  tcfg = config_from_hf(text, dtype=dtype, param_dtype=param_dtype,
+                               where=where, **overrides)
+  variant = qwen2_vl_variant(hf) or "qwen2_5_vl"
+  v = dict(hf.get("vision_config") or {})
+  if "in_chans" in v:  # the Hub's config.json spelling
+    v.setdefault("in_channels", v.pop("in_chans"))
+  if variant == "qwen2_vl":  # embed_dim = tower width, hidden_size = LM's
+    embed = int(v.get("embed_dim", 1280))
+    v = {**v, "hidden_size": embed,
+         "out_hidden_size": int(v.get("hidden_size", tcfg.dim)),
+         "intermediate_size": int(embed * v.get("mlp_ratio", 4)),
+         "hidden_act": v.get("hidden_act", "quick_gelu"),
+         "fullatt_block_indexes": ()}
+    v.pop("window_size", None)
+  act = v.get("hidden_act", "silu")
+  if act not in qwen2_vl.ACTIVATIONS:
+    raise ValueError(f"{where}: vision hidden_act={act!r} unsupported; "
+                     f"supported: {', '.join(qwen2_vl.ACTIVATIONS)}")
+  vrope = v.get("rope_parameters") or {}
+  fields = {f.name for f in dataclasses.fields(qwen2_vl.VisionConfig)}
+  vkw = {k: v[k] for k in fields if k in v and v[k] is not None}
+  vkw.pop("rope_theta", None)
+  vkw["variant"] = variant
+  vcfg = qwen2_vl.VisionConfig(
+      **vkw, rope_theta=float(vrope.get("rope_theta", 10000.0)),
+      dtype=dtype, param_dtype=param_dtype or dtype)
+  return qwen2_vl.Qwen2VLConfig(
+      text=tcfg, vision=vcfg,
+      image_token_id=int(hf.get("image_token_id", 151655)),
+      video_token_id=int(hf.get("video_token_id", 151656)),
+      vision_start_token_id=int(hf.get("vision_start_token_id", 151652)),
+      mrope_section=tuple(section))
+
+
+def _qwen2_vl_vision_names(cfg: qwen2_vl.VisionConfig, prefix: str):
+  """jaxlab path under `visual` -> (HF name, HF shape, hf_to_ours,
+  ours_to_hf)."""
+  d, f = cfg.hidden_size, cfg.intermediate_size
+  m = d * cfg.spatial_merge_size ** 2
+  layer_norm = cfg.variant == "qwen2_vl"
+  same = lambda x: x  # pylint: disable=unnecessary-lambda-assignment
+  t = lambda x: x.T  # pylint: disable=unnecessary-lambda-assignment
+  conv = (d, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size,
+          cfg.patch_size)
+  table = {
+      ("patch_embed", "kernel"): (
+          "patch_embed.proj.weight", conv, lambda x: x.reshape(d, -1).T,
+          lambda x: x.T.reshape(conv)),
+      ("merger", "ln_q", "scale"): ("merger.ln_q.weight", (d,), same),
+      ("merger", "fc1", "kernel"): ("merger.mlp.0.weight", (m, m), t),
+      ("merger", "fc1", "bias"): ("merger.mlp.0.bias", (m,), same),
+      ("merger", "fc2", "kernel"): ("merger.mlp.2.weight",
+                                    (cfg.out_hidden_size, m), t),
+      ("merger", "fc2", "bias"): ("merger.mlp.2.bias",
+                                  (cfg.out_hidden_size,), same),
+  }
+  if layer_norm:
+    table[("merger", "ln_q", "bias")] = ("merger.ln_q.bias", (d,), same)
+  for i in range(cfg.depth):
+    rows = {
+        ("norm1", "scale"): ("norm1.weight", (d,), same),
+        ("norm2", "scale"): ("norm2.weight", (d,), same),
+        ("qkv", "kernel"): ("attn.qkv.weight", (3 * d, d), t),
+        ("qkv", "bias"): ("attn.qkv.bias", (3 * d,), same),
+        ("proj", "kernel"): ("attn.proj.weight", (d, d), t),
+        ("proj", "bias"): ("attn.proj.bias", (d,), same),
+    }
+    if layer_norm:
+      rows.update({
+          ("norm1", "bias"): ("norm1.bias", (d,), same),
+          ("norm2", "bias"): ("norm2.bias", (d,), same),
+          ("fc1", "kernel"): ("mlp.fc1.weight", (f, d), t),
+          ("fc1", "bias"): ("mlp.fc1.bias", (f,), same),
+          ("fc2", "kernel"): ("mlp.fc2.weight", (d, f), t),
+          ("fc2", "bias"): ("mlp.fc2.bias", (d,), same),
+      })
+    else:
+      rows.update({
+          ("gate_proj", "kernel"): ("mlp.gate_proj.weight", (f, d), t),
+          ("gate_proj", "bias"): ("mlp.gate_proj.bias", (f,), same),
+          ("up_proj", "kernel"): ("mlp.up_proj.weight", (f, d), t),
+          ("up_proj", "bias"): ("mlp.up_proj.bias", (f,), same),
+          ("down_proj", "kernel"): ("mlp.down_proj.weight", (d, f), t),
+          ("down_proj", "bias"): ("mlp.down_proj.bias", (d,), same),
+      })
+    for path, row in rows.items():
+      table[("blocks", i) + path] = (f"blocks.{i}." + row[0],) + row[1:]
+  # Every other entry is the identity or a transpose: its own inverse.
+  table = {k: v if len(v) == 4 else v + (v[2],) for k, v in table.items()}
+  return {("visual",) + k: (prefix + v[0],) + v[1:] for k, v in table.items()}
+
+
+def _qwen2_vl_tensor_table(cfg: qwen2_vl.Qwen2VLConfig,
+                           lm_prefix: str = "model.",
+                           vis_prefix: str = "visual."):
+  """jaxlab param path -> (HF name, HF shape, hf_to_ours, ours_to_hf) of
+  the whole model (text tensors under `lm_prefix`, the tower's under
+  `vis_prefix`; the defaults are the Hub's names)."""
+  table = {}
+  for p, (name, *rest) in _hf_names(cfg.text).items():
+    if name.startswith("model."):
+      name = lm_prefix + name[len("model."):]
+    table[("language_model",) + p] = (name, *rest)
+  table.update(_qwen2_vl_vision_names(cfg.vision, vis_prefix))
+  return table
+
+
+def load_qwen2_vl(path: str | os.PathLike, *, dtype: str = "float32",
+                  param_dtype: str | None = None,
+                  mesh: jax.sharding.Mesh | None = None, rules: Any = None,
+                  **config_overrides
+                  ) -> tuple[qwen2_vl.Qwen2VL, qwen2_vl.Qwen2VLConfig]:
+  """Loads a HF Qwen2.5-VL / Qwen2-VL safetensors checkpoint (no torch).
+
+  Both tensor layouts are read: the Hub's (`visual.*`, `model.layers.*`,
+  `lm_head`) and transformers 5's `save_pretrained` (`model.visual.*`,
+  `model.language_model.*`, `lm_head`). `config_overrides` go to the text
+  `DecoderConfig` (e.g. `scan_layers=True`). With `mesh` (and logical-axis
+  `rules`), every parameter is placed with its `NamedSharding` as it is
+  read: the language model's by its logical axes, as `load` places a
+  decoder (dims the mesh does not divide stay replicated); the vision
+  tower's, which carry no logical axes, replicated. (`jaxlab.io.hf.load`
+  dispatches here.)"""
+  path = os.fspath(path)
+  hf_json = _read_config(path)
+  where = os.path.join(path, CONFIG_FILE)
+  cfg = qwen2_vl_config_from_hf(hf_json, dtype=dtype,
+                                param_dtype=param_dtype, where=where,
+                                **config_overrides)
+  files = _weight_files(path)
+  if "model.language_model.embed_tokens.weight" in files:
+    lm_prefix, vis_prefix = "model.language_model.", "model.visual."
+  else:
+    lm_prefix, vis_prefix = "model.", "visual."
+  table = _qwen2_vl_tensor_table(cfg, lm_prefix, vis_prefix)
+  if not cfg.text.tie_embeddings and "lm_head.weight" not in files:
+    raise ValueError(f"{path}: missing tensor 'lm_head.weight'")
+  abstract = nnx.eval_shape(lambda: qwen2_vl.Qwen2VL(cfg, rngs=nnx.Rngs(0)))
+  graphdef, abs_state = nnx.split(abstract)
+  shardings = None
+  if mesh is not None:
+    with nnx.logical_axis_rules(rules or ()):
+      shardings = dict(nnx.to_flat_state(
+          nnx.get_named_sharding(abs_state, mesh)))
+  handles = {}
+  flat = []
+
+  def read(key, pdt):
+    if key not in table:
+      raise ValueError(f"internal: no HF tensor mapped to {key}")
+    name, shape, to_ours, _ = table[key]
+    if name not in files:
+      raise ValueError(f"{path}: missing tensor {name!r}")
+    file = files[name]
+    if file not in handles:
+      handles[file] = _open_safetensors(file).__enter__()
+    raw = handles[file].get_tensor(name)
+    if tuple(raw.shape) != shape:
+      raise ValueError(f"{file}: tensor {name!r} has shape {raw.shape}, "
+                       f"expected {shape}")
+    return np.asarray(to_ours(raw)).astype(pdt)
+
+  try:
+    for param_path, var in nnx.to_flat_state(abs_state):
+      key = tuple(param_path)
+      pdt = np.dtype(var.get_value().dtype)
+      stacked = (_layer_paths(cfg.text, key[1:])
+                 if key[0] == "language_model" else None)
+      if stacked is None:
+        arr = read(key, pdt)
+      else:  # scanned text layers: the layers' tensors stacked on the host
+        arr = np.stack([read(("language_model",) + p, pdt)
+                        for p in stacked])
+      assert arr.shape == var.get_value().shape, (key, arr.shape)
+      if shardings is None:
+        value = jnp.asarray(arr)
+      else:
+        value = jax.device_put(arr, _fit_sharding(
+            shardings[param_path].get_value(), arr.shape))
+      flat.append((param_path, var.replace(value)))
+  finally:
+    for fh in handles.values():
+      fh.__exit__(None, None, None)
+  return nnx.merge(graphdef, nnx.from_flat_state(flat)), cfg
+
+
+def qwen2_vl_config_to_hf(cfg: qwen2_vl.Qwen2VLConfig) -> dict[str, Any]:
+  """config.json of `cfg` for `Qwen2_5_VLForConditionalGeneration` /
+  `Qwen2VLForConditionalGeneration` in transformers 5's layout: the text
+  fields nested in `text_config`, whose `rope_parameters` hold
+  `mrope_section`."""
+  text = config_to_hf(cfg.text)
+  if text["architectures"] != ["Qwen2ForCausalLM"]:
+    raise ValueError(
+        "the language model of a Qwen2-VL / Qwen2.5-VL export must be a "
+        f"Qwen2 decoder (qkv biases, one RoPE); this one exports as "
+        f"{text['architectures'][0]}")
+  if text.get("rope_scaling") is not None:
+    raise ValueError(f"rope_scaling={dict(cfg.text.rope_scaling)} cannot be "
+                     "combined with multimodal RoPE in transformers")
+  variant = cfg.vision.variant
+  for key in ("architectures", "model_type", "rope_scaling", "rope_theta",
+              "torch_dtype", "tie_word_embeddings"):
+    text.pop(key, None)
+  section = list(cfg.mrope_section)
+  theta = cfg.text.rope_theta
+  text_v5 = {**text, "model_type": variant + "_text",
+             "rope_parameters": {"rope_type": "default",
+                                 "rope_theta": theta,
+                                 "mrope_section": section}}
+  v = cfg.vision
+  if variant == "qwen2_vl":
+    vision = {"depth": v.depth, "embed_dim": v.hidden_size,
+              "hidden_size": v.out_hidden_size,
+              "mlp_ratio": v.intermediate_size // v.hidden_size,
+              "num_heads": v.num_heads, "in_channels": v.in_channels,
+              "patch_size": v.patch_size,
+              "spatial_merge_size": v.spatial_merge_size,
+              "temporal_patch_size": v.temporal_patch_size,
+              "hidden_act": v.hidden_act}
+    if v.intermediate_size % v.hidden_size:
+      raise ValueError(f"vision intermediate_size={v.intermediate_size} is "
+                       f"not a multiple of embed_dim={v.hidden_size} "
+                       "(transformers' Qwen2-VL has an integer mlp_ratio)")
+  else:
+    vision = {"depth": v.depth, "hidden_size": v.hidden_size,
+              "intermediate_size": v.intermediate_size,
+              "num_heads": v.num_heads, "in_channels": v.in_channels,
+              "patch_size": v.patch_size,
+              "spatial_merge_size": v.spatial_merge_size,
+              "temporal_patch_size": v.temporal_patch_size,
+              "window_size": v.window_size,
+              "out_hidden_size": v.out_hidden_size,
+              "fullatt_block_indexes": list(v.fullatt_block_indexes),
+              "tokens_per_second": v.tokens_per_second,
+              "hidden_act": v.hidden_act}
+  if v.rope_theta != 10000.0:
+    raise ValueError(f"vision rope_theta={v.rope_theta}: transformers' "
+                     "Qwen-VL towers use 10000")
+  if v.norm_eps != 1e-6:
+    raise ValueError(f"vision norm_eps={v.norm_eps}: transformers' Qwen-VL "
+                     "towers use 1e-6")
+  return {
+      "architectures": [qwen2_vl.MODEL_TYPES[variant]],
+      "model_type": variant,
+      "text_config": text_v5,
+      "vision_config": vision,
+      "image_token_id": cfg.image_token_id,
+      "video_token_id": cfg.video_token_id,
+      "vision_start_token_id": cfg.vision_start_token_id,
+      "tie_word_embeddings": cfg.text.tie_embeddings,
+      "torch_dtype": cfg.text.param_dtype,
+  }
+
+
+def _lora_deltas(model: nnx.Module) -> dict[tuple[Any, ...], np.ndarray]:
+  """Param path -> (alpha / r) A @ B of the LoRA factors `<name>_lora_a` /
+  `<name>_lora_b` next to it (`jaxlab.train.lora`: A `[in..., r]`, B `[r,
+  out...]`, the scale in A's `lora_scale` metadata; stacked per layer when
+  A's first logical axis is "layers")."""
+  flat = {tuple(p): v for p, v in nnx.to_flat_state(nnx.state(model))}
+  out = {}
+  for path, var in flat.items():
+    name = path[-1]
+    if not (isinstance(name, str) and name.endswith("_lora_a")):
+      continue
+    base = path[:-1] + (name[:-len("_lora_a")],)
+    a = np.asarray(var.get_value(), np.float32)
+    b = np.asarray(flat[path[:-1] + (base[-1] + "_lora_b",)].get_value(),
+                   np.float32)
+    meta = var.get_metadata()
+    axes = tuple(meta.get("out_sharding") or ())
+    if axes and axes[0] == "layers":
+      delta = np.stack([np.tensordot(x, y, axes=1) for x, y in zip(a, b)])
+    else:
+      delta = np.tensordot(a, b, axes=1)
+    out[base] = delta * np.float32(meta["lora_scale"])
+  return out
+
+
+def save_qwen2_vl(model: qwen2_vl.Qwen2VL, cfg: qwen2_vl.Qwen2VLConfig,
+                  path: str | os.PathLike) -> str:
+  """Writes `config.json` (`qwen2_vl_config_to_hf`) and `model.safetensors`
+  with the Hub's tensor names (`visual.*`, `model.layers.*`,
+  `lm_head.weight`), which transformers' `from_pretrained` and
+  `load_qwen2_vl` read. Tensors keep the parameter dtype. A weight with LoRA
+  factors (`jaxlab.train.lora.add_lora`) is written as the weight the
+  trainer computes with, W + (alpha / r) A @ B (`_lora_deltas`).
+  (`jaxlab.io.hf.save` dispatches here.)"""
+  path = os.fspath(path)
+  hf_config = qwen2_vl_config_to_hf(cfg)
+  table = _qwen2_vl_tensor_table(cfg)
+  deltas = _lora_deltas(model)
+  tensors = {}
+  for param_path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    param_path = tuple(param_path)
+    value = np.asarray(var.get_value())
+    if param_path in deltas:
+      value = value + deltas.pop(param_path).astype(value.dtype)
+    stacked = None
+    if param_path[0] == "language_model":
+      stacked = _layer_paths(cfg.text, param_path[1:])
+    pieces = ([(param_path, value)] if stacked is None else
+              [(("language_model",) + p, x) for p, x in zip(stacked, value)])
+    for piece_path, piece in pieces:
+      if piece_path not in table:
+        raise ValueError(f"parameter {param_path} has no HF equivalent")
+      name, hf_shape, _, to_hf = table[piece_path]
+      arr = np.ascontiguousarray(to_hf(piece))
+      if arr.shape != hf_shape:
+        raise ValueError(f"parameter {param_path} gives {name!r} of shape "
+                         f"{arr.shape}, expected {hf_shape}")
+      tensors[name] = arr
+  os.makedirs(path, exist_ok=True)
   safetensors.numpy.save_file(tensors, os.path.join(path, SINGLE_FILE),
                               metadata={"format": "pt"})
   with open(os.path.join(path, CONFIG_FILE), "w") as fh:

@@ -26,6 +26,7 @@ import json
 import os
 from typing import Any
 
+import jax.numpy as jnp
 from flax import nnx
 import numpy as np
 
@@ -99,7 +100,15 @@ def load(model: nnx.Module, path: str, meta: Any = None) -> Any:
     diff = sorted(set(mine.items()) ^ set(theirs.items()))[:4]
     raise ValueError(f"{path} does not match the model's parameters "
                      f"(first differences, path and shape: {diff})")
+  def value(var, arr):
+    # .npz stores bfloat16 (an ml_dtypes dtype) as raw 2-byte void: view it
+    # back as the parameter's dtype; device arrays, as `save` read them.
+    want = np.dtype(var.get_value().dtype)
+    if arr.dtype.kind == "V" and arr.dtype.itemsize == want.itemsize:
+      arr = arr.view(want)
+    return jnp.asarray(arr)
+
   nnx.update(model, nnx.from_flat_state(
-      [(k, v.replace(stored["/".join(map(str, k))]))
+      [(k, v.replace(value(v, stored["/".join(map(str, k))])))
        for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))]))
   return saved

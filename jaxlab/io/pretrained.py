@@ -175,15 +175,14 @@ def tokenizer_dir(name: str) -> str:
     try:
       os.replace(tmp, out)
     except OSError:  # another process wrote it first
-      pass
+      import shutil  # pylint: disable=g-import-not-at-top
+      shutil.rmtree(tmp, ignore_errors=True)
   return out
 
 
-def tokenizer(name: str, out_dir: str | None = None):
-  """The checkpoint's own tokenizer (a jaxlab `HFTokenizer`)."""
-  src = path(name)
-  if src.endswith(".gguf"):
-    from jaxlab.io import gguf  # pylint: disable=g-import-not-at-top
-    return gguf.tokenizer(src, out_dir)
+def tokenizer(name: str):
+  """The checkpoint's own tokenizer (a jaxlab `HFTokenizer`); a GGUF's is
+  converted once into `tokenizer_dir` (transformers' GGUF conversion takes
+  ~30 s for a 49k vocabulary) and read from there afterwards."""
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
-  return tokenizers.from_pretrained(src)
+  return tokenizers.from_pretrained(tokenizer_dir(name))

@@ -57,6 +57,7 @@ from flax import nnx
 from flax import struct
 
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import registry
 from jaxlab.nn import gumbel
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import partitioning as pt
@@ -592,3 +593,23 @@ def controller_config(section: Any) -> ControllerConfig:
                        f"field; valid: {', '.join(sorted(fields))}")
     kw[key] = value
   return ControllerConfig(**kw)
+
+
+# -- model.name="controller" (the registry finds it by package walk) ----------
+
+
+@registry.register("controller")
+def _build_controller(model_cfg, *, vocab_size: int | None = None,
+                      seed: int = 0) -> registry.ModelSpec:
+  """Decoder fields plus a `controller` section (paper I, ControllerConfig)."""
+  dcfg = registry.decoder_config({k: v for k, v in dict(model_cfg).items()
+                                  if k != "controller"},
+                                 vocab_size=vocab_size)
+  ccfg = controller_config(model_cfg.get("controller"))
+  n_ctrl = len(controller_layers(dcfg.num_layers, ccfg.every_p))
+  return registry.ModelSpec(
+      factory=lambda: ControlledDecoder(dcfg, ccfg, rngs=nnx.Rngs(seed)),
+      config=dcfg,
+      flops_per_token=lambda t: (
+          registry.decoder_train_flops_per_token(dcfg, t) + 3.0 * n_ctrl *
+          controller_forward_flops(dcfg.dim, ccfg)))

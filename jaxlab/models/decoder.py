@@ -303,8 +303,13 @@ class LayerSpec:
 class DecoderOutput:
   logits: jax.Array  # [B, T, V] float32
   cache: attn_lib.KVCache | None = None
-  # (embeddings, after layer 1, ..., after layer L): the residual stream
-  # before the final norm, each [B, T, D].
+  # L + 1 entries, each [B, T, D]: (embeddings, after layer 1, ..., after
+  # layer L). By default the last one is the residual stream BEFORE the final
+  # norm (so `unembed(hidden_states[-1])` gives the logits); with
+  # `forward(final_norm_hidden=True)` it is AFTER the final norm, the
+  # convention of transformers' `output_hidden_states` (then
+  # `lm_head(hidden_states[-1])` gives the logits). Entries 0..L-1 are the
+  # same either way.
   hidden_states: tuple[jax.Array, ...] | None = None
   # Per layer (q `[B, T, N, H]`, k `[B, T, K, H]`) after RoPE (un-rotated in
   # NoPE layers), for probing (frequency entropy); only with output_qk=True.
@@ -356,12 +361,18 @@ class Block(nnx.Module):
       self.post_attn_norm = self.post_mlp_norm = None
 
   def __call__(self, h_btd, cos_btd, sin_btd, mask, layer_cache, cache_index,
-               is_causal=False, output_attentions=False):
+               is_causal=False, output_attentions=False, segment_ids_bt=None,
+               sliding_window=None):
     """(h `[B, T, D]`, new (k, v) cache or None, probs or None)."""
+    # The structured-mask keywords only when used: an attention module
+    # swapped in (e.g. LeSTD's TuckerAttention) need not take them.
+    structured = {k: v for k, v in (("segment_ids_bt", segment_ids_bt),
+                                    ("sliding_window", sliding_window))
+                  if v is not None}
     res = self.attn(self.attn_norm(h_btd), cos_btd=cos_btd, sin_btd=sin_btd,
                     mask=mask, is_causal=is_causal, layer_cache=layer_cache,
                     cache_index=cache_index,
-                    output_attentions=output_attentions)
+                    output_attentions=output_attentions, **structured)
     a, new_cache = res[0], res[1]
     probs = res[2] if output_attentions else None
     if self.post_attn_norm is not None:
@@ -512,14 +523,33 @@ class Decoder(nnx.Module):
 
   def unembed(self, h_btd: jax.Array) -> jax.Array:
     """Final norm + LM head: float32 logits `[..., V]` for `h [..., D]`
-    (`[B, T, D]`, or the `[C, D]` token chunks of the chunked loss)."""
+    (`[B, T, D]`, or the `[C, D]` token chunks of the chunked loss).
+
+    `h` is the residual stream BEFORE the final norm (`hidden_states[-1]` of
+    `forward(output_hidden_states=True)`); `lm_head` takes normed states."""
+    return self.lm_head(self.final_norm(h_btd))
+
+  def lm_head(self, normed_btd: jax.Array) -> jax.Array:
+    """LM head alone: float32 logits `[..., V]` for final-normed `[..., D]`
+    states (transformers' `hidden_states[-1]`, i.e. `forward(...,
+    output_hidden_states=True, final_norm_hidden=True).hidden_states[-1]`).
+
+    The matmul reads the compute-dtype states and weights (bf16 in a bf16
+    model) but accumulates and returns float32
+    (`preferred_element_type`), so the logits are never rounded to bf16:
+    rounded logits tie (SmolLM2-135M in bf16: the top two at 25.25) and
+    greedy choices then flip with left padding. Softcapping
+    (`final_logit_softcap`) is applied in float32."""
     dt = to_dtype(self.cfg.dtype)
-    h = self.final_norm(h_btd).astype(dt)
+    out_dt = dtypes.at_least_float32(dt)
+    h = normed_btd.astype(dt)
     if self.lm_head_dv is None:
-      logits = jnp.einsum("...d,vd->...v", h, self.embed_vd[...].astype(dt))
+      logits = jnp.einsum("...d,vd->...v", h, self.embed_vd[...].astype(dt),
+                          preferred_element_type=out_dt)
     else:
-      logits = h @ self.lm_head_dv[...].astype(dt)
-    logits = logits.astype(dtypes.at_least_float32(logits.dtype))
+      logits = jnp.einsum("...d,dv->...v", h, self.lm_head_dv[...].astype(dt),
+                          preferred_element_type=out_dt)
+    logits = logits.astype(out_dt)
     cap = self.cfg.final_logit_softcap
     if cap is not None:
       logits = cap * jnp.tanh(logits / cap)
@@ -624,6 +654,7 @@ class Decoder(nnx.Module):
               extra_mask: jax.Array | None = None,
               cache: attn_lib.KVCache | None = None,
               output_hidden_states: bool = False,
+              final_norm_hidden: bool = False,
               rope_pair_weights: jax.Array | None = None,
               output_qk: bool = False,
               output_attentions: bool = False,
@@ -649,6 +680,10 @@ class Decoder(nnx.Module):
         cache when one is given.
       attention_mask: `[B, T]` True/1 for real tokens, False/0 for padding.
       segment_ids: `[B, T]` ids of packed sequences (no cross-attention).
+        Without a cache or a padding / extra / allowed mask, attention
+        within a segment is causal by index (packing's positions, which
+        increase by one within a segment) and no dense mask is built (the
+        splash kernel takes the segment ids on TPU).
       extra_mask: arbitrary boolean mask broadcastable to `[B, N, T, S]`,
         AND-ed in (only denies).
       cache: a `KVCache`; the T new tokens are written at `cache.index`
@@ -656,7 +691,15 @@ class Decoder(nnx.Module):
         pass the capacity (checked when the index is concrete; under jit the
         logits of an overflowing call are NaN and `cache.index` ends above
         `cache.max_len`, see `KVCache`).
-      output_hidden_states: also return the residual stream of every layer.
+      output_hidden_states: also return the residual stream of every layer:
+        L + 1 entries (embedding output, then each layer's output).
+      final_norm_hidden: where the LAST hidden state is taken. False
+        (default, jaxlab's convention): before the final norm, the raw
+        residual stream of layer L (`unembed(hidden_states[-1])` == logits).
+        True: after the final norm, as transformers' `hidden_states[-1]`
+        (`lm_head(hidden_states[-1])` == logits); use it when comparing
+        with, or porting code written against, transformers. Only the last
+        entry differs.
       rope_pair_weights: optional `[head_dim // 2]` (or `[L, head_dim // 2]`)
         per-pair rotation weights (1 = plain RoPE).
       output_qk: also return each layer's post-RoPE queries and keys.
@@ -699,6 +742,16 @@ class Decoder(nnx.Module):
     plain = (cache is None and attention_mask is None and segment_ids is None
              and extra_mask is None and allowed_mask is None
              and user_positions is None)
+    # Self-attention whose mask is causal (or bidirectional) by index within
+    # packed segments, with each layer's sliding window: no dense mask is
+    # built; each layer's attention gets the segment ids and its window
+    # (the splash kernel's segment ids on TPU, a mask built per call on the
+    # XLA path). Packed positions increase by one within a segment, so the
+    # rule by index is the rule by position. Positions without segment ids
+    # may be anything and keep the dense mask.
+    structured = (cache is None and attention_mask is None
+                  and extra_mask is None and allowed_mask is None
+                  and (user_positions is None or segment_ids is not None))
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     positions = positions.astype(jnp.int32)
@@ -714,7 +767,7 @@ class Decoder(nnx.Module):
     # built once outside the layer loop.
     masks = {}
     for window in dict.fromkeys(spec.sliding_window for spec in specs):
-      if plain and window is None:
+      if structured or (plain and window is None):
         masks[window] = None
       elif cache is not None:
         # Slots are per KV head (a cache policy may keep different keys per
@@ -762,7 +815,9 @@ class Decoder(nnx.Module):
       mask = masks[spec.sliding_window]
       return blk(h, cos, sin, mask, layer_cache, index,
                  is_causal=mask is None and is_causal_cfg,
-                 output_attentions=output_attentions)
+                 output_attentions=output_attentions,
+                 segment_ids_bt=segment_ids if structured else None,
+                 sliding_window=spec.sliding_window if structured else None)
 
     hidden = [h] if output_hidden_states else None
     qk = [] if output_qk else None
@@ -817,7 +872,13 @@ class Decoder(nnx.Module):
                       per_layer([c for _, c in ys["qk"]])))
 
     new_cache = None
-    logits = self.unembed(h)
+    if final_norm_hidden:
+      h = self.final_norm(h)
+      logits = self.lm_head(h)
+      if hidden is not None:
+        hidden[-1] = h
+    else:
+      logits = self.unembed(h)
     if cache is not None:
       new_cache = attn_lib.KVCache(k=tuple(new_k), v=tuple(new_v),
                                    positions=cache_positions,

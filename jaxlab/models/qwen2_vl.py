@@ -51,10 +51,18 @@ and the text after it resumes at p + max(h, w). The rotary pairs of
 head_dim / 2 are split by `mrope_section` into temporal / height / width
 chunks that rotate by the corresponding axis. The causal mask follows the
 token order.
+
+Elsewhere: checkpoints load and save through `jaxlab.io.hf.load` / `save`
+(`load_qwen2_vl`, `save_qwen2_vl`: transformers' `from_pretrained` reads
+what `save` writes); images and videos become `pixel_values` and grids
+through `jaxlab.data.vision_processor` (transformers' Qwen2-VL processors);
+`jaxlab.decoding.sampler.generate(model, prompts, multimodal={...})`
+generates from image / video prompts (`multimodal_inputs`: the prefix
+once, then KV-cached decoding at text positions + `rope_deltas`).
 """
 
 import dataclasses
-import os
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,6 +82,7 @@ VARIANTS = ("qwen2_5_vl", "qwen2_vl")
 _ACTIVATIONS = {"silu": jax.nn.silu, "swish": jax.nn.silu,
                 "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
                 "gelu": lambda x: jax.nn.gelu(x, approximate=False)}
+ACTIVATIONS = tuple(_ACTIVATIONS)  # vision hidden_act values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -532,26 +541,50 @@ class Qwen2VL(nnx.Module):
       h = _scatter(h, ids, tok, feats)
     return h
 
-  def forward(self, input_ids_bt, *, pixel_values=None, image_grid_thw=None,
-              pixel_values_videos=None, video_grid_thw=None,
-              second_per_grid_ts=None, attention_mask=None,
-              positions_3bt=None, **kwargs) -> decoder_lib.DecoderOutput:
+  def forward(self, input_ids_bt=None, *, pixel_values=None,
+              image_grid_thw=None, pixel_values_videos=None,
+              video_grid_thw=None, second_per_grid_ts=None,
+              attention_mask=None, positions_3bt=None, rope_deltas=None,
+              inputs_embeds=None, **kwargs) -> decoder_lib.DecoderOutput:
     """Logits (a `DecoderOutput`) of the multimodal prompt.
 
     `positions_3bt` (default `rope_index` of the prompt) are the M-RoPE
     positions; further keywords go to `Decoder.forward` (e.g.
     `output_hidden_states`, `cache`: prefill the prompt with its images,
     then decode text tokens with `positions_3bt=decode_positions(deltas,
-    index)`, `deltas` from `rope_index` of the prompt). Grids are static:
-    under `jit` close over them (or mark them static) and pass
-    `positions_3bt` computed outside (the placeholder count is then not
-    checked)."""
-    h = self.embed(input_ids_bt, pixel_values, image_grid_thw,
-                   pixel_values_videos, video_grid_thw)
-    if positions_3bt is None:
-      if isinstance(input_ids_bt, jax.core.Tracer):
-        raise ValueError("under jit, pass positions_3bt (rope_index of the "
-                         "prompt, computed outside)")
+    index)`, or with `rope_deltas=deltas` (`[B]`, from `rope_index` of the
+    prompt): the text positions the decoder counts (over `attention_mask`,
+    continuing from the cache, or `positions`) plus the row's delta on all
+    three axes, as transformers decodes). Grids are static: under `jit`
+    close over them (or mark them static) and pass `positions_3bt` computed
+    outside (the placeholder count is then not checked). `inputs_embeds`
+    (from `embed` / `multimodal_inputs`) replaces the token embedding."""
+    if inputs_embeds is None:
+      if input_ids_bt is None:
+        raise ValueError("give input_ids_bt or inputs_embeds")
+      h = self.embed(input_ids_bt, pixel_values, image_grid_thw,
+                     pixel_values_videos, video_grid_thw)
+    else:
+      if input_ids_bt is not None or pixel_values is not None or (
+          pixel_values_videos is not None):
+        raise ValueError("inputs_embeds already holds the vision features: "
+                         "give no input_ids_bt / pixel_values with it")
+      h = inputs_embeds
+    if positions_3bt is None and rope_deltas is not None:
+      b, t = h.shape[:2]
+      valid = (jnp.ones((b, t), bool) if attention_mask is None
+               else jnp.asarray(attention_mask).astype(bool))
+      pos = kwargs.get("positions")
+      if pos is None:
+        pos = self.language_model.default_positions(valid,
+                                                    kwargs.get("cache"))
+      pos = jnp.asarray(pos) + jnp.asarray(rope_deltas).reshape(-1, 1)
+      positions_3bt = jnp.broadcast_to(pos[None], (3, b, t))
+    elif positions_3bt is None:
+      if input_ids_bt is None or isinstance(input_ids_bt, jax.core.Tracer):
+        raise ValueError("under jit or with inputs_embeds, pass "
+                         "positions_3bt (rope_index of the prompt, computed "
+                         "outside) or rope_deltas")
       positions_3bt, _ = rope_index(
           input_ids_bt, self.cfg, image_grid_thw, video_grid_thw,
           second_per_grid_ts, attention_mask)
@@ -560,193 +593,58 @@ class Qwen2VL(nnx.Module):
         inputs_embeds=h, attention_mask=attention_mask,
         rope_tables=(cos, sin), **kwargs)
 
+  # -- the sampler's model protocol (jaxlab.decoding.sampler.generate) ------
 
-# -- Hugging Face import -----------------------------------------------------
+  def init_cache(self, batch: int, max_len: int, dtype=None):
+    return self.language_model.init_cache(batch, max_len, dtype)
 
+  @staticmethod
+  def default_positions(valid_bt, cache=None):
+    return decoder_lib.Decoder.default_positions(valid_bt, cache)
 
-def hf_variant(hf: Mapping[str, Any]) -> str | None:
-  """"qwen2_5_vl" / "qwen2_vl" for such a config.json, else None."""
-  archs = hf.get("architectures") or []
-  if len(archs) == 1 and archs[0] in ARCHITECTURES:
-    return ARCHITECTURES[archs[0]]
-  if not archs and hf.get("model_type") in MODEL_TYPES:
-    return hf["model_type"]
-  return None
+  def unembed(self, h_btd):
+    return self.language_model.unembed(h_btd)
 
-
-def is_hf_config(hf: Mapping[str, Any]) -> bool:
-  return hf_variant(hf) is not None
-
-
-def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
-                   param_dtype: str | None = None, where: str = "config.json",
-                   **overrides) -> Qwen2VLConfig:
-  """`Qwen2VLConfig` from a Qwen2.5-VL / Qwen2-VL config.json
-  (transformers 5 nested `text_config` or the older flat text fields)."""
-  from jaxlab.io import hf as hf_lib  # pylint: disable=g-import-not-at-top
-  text = dict(hf.get("text_config") or {})
-  if not text.get("hidden_size"):
-    text = {k: v for k, v in hf.items() if k not in ("vision_config",
-                                                     "text_config")}
-  rope = dict(text.get("rope_parameters") or text.get("rope_scaling")
-              or hf.get("rope_scaling") or {})
-  section = rope.get("mrope_section", (16, 24, 24))
-  rtype = rope.get("rope_type", rope.get("type", "default"))
-  if rtype not in ("default", "mrope"):
-    raise ValueError(f"{where}: rope type {rtype!r} is not supported for "
-                     "Qwen2.5-VL (multimodal RoPE only)")
-  theta = rope.get("rope_theta", text.get("rope_theta",
-                                          hf.get("rope_theta", 1e6)))
-  tie = hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
-  text.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
-               "rope_parameters": {"rope_type": "default",
-                                   "rope_theta": theta},
-               "tie_word_embeddings": tie})
-  text.pop("rope_scaling", None)
-  tcfg = hf_lib.config_from_hf(text, dtype=dtype, param_dtype=param_dtype,
-                               where=where, **overrides)
-  variant = hf_variant(hf) or "qwen2_5_vl"
-  v = dict(hf.get("vision_config") or {})
-  if "in_chans" in v:  # the Hub's config.json spelling
-    v.setdefault("in_channels", v.pop("in_chans"))
-  if variant == "qwen2_vl":  # embed_dim = tower width, hidden_size = LM's
-    embed = int(v.get("embed_dim", 1280))
-    v = {**v, "hidden_size": embed,
-         "out_hidden_size": int(v.get("hidden_size", tcfg.dim)),
-         "intermediate_size": int(embed * v.get("mlp_ratio", 4)),
-         "hidden_act": v.get("hidden_act", "quick_gelu"),
-         "fullatt_block_indexes": ()}
-    v.pop("window_size", None)
-  act = v.get("hidden_act", "silu")
-  if act not in _ACTIVATIONS:
-    raise ValueError(f"{where}: vision hidden_act={act!r} unsupported; "
-                     f"supported: {', '.join(_ACTIVATIONS)}")
-  vrope = v.get("rope_parameters") or {}
-  fields = {f.name for f in dataclasses.fields(VisionConfig)}
-  vkw = {k: v[k] for k in fields if k in v and v[k] is not None}
-  vkw.pop("rope_theta", None)
-  vkw["variant"] = variant
-  vcfg = VisionConfig(
-      **vkw, rope_theta=float(vrope.get("rope_theta", 10000.0)),
-      dtype=dtype, param_dtype=param_dtype or dtype)
-  return Qwen2VLConfig(
-      text=tcfg, vision=vcfg,
-      image_token_id=int(hf.get("image_token_id", 151655)),
-      video_token_id=int(hf.get("video_token_id", 151656)),
-      vision_start_token_id=int(hf.get("vision_start_token_id", 151652)),
-      mrope_section=tuple(section))
+  def multimodal_inputs(self, input_ids_bt, attention_mask=None, *,
+                        pixel_values=None, image_grid_thw=None,
+                        pixel_values_videos=None, video_grid_thw=None,
+                        second_per_grid_ts=None
+                        ) -> tuple[jax.Array, dict[str, Any],
+                                   dict[str, Any]]:
+    """The prefix of a (left-padded) multimodal batch, computed once:
+    (inputs_embeds `[B, T, D]` with the vision features in the
+    placeholders, prefill keywords {"positions_3bt": `[3, B, T]`}, decode
+    keywords {"rope_deltas": `[B]`}) for `forward`. The vision tower and
+    the scatter run under one `jit` per (grids, shapes); the placeholder
+    runs are checked against the grids (`rope_index`) on the host."""
+    ids = np.asarray(input_ids_bt)
+    positions, deltas = rope_index(ids, self.cfg, image_grid_thw,
+                                   video_grid_thw, second_per_grid_ts,
+                                   attention_mask)
+    for grid, tok, what in ((image_grid_thw, self.cfg.image_token_id,
+                             "image"),
+                            (video_grid_thw, self.cfg.video_token_id,
+                             "video")):
+      n = int(np.sum(ids == tok))
+      want = 0 if grid is None else sum(
+          t * h * w for t, h, w in _grids(grid)) // (
+              self.cfg.vision.spatial_merge_size ** 2)
+      if n != want:
+        raise ValueError(f"{n} {what} placeholder tokens {tok} for {want} "
+                         f"{what} features (grids {grid})")
+    img = None if image_grid_thw is None else tuple(_grids(image_grid_thw))
+    vid = None if video_grid_thw is None else tuple(_grids(video_grid_thw))
+    h = _embed_jit(self, jnp.asarray(ids), pixel_values,
+                   pixel_values_videos, image_grid=img, video_grid=vid)
+    return (h, {"positions_3bt": jnp.asarray(positions, jnp.int32)},
+            {"rope_deltas": jnp.asarray(deltas, jnp.int32)})
 
 
-def _vision_names(cfg: VisionConfig, prefix: str):
-  """jaxlab path under `visual` -> (HF name, HF shape, hf_to_ours)."""
-  d, f = cfg.hidden_size, cfg.intermediate_size
-  m = d * cfg.spatial_merge_size ** 2
-  layer_norm = cfg.variant == "qwen2_vl"
-  same = lambda x: x  # pylint: disable=unnecessary-lambda-assignment
-  t = lambda x: x.T  # pylint: disable=unnecessary-lambda-assignment
-  table = {
-      ("patch_embed", "kernel"): (
-          "patch_embed.proj.weight",
-          (d, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size,
-           cfg.patch_size), lambda x: x.reshape(d, -1).T),
-      ("merger", "ln_q", "scale"): ("merger.ln_q.weight", (d,), same),
-      ("merger", "fc1", "kernel"): ("merger.mlp.0.weight", (m, m), t),
-      ("merger", "fc1", "bias"): ("merger.mlp.0.bias", (m,), same),
-      ("merger", "fc2", "kernel"): ("merger.mlp.2.weight",
-                                    (cfg.out_hidden_size, m), t),
-      ("merger", "fc2", "bias"): ("merger.mlp.2.bias",
-                                  (cfg.out_hidden_size,), same),
-  }
-  if layer_norm:
-    table[("merger", "ln_q", "bias")] = ("merger.ln_q.bias", (d,), same)
-  for i in range(cfg.depth):
-    rows = {
-        ("norm1", "scale"): ("norm1.weight", (d,), same),
-        ("norm2", "scale"): ("norm2.weight", (d,), same),
-        ("qkv", "kernel"): ("attn.qkv.weight", (3 * d, d), t),
-        ("qkv", "bias"): ("attn.qkv.bias", (3 * d,), same),
-        ("proj", "kernel"): ("attn.proj.weight", (d, d), t),
-        ("proj", "bias"): ("attn.proj.bias", (d,), same),
-    }
-    if layer_norm:
-      rows.update({
-          ("norm1", "bias"): ("norm1.bias", (d,), same),
-          ("norm2", "bias"): ("norm2.bias", (d,), same),
-          ("fc1", "kernel"): ("mlp.fc1.weight", (f, d), t),
-          ("fc1", "bias"): ("mlp.fc1.bias", (f,), same),
-          ("fc2", "kernel"): ("mlp.fc2.weight", (d, f), t),
-          ("fc2", "bias"): ("mlp.fc2.bias", (d,), same),
-      })
-    else:
-      rows.update({
-          ("gate_proj", "kernel"): ("mlp.gate_proj.weight", (f, d), t),
-          ("gate_proj", "bias"): ("mlp.gate_proj.bias", (f,), same),
-          ("up_proj", "kernel"): ("mlp.up_proj.weight", (f, d), t),
-          ("up_proj", "bias"): ("mlp.up_proj.bias", (f,), same),
-          ("down_proj", "kernel"): ("mlp.down_proj.weight", (d, f), t),
-          ("down_proj", "bias"): ("mlp.down_proj.bias", (d,), same),
-      })
-    for path, row in rows.items():
-      table[("blocks", i) + path] = (f"blocks.{i}." + row[0],) + row[1:]
-  return {("visual",) + k: (prefix + v[0],) + v[1:] for k, v in table.items()}
-
-
-def load_hf(path: str | os.PathLike, *, dtype: str = "float32",
-            param_dtype: str | None = None, **config_overrides
-            ) -> tuple[Qwen2VL, Qwen2VLConfig]:
-  """Loads a HF Qwen2.5-VL / Qwen2-VL safetensors checkpoint (no torch).
-
-  Both tensor layouts are read: the Hub's (`visual.*`, `model.layers.*`,
-  `lm_head`) and transformers 5's `save_pretrained` (`model.visual.*`,
-  `model.language_model.*`, `lm_head`). `config_overrides` go to the text
-  `DecoderConfig`. (`jaxlab.io.hf.load` dispatches here.)"""
-  # pylint: disable=protected-access
-  from jaxlab.io import hf as hf_lib  # pylint: disable=g-import-not-at-top
-  path = os.fspath(path)
-  hf_json = hf_lib._read_config(path)
-  where = os.path.join(path, hf_lib.CONFIG_FILE)
-  cfg = config_from_hf(hf_json, dtype=dtype, param_dtype=param_dtype,
-                       where=where, **config_overrides)
-  files = hf_lib._weight_files(path)
-  if "model.language_model.embed_tokens.weight" in files:
-    lm_prefix, vis_prefix = "model.language_model.", "model.visual."
-  else:
-    lm_prefix, vis_prefix = "model.", "visual."
-  table = {}
-  for p, (name, shape, to_ours, _) in hf_lib._hf_names(cfg.text).items():
-    if name.startswith("model."):
-      name = lm_prefix + name[len("model."):]
-    table[("language_model",) + p] = (name, shape, to_ours)
-  table.update(_vision_names(cfg.vision, vis_prefix))
-  if not cfg.text.tie_embeddings and "lm_head.weight" not in files:
-    raise ValueError(f"{path}: missing tensor 'lm_head.weight'")
-  abstract = nnx.eval_shape(lambda: Qwen2VL(cfg, rngs=nnx.Rngs(0)))
-  graphdef, abs_state = nnx.split(abstract)
-  handles = {}
-  flat = []
-  try:
-    for param_path, var in nnx.to_flat_state(abs_state):
-      key = tuple(param_path)
-      if key not in table:
-        raise ValueError(f"internal: no HF tensor mapped to {key}")
-      name, shape, to_ours = table[key]
-      if name not in files:
-        raise ValueError(f"{path}: missing tensor {name!r}")
-      file = files[name]
-      if file not in handles:
-        handles[file] = hf_lib._open_safetensors(file).__enter__()
-      raw = handles[file].get_tensor(name)
-      if tuple(raw.shape) != shape:
-        raise ValueError(f"{file}: tensor {name!r} has shape {raw.shape}, "
-                         f"expected {shape}")
-      pdt = np.dtype(var.get_value().dtype)
-      arr = np.asarray(to_ours(raw)).astype(pdt)
-      assert arr.shape == var.get_value().shape, (key, arr.shape)
-      flat.append((param_path, var.replace(jnp.asarray(arr))))
-  finally:
-    for fh in handles.values():
-      fh.__exit__(None, None, None)
-  return nnx.merge(graphdef, nnx.from_flat_state(flat)), cfg
+@functools.partial(nnx.jit, static_argnames=("image_grid", "video_grid"))
+def _embed_jit(model, ids, pixel_values, pixel_values_videos, *, image_grid,
+               video_grid):
+  return model.embed(ids, pixel_values, image_grid, pixel_values_videos,
+                     video_grid)
 
 
 def config_from_dict(model_cfg: Mapping[str, Any], *,

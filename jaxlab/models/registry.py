@@ -4,7 +4,11 @@
     model = factory()           # call under jit to create it born-sharded
 
 A builder is `fn(model_cfg: ConfigDict, *, vocab_size, seed) -> ModelSpec`.
-Other model families register with `@registry.register("vit")`.
+A model family registers its builder in its own module, next to the class
+(`@registry.register("vit_classifier")` in `jaxlab/models/vit_classifier.py`);
+the registry finds it by package walk: a name it does not know yet makes it
+import every module of `jaxlab.models` (plugin directories included, see
+`jaxlab.registry`), so a new model is a new file. "decoder" is built here.
 """
 
 import dataclasses
@@ -29,12 +33,30 @@ class ModelSpec:
 Builder = Callable[..., ModelSpec]
 _BUILDERS: registry.Registry[Builder] = registry.Registry("model")
 register = _BUILDERS.register
-available = _BUILDERS.names
+
+
+def discover() -> tuple[str, ...]:
+  """Imports every module of `jaxlab.models` (their builders register);
+  returns the registered names."""
+  registry.import_package_modules(__name__.rpartition(".")[0])
+  return _BUILDERS.names()
+
+
+def available() -> tuple[str, ...]:
+  """Every registered model name (after discovery)."""
+  return discover()
+
+
+def get_builder(name: str) -> Builder:
+  """The builder registered as `name` (discovering the model modules first
+  when it is not registered yet); unknown: one error listing the names."""
+  if name not in _BUILDERS:
+    discover()
+  return _BUILDERS.get(name)
 
 
 def get_spec(model_cfg: Mapping[str, Any], **kw) -> ModelSpec:
-  name = model_cfg.get("name", "decoder")
-  return _BUILDERS.get(name)(model_cfg, **kw)
+  return get_builder(model_cfg.get("name", "decoder"))(model_cfg, **kw)
 
 
 def decoder_config(model_cfg: Mapping[str, Any], *,
@@ -75,6 +97,18 @@ def decoder_train_flops_per_token(cfg: decoder_lib.DecoderConfig,
   return 6.0 * n_matmul + attn
 
 
+def decoder_forward_flops(cfg, tokens: int, context: int) -> float:
+  """FLOPs of `tokens` new tokens each attending to `context` positions.
+
+  2 per matmul weight per token (LM head included, embedding lookup not),
+  plus 4 * d_head * H per attended position per layer (scores and values).
+  """
+  n_matmul = cfg.num_params() - (0 if cfg.tie_embeddings
+                                 else cfg.vocab_size * cfg.dim)
+  attn = 4 * cfg.num_layers * cfg.num_heads * cfg.resolved_head_dim
+  return tokens * (2.0 * n_matmul + attn * context)
+
+
 @register("decoder")
 def _build_decoder(model_cfg, *, vocab_size: int | None = None,
                    seed: int = 0) -> ModelSpec:
@@ -83,79 +117,3 @@ def _build_decoder(model_cfg, *, vocab_size: int | None = None,
       factory=lambda: decoder_lib.Decoder(cfg, rngs=nnx.Rngs(seed)),
       config=cfg,
       flops_per_token=lambda t: decoder_train_flops_per_token(cfg, t))
-
-
-@register("vit_classifier")
-def _build_vit_classifier(model_cfg, *, vocab_size: int | None = None,
-                          seed: int = 0) -> ModelSpec:
-  """`jaxlab.models.vit_classifier` (images -> logits; no vocabulary)."""
-  del vocab_size
-  from jaxlab.models import vit_classifier  # pylint: disable=g-import-not-at-top
-  cfg = vit_classifier.config_from_dict(model_cfg)
-  return ModelSpec(
-      factory=lambda: vit_classifier.ViTClassifier(cfg, rngs=nnx.Rngs(seed)),
-      config=cfg)
-
-
-@register("controller")
-def _build_controller(model_cfg, *, vocab_size: int | None = None,
-                      seed: int = 0) -> ModelSpec:
-  """Decoder fields plus a `controller` section (paper I, ControllerConfig)."""
-  from jaxlab.models import controller  # pylint: disable=g-import-not-at-top
-  dcfg = decoder_config({k: v for k, v in dict(model_cfg).items()
-                         if k != "controller"}, vocab_size=vocab_size)
-  ccfg = controller.controller_config(model_cfg.get("controller"))
-  n_ctrl = len(controller.controller_layers(dcfg.num_layers, ccfg.every_p))
-  return ModelSpec(
-      factory=lambda: controller.ControlledDecoder(dcfg, ccfg,
-                                                   rngs=nnx.Rngs(seed)),
-      config=dcfg,
-      flops_per_token=lambda t: decoder_train_flops_per_token(dcfg, t) + 3.0 *
-      n_ctrl * controller.controller_forward_flops(dcfg.dim, ccfg))
-
-
-@register("speech_tokenizer")
-def _build_speech_tokenizer(model_cfg, *, vocab_size: int | None = None,
-                            seed: int = 0) -> ModelSpec:
-  """StableToken tokenizer (paper E); vocab_size = CTC classes incl. blank."""
-  from jaxlab.models import speech_tokenizer  # pylint: disable=g-import-not-at-top
-  cfg = speech_tokenizer.config_from_dict(model_cfg, vocab_size=vocab_size)
-  return ModelSpec(
-      factory=lambda: speech_tokenizer.SpeechTokenizer(
-          cfg, rngs=nnx.Rngs(seed)),
-      config=cfg)
-
-
-@register("video")
-def _build_video(model_cfg, *, vocab_size: int | None = None,
-                 seed: int = 0) -> ModelSpec:
-  """`jaxlab.models.video.VideoLM`: decoder fields + `vit` + `video`."""
-  from jaxlab.models import video  # pylint: disable=g-import-not-at-top
-  cfg = video.config_from_dict(model_cfg, vocab_size=vocab_size)
-  return ModelSpec(factory=lambda: video.VideoLM(cfg, rngs=nnx.Rngs(seed)),
-                   config=cfg)
-
-
-@register("qwen2_5_vl")
-def _build_qwen2_5_vl(model_cfg, *, vocab_size: int | None = None,
-                      seed: int = 0) -> ModelSpec:
-  """`jaxlab.models.qwen2_vl.Qwen2VL`: decoder fields + a `vision` section
-  (VisionConfig fields) + image/video token ids and `mrope_section`."""
-  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
-  cfg = qwen2_vl.config_from_dict(model_cfg, vocab_size=vocab_size)
-  return ModelSpec(
-      factory=lambda: qwen2_vl.Qwen2VL(cfg, rngs=nnx.Rngs(seed)),
-      config=cfg)
-
-
-@register("qwen2_vl")
-def _build_qwen2_vl(model_cfg, *, vocab_size: int | None = None,
-                    seed: int = 0) -> ModelSpec:
-  """Qwen2-VL: like "qwen2_5_vl" with `vision.variant` "qwen2_vl" (LayerNorm,
-  quick_gelu MLP, no window attention) by default."""
-  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
-  cfg = qwen2_vl.config_from_dict(model_cfg, vocab_size=vocab_size,
-                                  variant="qwen2_vl")
-  return ModelSpec(
-      factory=lambda: qwen2_vl.Qwen2VL(cfg, rngs=nnx.Rngs(seed)),
-      config=cfg)

@@ -8,7 +8,7 @@ position from the yes/no logits (`jaxlab.objectives.rerank`). An image becomes
 replace the placeholders' embeddings before `Decoder.forward(inputs_embeds=)`,
 so the decoder reads interleaved image and text.
 
-    tok = make_tokenizer(...)                       # specials: <image>, labels
+    tok = rerank_tokens.make_tokenizer(...)   # jaxlab.data: <image>, labels
     cfg = RerankerConfig.from_tokenizer(tok, decoder=..., vit=...)
     model = Reranker(cfg, rngs=nnx.Rngs(0))
     batch = collate_groups(examples, tok, cfg, template, max_len=96)
@@ -17,20 +17,21 @@ so the decoder reads interleaved image and text.
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from flax import struct
 
-from jaxlab.data import tokenizers
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import vit as vit_lib
 from jaxlab.nn import partitioning as pt
-from jaxlab.objectives import rerank
 
 IMAGE_TOKEN = "<image>"
 # Label words for the multi-token direction probe (spec 8): up to 8 + 8.
+# The same strings as `jaxlab.data.rerank_tokens` (its `make_tokenizer`).
 # Byte-level tokenizers get them as named specials; with a real tokenizer use
 # plain words ("yes", "true", ...).
 LABEL_TOKENS_POS = ("<yes>", "<true>", "<right>", "<correct>", "<relevant>",
@@ -45,16 +46,25 @@ QWEN3_TEMPLATE = ("{system}<Instruct>: {instruction}\n<Query>: {query}\n"
                   "<Document>: {document}\nAnswer:")
 
 
-def make_tokenizer(words: Sequence[str] = (),
-                   label_tokens: Sequence[str] = LABEL_TOKENS_POS +
-                   LABEL_TOKENS_NEG) -> tokenizers.ByteTokenizer:
-  """Byte tokenizer with `<image>`, the label tokens and optional whole words.
+@struct.dataclass
+class RerankHeads:
+  """Answer-position readouts of a reranker, each `[...]` (e.g. `[B, G]`).
 
-  `words` (e.g. the synthetic captions' vocabulary) become single tokens,
-  which keeps CPU prompts short.
+  z_yes, z_no: logits of the yes / no label tokens (M_y.h, M_n.h).
+  z_label_pos, z_label_neg: `[..., K]` logits of multi-token label sets
+    (e.g. yes/true/correct..., no/false/wrong...), or None.
+  z_rand: `[..., 2]` logits (R_y.h, R_n.h) of a randomly initialised,
+    learnable replacement of the yes/no unembeddings (direction "random"),
+    or None when the model has no such head.
+
+  The model's output type; `jaxlab.objectives.rerank` (the scores and
+  losses reading it) re-exports it.
   """
-  return tokenizers.ByteTokenizer(
-      special_tokens=(IMAGE_TOKEN, *label_tokens, *words))
+  z_yes: jax.Array
+  z_no: jax.Array
+  z_label_pos: jax.Array | None = None
+  z_label_neg: jax.Array | None = None
+  z_rand: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +85,7 @@ class RerankerConfig:
   random_direction: bool = False
 
   @classmethod
-  def from_tokenizer(cls, tok: tokenizers.Tokenizer, *,
+  def from_tokenizer(cls, tok: Any, *,
                      decoder: decoder_lib.DecoderConfig,
                      vit: vit_lib.ViTConfig | None,
                      yes_token: str = "<yes>", no_token: str = "<no>",
@@ -148,7 +158,7 @@ class Reranker(nnx.Module):
 
   def heads(self, input_ids_nt: jax.Array, attention_mask_nt: jax.Array,
             answer_index_n: jax.Array,
-            images_nihwc: jax.Array | None = None) -> rerank.RerankHeads:
+            images_nihwc: jax.Array | None = None) -> RerankHeads:
     """Answer-position readouts, each `[n]` (label sets `[n, K]`)."""
     emb = self.embed_inputs(input_ids_nt, images_nihwc)
     out = self.decoder.forward(inputs_embeds=emb,
@@ -167,11 +177,11 @@ class Reranker(nnx.Module):
            if cfg.label_pos_ids else None)
     neg = (logits_nv[:, jnp.array(cfg.label_neg_ids)]
            if cfg.label_neg_ids else None)
-    return rerank.RerankHeads(z_yes=logits_nv[:, cfg.yes_id],
+    return RerankHeads(z_yes=logits_nv[:, cfg.yes_id],
                               z_no=logits_nv[:, cfg.no_id],
                               z_label_pos=pos, z_label_neg=neg, z_rand=z_rand)
 
-  def score_heads(self, batch: dict[str, jax.Array]) -> rerank.RerankHeads:
+  def score_heads(self, batch: dict[str, jax.Array]) -> RerankHeads:
     """Group batch (`input_ids [B, G, T]`, `attention_mask`, `answer_index
     [B, G]`, optional `images [B, G, I, H, W, C]`) -> heads `[B, G]`."""
     ids = batch["input_ids"]
@@ -209,7 +219,7 @@ def _item_text(item, num_patches: int, image_token: str = IMAGE_TOKEN
 
 
 def encode_pair(instruction: str, query, document,
-                tok: tokenizers.Tokenizer, template: PromptTemplate,
+                tok: Any, template: PromptTemplate,
                 num_patches: int, max_len: int,
                 image_token: str = IMAGE_TOKEN
                 ) -> tuple[list[int], list[np.ndarray]]:
@@ -235,7 +245,7 @@ def encode_pair(instruction: str, query, document,
 
 
 def collate_groups(groups: Sequence[tuple[str, object, Sequence[object]]],
-                   tok: tokenizers.Tokenizer, cfg: RerankerConfig,
+                   tok: Any, cfg: RerankerConfig,
                    template: PromptTemplate, *, max_len: int,
                    max_images: int = 2,
                    image_token: str = IMAGE_TOKEN) -> dict[str, np.ndarray]:
@@ -316,7 +326,7 @@ class EmbeddingReranker(nnx.Module):
   def freeze_head(self):
     self.head_dk = FrozenHead(self.head_dk[...])
 
-  def score_heads(self, batch: dict[str, jax.Array]) -> rerank.RerankHeads:
+  def score_heads(self, batch: dict[str, jax.Array]) -> RerankHeads:
     """`query [B, E]`, `docs [B, G, E]` -> heads `[B, G]`."""
     q = jnp.broadcast_to(batch["query"][:, None], batch["docs"].shape)
     d = batch["docs"]
@@ -327,6 +337,6 @@ class EmbeddingReranker(nnx.Module):
     z = h @ self.head_dk[...]
     k = self.num_labels
     # Label columns: [yes, yes-like..., no, no-like...].
-    return rerank.RerankHeads(z_yes=z[..., 0], z_no=z[..., k],
+    return RerankHeads(z_yes=z[..., 0], z_no=z[..., k],
                               z_label_pos=z[..., :k], z_label_neg=z[..., k:],
                               z_rand=h @ self.rand_head_dk[...])

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab.models import registry
 from jaxlab.nn import quantizers
 
 QUANTIZERS = ("voting_lfq", "vq")
@@ -227,3 +228,16 @@ def config_from_dict(model_cfg, *, vocab_size: int | None = None
   if vocab_size is not None and kw.get("vocab_size") in (None, 0, -1):
     kw["vocab_size"] = vocab_size
   return SpeechTokenizerConfig(**kw)
+
+
+# -- model.name="speech_tokenizer" (the registry finds it by package walk) ----
+
+
+@registry.register("speech_tokenizer")
+def _build_speech_tokenizer(model_cfg, *, vocab_size: int | None = None,
+                            seed: int = 0) -> registry.ModelSpec:
+  """StableToken tokenizer (paper E); vocab_size = CTC classes incl. blank."""
+  cfg = config_from_dict(model_cfg, vocab_size=vocab_size)
+  return registry.ModelSpec(
+      factory=lambda: SpeechTokenizer(cfg, rngs=nnx.Rngs(seed)),
+      config=cfg)

@@ -32,16 +32,17 @@ Architecture (the usual LVLM recipe, e.g. VideoLLaMA / Qwen2.5-VL, shrunk):
      the token embeddings of the prompt; position ids are counted over
      [prefix; real tokens], exactly as the sampler counts them.
 
-`forward(ids, prefix_inputs=frames)` has the signature of the image policy
-of `jaxlab/experiments/chart_to_code.py` (`prefix_inputs` / `prefix_embeds`), so
-the GRPO loss (`jaxlab.objectives.grpo.policy_token_logprobs`) can train it
-from rollout batches that carry the frames as `prefix_inputs`.
+`forward(ids, prefix_inputs=frames)` is the shared prefix LM's
+(`jaxlab.models.prefix_lm.PrefixLM`, also the chart-to-code image policy
+`ImagePrefixLM`: `prefix_inputs` / `prefix_embeds`), so the GRPO loss
+(`jaxlab.objectives.grpo.policy_token_logprobs`) can train it from
+rollout batches that carry the frames as `prefix_inputs`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -50,6 +51,8 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import prefix_lm
+from jaxlab.models import registry
 from jaxlab.models import vit as vit_lib
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import partitioning as pt
@@ -149,8 +152,15 @@ def config_from_dict(model_cfg: Mapping[str, Any], *,
                      **video_section)
 
 
-class VideoLM(nnx.Module):
-  """Frames `[B, F, H, W, C]` in [0, 1] + token ids -> decoder output."""
+class VideoLM(prefix_lm.PrefixLM):
+  """Frames `[B, F, H, W, C]` in [0, 1] + token ids -> decoder output.
+
+  `forward`, `__call__` and `generate` are the shared prefix LM's
+  (`jaxlab.models.prefix_lm.PrefixLM`); this class defines the prefix.
+  """
+
+  PREFIX_INPUTS = "frames [B, F, H, W, C]"
+  PREFIX_UNIT = "clip"
 
   def __init__(self, cfg: VideoConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -197,71 +207,24 @@ class VideoLM(nnx.Module):
     return self.temporal_norm(x).astype(decoder_lib.to_dtype(
         self.cfg.decoder.dtype))
 
-  # -- teacher forcing -----------------------------------------------------------
 
-  def forward(self, input_ids_bt: jax.Array,
-              attention_mask: jax.Array | None = None, *,
-              prefix_inputs: jax.Array | None = None,
-              prefix_embeds: jax.Array | None = None,
-              **decoder_kwargs) -> decoder_lib.DecoderOutput:
-    """Decoder output over `[prefix; ids]`; logits of the T ids only.
-
-    The prefix is `prefix_embeds [B, F*K, D]` or, computed here so the
-    encoder trains with the decoder, `prefix_embeds(prefix_inputs)` of
-    frames `[B, F, H, W, C]`. Row t of the logits predicts ids[:, t + 1]
-    (and row -1 the next token). `attention_mask [B, T]` marks real ids
-    (right padding); the prefix is always attended, so position ids count
-    over [prefix; real ids] as `sampler.generate(prefix_embeds=...)` counts
-    them. Other keywords go to `Decoder.forward` (hidden states, ...;
-    hidden states then cover the prefix too).
-    """
-    if (prefix_inputs is None) == (prefix_embeds is None):
-      raise ValueError("VideoLM.forward needs exactly one of prefix_inputs "
-                       "(frames [B, F, H, W, C]) and prefix_embeds")
-    if prefix_embeds is None:
-      prefix_embeds = self.prefix_embeds(prefix_inputs)
-    b, p = prefix_embeds.shape[:2]
-    h = jnp.concatenate(
-        [prefix_embeds,
-         self.decoder.embed(input_ids_bt).astype(prefix_embeds.dtype)],
-        axis=1)
-    mask = None if attention_mask is None else jnp.concatenate(
-        [jnp.ones((b, p), bool), attention_mask.astype(bool)], axis=1)
-    out = self.decoder.forward(inputs_embeds=h, attention_mask=mask,
-                               **decoder_kwargs)
-    return dataclasses.replace(out, logits=out.logits[:, p:])
-
-  def __call__(self, frames_bfhwc: jax.Array, input_ids_bt: jax.Array,
-               attention_mask: jax.Array | None = None) -> jax.Array:
-    """Logits `[B, T, V]` of the ids given the frames."""
-    return self.forward(input_ids_bt, attention_mask,
-                        prefix_inputs=frames_bfhwc).logits
-
-  # -- generation ----------------------------------------------------------------
-
-  def generate(self, frames_bfhwc, prompts: Sequence[Sequence[int]], **kw):
-    """`jaxlab.decoding.sampler.generate` of the decoder after the frames.
-
-    `frames_bfhwc` (host or device) has one clip per prompt; the keywords
-    are the sampler's (`max_new_tokens`, `temperature`, `eos_id`, ...).
-    Returns the sampler's `GenerateResult` (new tokens only).
-    """
-    from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
-    frames = jnp.asarray(frames_bfhwc, jnp.float32)
-    if frames.shape[0] != len(prompts):
-      raise ValueError(f"{frames.shape[0]} clips for {len(prompts)} prompts;"
-                       " give one clip per prompt")
-    prefix = encode_prefix(self, frames)
-    return sampler.generate(self.decoder, prompts, prefix_embeds=prefix, **kw)
-
-
-@nnx.jit
-def encode_prefix(model: VideoLM, frames_bfhwc: jax.Array) -> jax.Array:
-  """Jitted `model.prefix_embeds(frames)` (one compile per frame shape)."""
-  return model.prefix_embeds(frames_bfhwc)
+# Jitted `model.prefix_embeds(frames)` (one compile per frame shape).
+encode_prefix = prefix_lm.encode_prefix
 
 
 def count_params(model: nnx.Module) -> int:
   """Number of scalars in the module's `nnx.Param`s."""
   return int(sum(np.size(x) for x in jax.tree.leaves(
       nnx.state(model, nnx.Param))))
+
+
+# -- model.name="video" (the registry finds it by package walk) ---------------
+
+
+@registry.register("video")
+def _build_video(model_cfg, *, vocab_size: int | None = None,
+                 seed: int = 0) -> registry.ModelSpec:
+  """`VideoLM`: decoder fields + `vit` + `video`."""
+  cfg = config_from_dict(model_cfg, vocab_size=vocab_size)
+  return registry.ModelSpec(
+      factory=lambda: VideoLM(cfg, rngs=nnx.Rngs(seed)), config=cfg)

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxlab.nn import partitioning as pt
+from jaxlab.models import registry
 from jaxlab.models import vit as vit_lib
 
 
@@ -285,3 +286,17 @@ def count_params(model: nnx.Module) -> int:
   """Number of scalars in the module's `nnx.Param`s."""
   return int(sum(x.size for x in jax.tree.leaves(nnx.state(model,
                                                            nnx.Param))))
+
+
+# -- model.name="vit_classifier" (the registry finds it by package walk) ------
+
+
+@registry.register("vit_classifier")
+def _build_vit_classifier(model_cfg, *, vocab_size: int | None = None,
+                          seed: int = 0) -> registry.ModelSpec:
+  """`jaxlab.models.vit_classifier` (images -> logits; no vocabulary)."""
+  del vocab_size
+  cfg = config_from_dict(model_cfg)
+  return registry.ModelSpec(
+      factory=lambda: ViTClassifier(cfg, rngs=nnx.Rngs(seed)),
+      config=cfg)

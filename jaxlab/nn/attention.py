@@ -167,6 +167,48 @@ def attention_probs(q_btnh: jax.Array, k_bskh: jax.Array,
   return jax.nn.softmax(logits, axis=-1)
 
 
+# Decode steps with at most this many queries attend over a KV cache by
+# `cached_attention` on CPU (see there).
+CACHED_ATTENTION_MAX_Q = 4
+
+
+def cached_attention(q_btnh: jax.Array, k_bskh: jax.Array,
+                     v_bskh: jax.Array, mask: jax.Array | None, *,
+                     scale: float) -> jax.Array:
+  """Attention of a few queries over a `[B, S, K, H]` KV cache, `[B, T, N, H]`.
+
+  The same function as `jax.nn.dot_product_attention`'s XLA path (float32
+  scores and softmax, a row with no allowed key uniform), written as
+  broadcast-multiply-reduce over the cache in its stored layout. A
+  dot_general with batch dims (B, K) needs them major-most, so for the
+  `[B, S, K, H]` cache XLA:CPU transposes (copies) the whole K and V cache
+  of every layer at every decode step; here each fused reduction reads the
+  cache once and copies nothing. Used by `Attention` for T <=
+  `CACHED_ATTENTION_MAX_Q` queries with a cache on CPU. `mask` is boolean,
+  broadcastable to `[B, N, T, S]`.
+  """
+  b, t, n, h = q_btnh.shape
+  s_len, kh = k_bskh.shape[1], k_bskh.shape[2]
+  g = n // kh
+  dt = dtypes.at_least_float32(q_btnh.dtype)
+  q = q_btnh.reshape(b, t, 1, kh, g, h).astype(dt)
+  k = k_bskh.astype(dt)[:, None, :, :, None, :]        # [B, 1, S, K, 1, H]
+  logits = jnp.sum(q * k, axis=-1) * scale             # [B, T, S, K, G]
+  if mask is not None:
+    m = jnp.asarray(mask, bool)
+    m = m.reshape((1,) * (4 - m.ndim) + m.shape)
+    m = jnp.broadcast_to(m, (b, m.shape[1], t, s_len))
+    if m.shape[1] == 1:
+      m = m[:, 0, :, :, None, None]                    # [B, T, S, 1, 1]
+    else:  # query head n = k * G + g
+      m = m.reshape(b, kh, g, t, s_len).transpose(0, 3, 4, 1, 2)
+    logits = jnp.where(m, logits, jnp.finfo(dt).min)
+  probs = jax.nn.softmax(logits, axis=2)
+  v = v_bskh.astype(dt)[:, None, :, :, None, :]        # [B, 1, S, K, 1, H]
+  out = jnp.sum(probs[..., None] * v, axis=2)          # [B, T, K, G, H]
+  return out.reshape(b, t, n, h).astype(q_btnh.dtype)
+
+
 @struct.dataclass
 class KVCache:
   """Per-layer keys/values `[B, S, K, H]`, slot positions and a write index.
@@ -590,6 +632,8 @@ class Attention(nnx.Module):
         self.attention_impl, dtype=q.dtype, q_len=q.shape[1],
         kv_len=k.shape[1], dense_mask=mask is not None,
         kv_cache=layer_cache is not None)
+    if structured and impl == "cudnn":
+      impl = None  # the dense mask built below goes to XLA's path, as before
     if structured and impl != "splash":
       pos_bt = jnp.broadcast_to(jnp.arange(q.shape[1], dtype=jnp.int32),
                                 q.shape[:2])
@@ -609,6 +653,11 @@ class Attention(nnx.Module):
             q, k, v, causal=is_causal, sliding_window=sliding_window,
             segment_ids_bt=segment_ids_bt, scale=scale,
             block_size=self.splash_block_size)
+      elif (impl is None and layer_cache is not None
+            and q.shape[1] <= CACHED_ATTENTION_MAX_Q
+            and current_platform() == "cpu"):
+        # A decode step: no per-step transpose of the cache (see there).
+        out_btnh = cached_attention(q, k, v, mask, scale=scale)
       else:
         out_btnh = jax.nn.dot_product_attention(
             q, k, v, mask=mask, is_causal=is_causal and mask is None,

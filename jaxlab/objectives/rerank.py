@@ -33,28 +33,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from jaxlab import registry
+from jaxlab.models import reranker as reranker_lib
 from jaxlab.train import losses
 
 
-@struct.dataclass
-class RerankHeads:
-  """Answer-position readouts of a reranker, each `[...]` (e.g. `[B, G]`).
-
-  z_yes, z_no: logits of the yes / no label tokens (M_y.h, M_n.h).
-  z_label_pos, z_label_neg: `[..., K]` logits of multi-token label sets
-    (e.g. yes/true/correct..., no/false/wrong...), or None.
-  z_rand: `[..., 2]` logits (R_y.h, R_n.h) of a randomly initialised,
-    learnable replacement of the yes/no unembeddings (direction "random"),
-    or None when the model has no such head.
-  """
-  z_yes: jax.Array
-  z_no: jax.Array
-  z_label_pos: jax.Array | None = None
-  z_label_neg: jax.Array | None = None
-  z_rand: jax.Array | None = None
+# The reranker's output type (the model's), re-exported here.
+RerankHeads = reranker_lib.RerankHeads
 
 
 # -- scores (spec 3) ---------------------------------------------------------

@@ -112,7 +112,7 @@ class GRPOLearner:
     self.cfg = cfg
     self.mesh = mesh
     if rules is None:
-      from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
+      from jaxlab.train import defaults as common  # pylint: disable=g-import-not-at-top
       rules = common.sharding_rules()
     self.rules = parallel.rules_from_config(rules)
     if "lr" not in optim_cfg:
@@ -140,14 +140,17 @@ class GRPOLearner:
       return contextlib.nullcontext()
     return self.runner._ctx()  # pylint: disable=protected-access
 
-  def rollout(self, prompts, key) -> rollout_lib.RolloutBatch:
+  def rollout(self, prompts, key, *,
+              prefix_inputs=None) -> rollout_lib.RolloutBatch:
+    """G samples per prompt; `prefix_inputs` (one row per prompt) for a
+    prefix-LM policy (`jaxlab.rl.rollout.rollout`'s prefix hook)."""
     c = self.cfg
     with self._mesh_ctx():
       return rollout_lib.rollout(
           self.policy, self.ref, prompts, group_size=c.group_size,
           max_new_tokens=c.max_new_tokens, temperature=c.temperature,
           top_p=c.top_p, eos_id=c.eos_id, pad_id=c.pad_id, key=key,
-          stop_ids=tuple(c.stop_ids))
+          stop_ids=tuple(c.stop_ids), prefix_inputs=prefix_inputs)
 
   def update(self, batch: rollout_lib.RolloutBatch, rewards: np.ndarray,
              key: jax.Array) -> dict[str, float]:
@@ -180,11 +183,11 @@ class GRPOLearner:
     out["adv_abs_mean"] = float(np.mean(np.abs(adv)))
     return out
 
-  def step(self, prompts, reward_fn: RewardFn, *, key: jax.Array
-           ) -> dict[str, Any]:
+  def step(self, prompts, reward_fn: RewardFn, *, key: jax.Array,
+           prefix_inputs=None) -> dict[str, Any]:
     """One RL step: rollout, rewards on the whole batch, updates."""
     k_roll, k_upd = jax.random.split(key)
-    batch = self.rollout(prompts, k_roll)
+    batch = self.rollout(prompts, k_roll, prefix_inputs=prefix_inputs)
     rewards, reward_metrics = reward_fn(batch, self.step_count)
     rewards = np.asarray(rewards, np.float32)
     if rewards.shape != (len(batch.completions),):

@@ -16,6 +16,15 @@ softmax(logits / temperature), the distribution the GRPO loss
 (`jaxlab.objectives.grpo.grpo_policy_loss`) scores: at temperature != 1 a
 temperature-1 old log-prob would make the first ratio exp(log pi_T -
 log pi_1) != 1 and the KL compare two different temperatures.
+
+The prefix hook: with `prefix_inputs` (one row per prompt, e.g. an image),
+the policy is a prefix LM (`jaxlab.models.prefix_lm.PrefixLM`): each row is
+repeated G times, the G samples are drawn by `policy.generate(inputs,
+prompts, ...)` (the encoded inputs as the sampler's `prefix_embeds`), the
+old / reference log-probs are those the `grpo` loss computes
+(`jaxlab.objectives.grpo.policy_token_logprobs(..., prefix_inputs=)`), and
+the batch carries the repeated inputs so the loss re-encodes them inside
+the gradient.
 """
 
 from __future__ import annotations
@@ -72,10 +81,30 @@ def _logp_jit(graphdef, state, ids, attn, comp, temperature):
                                 temperature=temperature)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 6))
+def _prefix_logp_jit(graphdef, state, prefix_inputs, ids, attn, comp,
+                     temperature):
+  from jaxlab.objectives import grpo  # pylint: disable=g-import-not-at-top
+  model = nnx.merge(graphdef, state)
+  logp, _ = grpo.policy_token_logprobs(model, ids, attn, temperature,
+                                       prefix_inputs=prefix_inputs)
+  return logp * comp
+
+
 def teacher_forced_logp(model, ids, attn, comp, *,
-                        temperature: float = 1.0) -> np.ndarray:
-  """`[B, T]` log softmax(logits / temperature)[x_t], 0 off `comp`."""
+                        temperature: float = 1.0,
+                        prefix_inputs=None) -> np.ndarray:
+  """`[B, T]` log softmax(logits / temperature)[x_t], 0 off `comp`.
+
+  With `prefix_inputs` (`[B, ...]`) the model is a prefix LM scored as the
+  `grpo` loss scores it, so the first update's ratio is exactly 1.
+  """
   graphdef, state = nnx.split(model)
+  if prefix_inputs is not None:
+    return np.asarray(_prefix_logp_jit(
+        graphdef, state, jnp.asarray(prefix_inputs), jnp.asarray(ids),
+        jnp.asarray(attn), jnp.asarray(comp, jnp.float32),
+        float(temperature)))
   return np.asarray(_logp_jit(graphdef, state, jnp.asarray(ids),
                               jnp.asarray(attn), jnp.asarray(comp),
                               float(temperature)))
@@ -86,7 +115,8 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
             top_p: float | None = None, eos_id: int | None = None,
             pad_id: int = 0, key: jax.Array,
             completion_length: int | None = None,
-            stop_ids: Sequence[int] = ()) -> RolloutBatch:
+            stop_ids: Sequence[int] = (),
+            prefix_inputs=None) -> RolloutBatch:
   """Samples `group_size` responses per prompt and their log-probs.
 
   Args:
@@ -101,21 +131,35 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
     stop_ids: further stop tokens besides `eos_id` (kept in the completion).
     completion_length: pad packed sequences to prompt + this many tokens so
       every batch has one shape (one compilation); default max_new_tokens.
+    prefix_inputs: optional `[P, ...]` per-prompt inputs of a prefix-LM
+      policy (the prefix hook, see the module docstring); repeated G times
+      into `RolloutBatch.prefix_inputs`.
   """
   if group_size < 2:
     raise ValueError(f"group_size={group_size} must be >= 2")
   if not prompts:
     raise ValueError("no prompts")
   rep = [list(p) for p in prompts for _ in range(group_size)]
-  out = sampler.generate(policy, rep, max_new_tokens=max_new_tokens,
-                         temperature=temperature, top_p=top_p, eos_id=eos_id,
-                         pad_id=pad_id, key=key, stop_ids=tuple(stop_ids))
+  kw = dict(max_new_tokens=max_new_tokens, temperature=temperature,
+            top_p=top_p, eos_id=eos_id, pad_id=pad_id, key=key,
+            stop_ids=tuple(stop_ids))
+  if prefix_inputs is None:
+    out = sampler.generate(policy, rep, **kw)
+  else:
+    prefix_inputs = np.asarray(prefix_inputs)
+    if len(prefix_inputs) != len(prompts):
+      raise ValueError(f"{len(prefix_inputs)} prefix_inputs rows for "
+                       f"{len(prompts)} prompts; give one per prompt")
+    prefix_inputs = np.repeat(prefix_inputs, group_size, axis=0)
+    out = policy.generate(prefix_inputs, rep, **kw)
   length = max(len(p) for p in rep) + (completion_length or max_new_tokens)
   ids, attn, comp = sampler.pack_sequences(rep, out.tokens, pad_id=pad_id,
                                            length=length)
   # At the sampling temperature: the loss scores softmax(logits / T).
-  old = teacher_forced_logp(policy, ids, attn, comp, temperature=temperature)
-  ref_lp = (teacher_forced_logp(ref, ids, attn, comp, temperature=temperature)
+  old = teacher_forced_logp(policy, ids, attn, comp, temperature=temperature,
+                            prefix_inputs=prefix_inputs)
+  ref_lp = (teacher_forced_logp(ref, ids, attn, comp, temperature=temperature,
+                                prefix_inputs=prefix_inputs)
             if ref is not None else None)
   return RolloutBatch([list(p) for p in prompts], out.tokens, ids, attn, comp,
-                      old, ref_lp, group_size)
+                      old, ref_lp, group_size, prefix_inputs=prefix_inputs)

@@ -1,11 +1,18 @@
 """Executes the colabs in tests (nbclient) and returns what they printed."""
 
 import contextlib
+import glob
+import importlib.util
 import os
+import re
+import sys
 import tempfile
+import types
 
 import nbformat
 from nbclient import NotebookClient
+
+from jaxlab import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -13,6 +20,64 @@ COLABS = os.path.join(ROOT, "colabs")
 # The one environment variable a notebook reads its config preset from
 # (colabs/_setup_cell.py writes the cell that reads it).
 PRESET_ENV = "JAXLAB_COLAB_PRESET"
+
+
+def colab_dirs() -> tuple[str, ...]:
+  """`colabs/`, then the plugin directories' `colabs/` (JAXLAB_PLUGIN_PATH)."""
+  return (COLABS,) + registry.plugin_subdirs("colabs")
+
+
+def notebooks(dirs: tuple[str, ...] | None = None) -> dict[str, str]:
+  """Notebook file name -> path of every `*.ipynb` of `dirs` (default:
+  `colab_dirs()`; the first directory wins a name)."""
+  out: dict[str, str] = {}
+  for d in colab_dirs() if dirs is None else dirs:
+    for path in sorted(glob.glob(os.path.join(d, "*.ipynb"))):
+      out.setdefault(os.path.basename(path), path)
+  return out
+
+
+def load_builder(path: str) -> types.ModuleType:
+  """The builder module at `path` (its directory on sys.path meanwhile, for
+  its `import _setup_cell`)."""
+  old = list(sys.path)
+  spec = importlib.util.spec_from_file_location(
+      os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+  finally:
+    sys.path[:] = old
+  return module
+
+
+def builders(dirs: tuple[str, ...] | None = None
+             ) -> dict[str, tuple[str, str]]:
+  """Notebook file -> (builder path, function name), by discovery.
+
+  Every `_build_*.py` of `dirs` (default: `colab_dirs()`) is a builder:
+  its `NOTEBOOKS = {"file.ipynb": fn, ...}` names what it builds; without
+  one, `_build_<name>_colab.py` builds `<name>.ipynb` with `build()`. A new
+  notebook is a new builder file: no list to edit.
+  """
+  out: dict[str, tuple[str, str]] = {}
+  for d in colab_dirs() if dirs is None else dirs:
+    for path in sorted(glob.glob(os.path.join(d, "_build_*.py"))):
+      module = load_builder(path)
+      table = getattr(module, "NOTEBOOKS", None)
+      if table is None:
+        m = re.fullmatch(r"_build_(\w+)_colab\.py", os.path.basename(path))
+        if m is None or not callable(getattr(module, "build", None)):
+          raise ValueError(
+              f"{path}: a notebook builder defines NOTEBOOKS = "
+              "{'name.ipynb': fn} or is _build_<name>_colab.py with build()")
+        table = {f"{m.group(1)}.ipynb": module.build}
+      for name, fn in table.items():
+        if name in out:
+          raise ValueError(f"{name} is built by both {out[name][0]} and "
+                           f"{path}")
+        out[name] = (path, fn.__name__)
+  return out
 
 
 @contextlib.contextmanager

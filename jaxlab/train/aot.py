@@ -657,7 +657,10 @@ def compile_train_step(config, devices: Sequence[Any], *,
   from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
   chip = chip_of(devices[0])
   mesh = mesh or make_mesh(config.mesh, devices)
-  loss_fn = loss_fn or losses.get(config.loss.name)
+  # A paper-scale preset (`jaxlab.configs._scale`) names the step's loss.
+  scale = config.get("scale")
+  loss_fn = loss_fn or losses.get(scale.loss if scale is not None
+                                  and scale.get("loss") else config.loss.name)
   grad_accum = int(config.optim.grad_accum)
   batch_size, seq_len = int(config.train.batch_size), int(config.train.seq_len)
   n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -713,6 +716,76 @@ def compile_train_step(config, devices: Sequence[Any], *,
   })
   rep["_compiled"] = compiled
   rep["_train_state"] = ts
+  return rep
+
+
+def compile_eval_step(config, devices: Sequence[Any], *,
+                      mesh: jax.sharding.Mesh | None = None
+                      ) -> dict[str, Any]:
+  """Compiles the forward-only loss (perplexity evaluation) of `config`.
+
+  The program of a zero-shot paper (a RoPE extension evaluated at 128k
+  tokens, an analysis of a pretrained model): the model's parameters alone
+  are its arguments (no optimizer state, no gradients), over the batch of
+  `train.batch_size` x `train.seq_len`.
+  """
+  from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
+  from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
+  chip = chip_of(devices[0])
+  mesh = mesh or make_mesh(config.mesh, devices)
+  scale = config.get("scale")
+  loss_fn = losses.get(scale.loss if scale is not None and scale.get("loss")
+                       else config.loss.name)
+  batch_size, seq_len = int(config.train.batch_size), int(config.train.seq_len)
+  t0 = time.perf_counter()
+  rules = parallel.rules_from_config(config.get("sharding_rules"))
+  spec = trainer.model_spec(config, vocab_size=_vocab_size(config))
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    abstract = nnx.eval_shape(spec.factory)
+    graphdef, abs_state = nnx.split(abstract)
+    shardings = nnx.get_named_sharding(abs_state, mesh)
+    state = jax.tree.map(
+        lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
+        abs_state, shardings)
+    batch_sh = parallel.batch_sharding(mesh, rules)
+    batch = abstract_batch(lm_example(seq_len), batch_size, batch_sh)
+
+    def step(st, b, rng):
+      model = nnx.merge(graphdef, st)
+      loss, _ = losses.call(loss_fn, model, b, rng=rng, config=config.loss,
+                            step=jnp.zeros((), jnp.int32))
+      return loss.astype(jnp.float32)
+
+    lowered = jax.jit(step, in_shardings=(shardings, batch_sh, None)).lower(
+        state, batch, _key_struct(mesh))
+  lower_s = time.perf_counter() - t0
+  n_chips = len(devices)
+  context = {"topology_chips": n_chips,
+             "mesh": parallel.mesh.describe(mesh),
+             "batch_size": batch_size, "seq_len": seq_len,
+             "loss.chunk_size": config.loss.get("chunk_size", 0)}
+  t1 = time.perf_counter()
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    compiled = _compile(lowered, what="the eval step", chip=chip,
+                        context=context)
+  compile_s = time.perf_counter() - t1
+  cfg = spec.config
+  flops_tok = (None if spec.flops_per_token is None
+               else spec.flops_per_token(seq_len) / 3.0)  # forward: 2N of 6N
+  flops_step = None if flops_tok is None else flops_tok * batch_size * seq_len
+  rep = _program_report(compiled, chip, seconds=compile_s,
+                        flops_per_chip=None if flops_step is None
+                        else flops_step / n_chips)
+  rep.update({
+      "program": "eval_step", "lower_s": lower_s, **context,
+      "tokens_per_step": batch_size * seq_len,
+      "tokens_per_chip": batch_size * seq_len // n_chips,
+      "params": cfg.num_params() if hasattr(cfg, "num_params") else None,
+      "state_bytes_per_chip": state_bytes_per_chip(state),
+      "batch_bytes_per_chip": state_bytes_per_chip(batch),
+      "flops_per_step": flops_step, "flops_per_token": flops_tok,
+  })
+  rep["_compiled"] = compiled
   return rep
 
 
@@ -802,8 +875,8 @@ def compile_sampler(config, devices: Sequence[Any], *, batch: int,
     pre_s = time.perf_counter() - t0
     fwd = None
     if cfg is not None and hasattr(cfg, "num_params"):
-      from jaxlab.experiments.bench import roofline as rl  # pylint: disable=g-import-not-at-top
-      fwd = rl.decoder_forward_flops(cfg, batch * prompt_len, prompt_len / 2)
+      fwd = registry.decoder_forward_flops(cfg, batch * prompt_len,
+                                           prompt_len / 2)
     out["prefill"] = _program_report(
         compiled, chip, flops_per_chip=None if fwd is None else fwd / n_chips,
         seconds=pre_s)
@@ -819,7 +892,7 @@ def compile_sampler(config, devices: Sequence[Any], *, batch: int,
     dec_s = time.perf_counter() - t0
     dec = None
     if cfg is not None and hasattr(cfg, "num_params"):
-      dec = sum(rl.decoder_forward_flops(cfg, batch, prompt_len + i)
+      dec = sum(registry.decoder_forward_flops(cfg, batch, prompt_len + i)
                 for i in range(1, max_new_tokens))
     # Each decode step reads at least this chip's weights once.
     weights = state_bytes_per_chip(abs_state)
@@ -854,13 +927,22 @@ def compile_config(config, topology: str, *, num_slices: int = 1,
   mesh = make_mesh(config.mesh, devices)
   report: dict[str, Any] = {
       "topology": topology, "num_slices": num_slices, "chips": len(devices),
+      "scale": (config.scale.to_dict() if config.get("scale") is not None
+                else None),
       "chip": dataclasses.asdict(chip), "device_kind": devices[0].device_kind,
       "jax": jax.__version__, "libtpu": _libtpu_version(),
       "loadavg": list(os.getloadavg()),
   }
-  train = compile_train_step(config, devices, mesh=mesh, **train_kw)
-  programs = {"train_step": train}
-  report["train_step"] = json_ready(train)
+  program = (config.scale.get("program", "train")
+             if config.get("scale") is not None else "train")
+  if program == "eval":
+    first = compile_eval_step(config, devices, mesh=mesh)
+    programs = {"eval_step": first}
+    report["eval_step"] = json_ready(first)
+  else:
+    first = compile_train_step(config, devices, mesh=mesh, **train_kw)
+    programs = {"train_step": first}
+    report["train_step"] = json_ready(first)
   if sampler_too:
     shapes = sampler_shapes(config)
     if shapes is not None:
@@ -883,7 +965,8 @@ def overflow_message(report: Mapping[str, Any]) -> str | None:
   """One message for the programs of a `compile_config` report whose total
   bytes exceed the chip's HBM although libtpu compiled them (it checks the
   temporaries alone), with the knobs; None when everything fits."""
-  progs = [("the train step", report["train_step"])] + [
+  first = "train_step" if "train_step" in report else "eval_step"
+  progs = [(f"the {first.replace('_', ' ')}", report[first])] + [
       (f"the sampler {k}", v) for k, v in (report.get("sampler") or {}).items()]
   over = [(n, r["memory"]) for n, r in progs if not r["memory"]["fits"]]
   if not over:
@@ -961,11 +1044,13 @@ def format_report(report: Mapping[str, Any]) -> str:
           f"({report['chips']} x {report['device_kind']}), jax "
           f"{report['jax']}, libtpu {report['libtpu']}")
   parts = [head]
-  tr = report["train_step"]
-  parts.append(f"train step: mesh {tr['mesh']}, batch {tr['batch_size']} x "
-               f"{tr['seq_len']} ({tr['tokens_per_chip']} tokens per chip), "
-               f"grad_accum {tr['grad_accum']}")
-  parts.append(format_program("train_step", tr))
+  first = "train_step" if "train_step" in report else "eval_step"
+  tr = report[first]
+  parts.append(f"{first.replace('_', ' ')}: mesh {tr['mesh']}, batch "
+               f"{tr['batch_size']} x {tr['seq_len']} "
+               f"({tr['tokens_per_chip']} tokens per chip), grad_accum "
+               f"{tr.get('grad_accum', 1)}")
+  parts.append(format_program(first, tr))
   for k, v in (report.get("sampler") or {}).items():
     parts.append(format_program(f"sampler {k} (batch {v['batch']}, prompt "
                                 f"{v['prompt_len']}, new "

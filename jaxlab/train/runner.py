@@ -31,11 +31,11 @@ def optim_config(*, lr: float, warmup_steps: int = 0,
                  weight_decay: float = 0.0, schedule: str = "constant",
                  clip_norm: float = 1.0, end_lr_frac: float = 0.0,
                  **fields) -> ml_collections.ConfigDict:
-  """A `config.optim` for a sub-training: `jaxlab/configs/common.optim_config()`
+  """A `config.optim` for a sub-training: `jaxlab.train.defaults.optim_config()`
   with the sub-training's usual values (constant lr, no warmup, no decay,
   clipping at 1) and any other optim field (`b2`, `groups`, `grad_accum`,
   ...) overridden by keyword; an unknown field is an error."""
-  from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
+  from jaxlab.train import defaults as common  # pylint: disable=g-import-not-at-top
   out = common.optim_config()
   fields.update(lr=float(lr), warmup_steps=int(warmup_steps),
                 weight_decay=float(weight_decay), schedule=schedule,
@@ -81,7 +81,7 @@ class StepRunner:
                steps: int, seed: int = 0,
                mesh: jax.sharding.Mesh | None = None, rules: Any = None,
                lora: Any = None):
-    from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
+    from jaxlab.train import defaults as common  # pylint: disable=g-import-not-at-top
     self._target = model
     self.mesh = mesh or parallel.make_mesh(
         {"data": 1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])

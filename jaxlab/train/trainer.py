@@ -159,6 +159,13 @@ def _model_spec(config, model, vocab_size) -> tuple[Any, Any]:
                            seed=int(config.seed)), None
 
 
+def model_spec(config, *, vocab_size: int | None = None
+               ) -> registry.ModelSpec:
+  """The `ModelSpec` `build` uses for `config.model` (no checkpoint)."""
+  return registry.get_spec(config.model, vocab_size=vocab_size,
+                           seed=int(config.seed))
+
+
 def build(config, *, model=None, vocab_size: int | None = None,
           mesh: jax.sharding.Mesh | None = None,
           abstract_only: bool = False) -> TrainState:

@@ -4,13 +4,17 @@ import math
 import os
 import tempfile
 
+import unittest
+
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from jaxlab.analysis import frequency_entropy as fe
+from jaxlab.io import pretrained
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.nn import rope
 
@@ -224,6 +228,202 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
                            alphas=(0.5, 1.0))
     self.assertAlmostEqual(sweep["perplexity"][1], math.exp(nll), places=4)
     self.assertEqual(sweep["num_selected"], 32)
+
+
+class LibraryPiecesTest(parameterized.TestCase):
+
+  def test_weighted_rope_scales_selected_q_columns_exactly(self):
+    # The attenuation hook: the q columns (j, j + H/2) of each selected
+    # (layer, head, pair) are multiplied by alpha^2 (float32), every other
+    # parameter is bit-identical (k, v, o, the other heads and pairs).
+    model = _model(qkv_bias=True)
+    sel = np.zeros((2, 4, 4), bool)
+    sel[0, 3, 1] = sel[1, 0, 0] = sel[1, 0, 3] = True
+    weighted = fe.weighted_rope_model(model, fe.alpha_table(sel, 0.3))
+    a2 = np.float32(0.3) ** 2
+    for layer, (b0, b1) in enumerate(zip(model.layers, weighted.layers)):
+      for name in ("q_dnh", "q_bias_nh"):
+        w0 = np.asarray(getattr(b0.attn, name)[...])
+        want = w0.copy()
+        for h, j in np.argwhere(sel[layer]):
+          want[..., h, [j, j + 4]] = w0[..., h, [j, j + 4]] * a2
+        np.testing.assert_array_equal(
+            np.asarray(getattr(b1.attn, name)[...]), want)
+        self.assertTrue((want != w0).any())
+    p0 = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    p1 = dict(nnx.to_flat_state(nnx.state(weighted, nnx.Param)))
+    self.assertEqual(set(p0), set(p1))
+    for key, v in p0.items():
+      if key[-1] not in ("q_dnh", "q_bias_nh"):
+        np.testing.assert_array_equal(np.asarray(p1[key][...]),
+                                      np.asarray(v[...]), err_msg=str(key))
+
+  def test_next_token_scores_hand_values(self):
+    model = _model()
+    ids = np.random.default_rng(5).integers(0, 64, (3, 24))
+    logits = np.asarray(model(jnp.asarray(ids)), np.float64)[:, :-1]
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, ids[:, 1:, None], -1)[..., 0].mean(-1)
+    acc = (logits.argmax(-1) == ids[:, 1:]).mean(-1)
+    got = fe.next_token_scores(model, ids, batch_size=2)
+    np.testing.assert_allclose(got["nll"], nll, rtol=1e-5)
+    np.testing.assert_array_equal(got["accuracy"], acc)
+    self.assertEqual(got["tokens"], 23)
+    self.assertAlmostEqual(fe.perplexity(model, ids), math.exp(nll.mean()),
+                           places=4)
+    # One table per row = each row scored alone under its own table.
+    sel = np.zeros((3, 2, 4, 4), bool)
+    for i in range(3):
+      sel[i, :, :, i] = True  # row i: pair i of every layer and head
+    tables = fe.alpha_table(sel, 0.1)
+    per_row = fe.next_token_scores(model, ids, tables)
+    for i in range(3):
+      alone = fe.next_token_scores(model, ids[i:i + 1], tables[i])
+      np.testing.assert_allclose(per_row["nll"][i], alone["nll"][0],
+                                 rtol=1e-6)
+    # selection_scores: baseline once per alpha; empty selections left out
+    sc = fe.selection_scores(model, ids, {"none": np.zeros((2, 4, 4), bool),
+                                          "one": tables[0] < 1}, (0.1, 0.5))
+    self.assertEqual(set(sc), {"baseline", "one"})
+    np.testing.assert_allclose(sc["baseline"][0.5]["nll"], nll, rtol=1e-5)
+    np.testing.assert_allclose(sc["one"][0.1]["nll"][0], per_row["nll"][0],
+                               rtol=1e-6)
+
+  def test_quantile_random_and_arms(self):
+    rng = np.random.default_rng(0)
+    maps = {"spectrum": rng.random((3, 2, 10)),
+            "sequence": rng.random((3, 2, 10)),
+            "rope_layer": np.array([True, True, False])}
+    sel = fe.fe_selections(maps, 0.1, rules=("a",),
+                           quantiles=tuple(fe.QUANTILE_ARMS),
+                           random_like="spectrum_low", seed=3, random_rows=4)
+    self.assertEqual(list(sel), ["rule_a", "spectrum_low_q",
+                                 "spectrum_high_q", "sequence_low_q",
+                                 "sequence_high_q", "random_q"])
+    rope = np.zeros((3, 2, 10), bool)
+    rope[:2] = True
+    spec = np.where(rope, maps["spectrum"], np.nan).ravel()
+    order = np.argsort(np.nan_to_num(spec, nan=9.0))
+    low = np.zeros(60, bool)
+    low[order[:4]] = True  # 10% of the 40 RoPE-layer pairs, lowest
+    np.testing.assert_array_equal(sel["spectrum_low_q"].ravel(), low)
+    self.assertFalse((sel["spectrum_high_q"] & ~rope).any())
+    self.assertEqual(sel["random_q"].shape, (4, 3, 2, 10))
+    for i in range(4):  # row i: its own draw, seed 3 + i, inside the pool
+      np.testing.assert_array_equal(
+          sel["random_q"][i], fe.random_selection(rope, 4, 3 + i))
+      self.assertEqual(sel["random_q"][i].sum(), 4)
+      self.assertFalse((sel["random_q"][i] & ~rope).any())
+    self.assertFalse(np.array_equal(sel["random_q"][0], sel["random_q"][1]))
+    high = dict(maps, sequence=maps["sequence"] + 1.0)  # rule b: no pair
+    self.assertEqual(fe.fe_selections(high, 0.1, rules=("a", "b"),
+                                      quantiles=(), random_like=None,
+                                      drop_empty=True).keys(), {"rule_a"})
+    with self.assertRaisesRegex(ValueError, "cannot draw 41"):
+      fe.random_selection(rope, 41, 0)
+    self.assertEqual(fe.selection_labels(0.025)["sequence_high_q"],
+                     "SequenceFE highest 2.5%")
+
+  def test_maps_from_qk_and_group_means(self):
+    model = _model()
+    ids = np.random.default_rng(6).integers(0, 64, (3, 64))
+    qk = fe.capture_qk(model, ids)
+    per = fe.maps_from_qk(qk, which="k", frame=16, hop=8,
+                          nope_layers=(1,), per_sequence=True)
+    self.assertEqual(per["spectrum"].shape, (3, 2, 2, 4))  # [B, L, K, P]
+    mean = fe.fe_maps(model, ids, which="k", frame=16, hop=8)
+    np.testing.assert_allclose(per["spectrum"].mean(0), mean["spectrum"],
+                               rtol=1e-12)
+    np.testing.assert_array_equal(per["rope_layer"], mean["rope_layer"])
+    g = fe.fe_group_means({"k": per}, layer_group=1, pair_group=3)
+    self.assertEqual(list(g["depth"]), ["layers 0-0", "layers 1-1"])
+    self.assertEqual(list(g["pairs"]), ["pairs 0-2", "pairs 3-3"])
+    np.testing.assert_allclose(g["depth"]["layers 1-1"]["k_sequence"],
+                               per["sequence"][:, 1].mean((1, 2)))
+    np.testing.assert_allclose(g["pairs"]["pairs 0-2"]["k_spectrum"],
+                               per["spectrum"][..., :3].mean((1, 2, 3)))
+    self.assertEqual(fe.rope_vs_nope(mean)["rope"],
+                     float(np.nanmean(mean["sequence"][0])))
+
+
+NAME = "smollm2-135m-instruct"
+# The first 128 SmolLM2 tokens of `jaxlab.data.prose.PASSAGES[13]` ("When
+# Anna was nine, her grandfather let her help him repair the old clock...").
+SMOL_IDS = [
+    2427, 16435, 436, 7462, 28, 874, 19756, 1303, 874, 724, 1272, 7698, 260,
+    1573, 9191, 338, 9318, 281, 260, 7448, 282, 650, 11992, 30, 657, 761,
+    8976, 929, 1092, 1041, 436, 3988, 28, 284, 624, 6780, 10091, 1671, 436,
+    4993, 351, 6588, 30, 3488, 19756, 6572, 260, 1165, 6644, 281, 260, 3433,
+    284, 4342, 874, 260, 35436, 28, 253, 986, 20933, 12790, 351, 253, 4591,
+    937, 418, 260, 4869, 30, 20677, 260, 2715, 28, 384, 5192, 28, 592, 14296,
+    351, 5383, 4077, 338, 16231, 1592, 28, 588, 338, 971, 18760, 282, 260,
+    35436, 1303, 582, 5429, 16710, 1896, 284, 4935, 260, 3288, 3703, 411, 253,
+    5383, 1902, 30, 8219, 502, 2637, 260, 2891, 578, 282, 624, 1671, 284,
+    8259, 357, 335, 253, 11244, 335, 260, 13544, 30, 16435]
+
+
+def _numpy_fe(norms_pt, frame, hop):
+  """SpectrumFE / SequenceFE of `[P, T]` signals, written out with loops."""
+  win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(frame) / frame)
+  spec, seq = [], []
+  for s in norms_pt:
+    frames = [s[i:i + frame] * win
+              for i in range(0, len(s) - frame + 1, hop)]
+    power = np.mean([np.abs(np.fft.rfft(f)) ** 2 for f in frames], axis=0)
+    p = power / power.sum()
+    spec.append(-(p * np.log2(p)).sum() / np.log2(frame // 2 + 1))
+    power = np.abs(np.fft.fft(s)[1:len(s) // 2]) ** 2
+    p = power / power.sum()
+    seq.append(-(p * np.log2(p)).sum() / np.log2(len(s) // 2 - 1))
+  return np.array(spec), np.array(seq)
+
+
+@unittest.skipIf(pretrained.skip_reason(NAME), pretrained.skip_reason(NAME))
+class SmolLM2Test(absltest.TestCase):
+  """FE of the real model's post-RoPE q/k against a numpy recomputation."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.model, cls.cfg = pretrained.load(NAME, cache=True)
+    cls.ids = np.asarray([SMOL_IDS])
+    cls.qk = fe.capture_qk(cls.model, cls.ids)
+
+  def test_layer0_qk_are_projection_then_rope_theta_1e5(self):
+    # Layer 0 from the weights: embedding, RMSNorm, projection, then the
+    # half-split rotation with SmolLM2's rope_theta = 100000, head_dim 64.
+    self.assertEqual((self.cfg.rope_theta, self.cfg.resolved_head_dim,
+                      self.cfg.embed_scale), (1e5, 64, False))
+    blk = self.model.layers[0]
+    x = np.asarray(self.model.embed_vd[...], np.float64)[self.ids[0]]
+    x = x / np.sqrt((x * x).mean(-1, keepdims=True) + self.cfg.norm_eps)
+    x = x * np.asarray(blk.attn_norm.scale[...], np.float64)
+    ang = np.arange(128)[:, None] * 1e5 ** (-np.arange(32) / 32)  # [T, 32]
+    c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    for got, w in ((self.qk[0][0][0], blk.attn.q_dnh),
+                   (self.qk[0][1][0], blk.attn.k_dkh)):
+      raw = np.einsum("td,dnh->tnh", x, np.asarray(w[...], np.float64))
+      a, b = raw[..., :32], raw[..., 32:]
+      want = np.concatenate([a * c - b * s, b * c + a * s], -1)
+      # float32 sums of 576 products: relative error well under 1e-4.
+      np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max())
+
+  def test_fe_maps_match_numpy_on_a_few_heads(self):
+    for which, heads in (("q", (0, 4, 8)), ("k", (0, 2))):
+      maps = fe.maps_from_qk(self.qk, which=which, frame=32, hop=16)
+      self.assertEqual(maps["spectrum"].shape,
+                       (30, 9 if which == "q" else 3, 32))
+      for layer in (0, 14, 29):
+        x = np.asarray(self.qk[layer][0 if which == "q" else 1][0],
+                       np.float64)
+        for h in heads:
+          norms = np.hypot(x[:, h, :32], x[:, h, 32:]).T  # native pairs
+          spec, seq = _numpy_fe(norms, 32, 16)
+          np.testing.assert_allclose(maps["spectrum"][layer, h], spec,
+                                     rtol=1e-9)
+          np.testing.assert_allclose(maps["sequence"][layer, h], seq,
+                                     rtol=1e-9)
+      self.assertTrue(np.all((maps["spectrum"] > 0) & (maps["spectrum"] < 1)))
 
 
 class SpecPresetTest(absltest.TestCase):

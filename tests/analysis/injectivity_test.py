@@ -56,6 +56,20 @@ class PairStatsTest(absltest.TestCase):
       inj.quantize_states(h, 1)
 
 
+class TextWindowTest(absltest.TestCase):
+
+  def test_windows_are_the_distinct_contiguous_ones(self):
+    # Windows of 4..5 tokens of [1..5] and of a repeat of its first four:
+    # (1,2,3,4) twice (kept once), (2,3,4,5), (1,2,3,4,5).
+    got = inj.text_window_prompts([[1, 2, 3, 4, 5], [1, 2, 3, 4]],
+                                          10, min_len=4, max_len=5)
+    self.assertEqual(got, [[1, 2, 3, 4], [1, 2, 3, 4, 5], [2, 3, 4, 5]])
+    self.assertLen(inj.text_window_prompts(
+        [[1, 2, 3, 4, 5]], 2, min_len=4, max_len=5, seed=1), 2)
+    with self.assertRaisesRegex(ValueError, "fewer than 2 distinct"):
+      inj.text_window_prompts([[1, 2]], 5, min_len=4)
+
+
 class CollisionTest(absltest.TestCase):
 
   @classmethod

@@ -11,6 +11,8 @@ import numpy as np
 from jaxlab.analysis import injectivity
 from jaxlab.analysis import sipit
 from jaxlab.io import hf as hf_io
+from jaxlab.io import pretrained
+from jaxlab.models import decoder
 from jaxlab.testing import hf_fixtures
 from jaxlab.train import runner
 
@@ -119,6 +121,48 @@ class SipItTest(absltest.TestCase):
     self.assertIn(int(res.ids[2]), (src, dst))
     self.assertTrue(res.verified.all())
 
+  def test_progress_callback_and_radius(self):
+    seen = []
+    res = sipit.invert(self.model, self.states[1][0], layer=1,
+                       progress=seen.append)
+    self.assertEqual([s["position"] for s in seen], list(range(T)))
+    self.assertEqual([s["token"] for s in seen], self.ids[0].tolist())
+    self.assertEqual([s["proposals"] for s in seen], res.proposals.tolist())
+    self.assertTrue(res.done.all() and not res.timed_out)
+    # Hand-computed radius: 32 * eps(fp32) * sqrt(d) * ||h||.
+    h = np.zeros((2, self.model.cfg.dim), np.float32)
+    h[0, :2] = (3.0, 4.0)
+    want = 32 * np.finfo(np.float32).eps * np.sqrt(h.shape[1]) * 5.0
+    np.testing.assert_allclose(sipit.acceptance_radius(self.model, h),
+                               [want, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(res.radius, sipit.acceptance_radius(
+        self.model, self.states[1][0]), rtol=1e-6)
+    self.assertTrue(np.all(res.distance <= res.radius))
+
+  def test_time_limit_returns_partial_result(self):
+    # Noise never verifies: the gradient search would walk all of V; the
+    # first chunk is 8 proposals, then the (passed) deadline stops it.
+    noise = np.random.default_rng(0).normal(size=(T, 32)).astype(np.float32)
+    with self.assertWarnsRegex(UserWarning, "time limit"):
+      res = sipit.invert(self.model, noise, layer=1, time_limit_s=1e-6)
+    self.assertTrue(res.timed_out)
+    self.assertFalse(res.done.any())
+    np.testing.assert_array_equal(res.ids, -np.ones(T))
+    self.assertEqual(int(res.proposals[0]), 8)
+
+  def test_embed_scale_uses_the_models_embedding_path(self):
+    # Gemma-style sqrt(dim) scale: the search must feed model.embed's rows.
+    cfg = self.model.cfg.replace(embed_scale=True)
+    model = decoder.Decoder(cfg, rngs=nnx.Rngs(3))
+    nnx.update(model, nnx.state(self.model))
+    ids = self.ids[0, :3]
+    h = sipit.layer_states(model, ids)[1]
+    res = sipit.invert(model, h, layer=1, policy="random")
+    np.testing.assert_array_equal(res.ids, ids)
+    self.assertTrue(res.verified.all())
+    np.testing.assert_allclose(sipit.input_embeddings(model)[ids],
+                               np.asarray(model.embed(ids[None])[0]))
+
   def test_bad_input(self):
     good = self.states[1]
     with self.assertRaisesRegex(ValueError, r"width 31 .* \(cfg.dim\) is 32"):
@@ -127,6 +171,45 @@ class SipItTest(absltest.TestCase):
       sipit.invert(self.model, good, layer=3)
     with self.assertRaisesRegex(ValueError, "unknown SipIt policy 'greedy'"):
       sipit.invert(self.model, good, layer=1, policy="greedy")
+
+
+SMOL = "smollm2-135m-instruct"
+
+
+@absltest.skipIf(pretrained.skip_reason(SMOL), pretrained.skip_reason(SMOL))
+class SmolLM2InversionTest(absltest.TestCase):
+  """SipIt with its defaults on a real checkpoint's states (issue 31)."""
+
+  LAYER = 2
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    model, _ = pretrained.load(SMOL, cache=True)
+    # Layer l's states need only the first l blocks (causal, same arrays).
+    cls.model = sipit.truncate_layers(model, cls.LAYER)
+    tok = pretrained.tokenizer(SMOL)
+    cls.ids = np.array(tok.encode(
+        "The quick brown fox jumps over the lazy dog near the river bank."
+    )[:12], np.int32)
+
+  def test_truncation_keeps_the_states(self):
+    self.assertEqual(self.model.cfg.num_layers, self.LAYER)
+    self.assertLen(self.model.layers, self.LAYER)
+
+  def test_defaults_recover_a_sentence_from_plain_forward_states(self):
+    # The target is a plain (batched, uncached) forward: it differs from the
+    # verifier's recomputation by rounding only, which the default
+    # norm-relative radius must accept (the old allclose(1e-5) did not at
+    # position 0, whose state norm is in the thousands).
+    target = sipit.full_forward_states(self.model, self.ids[None])[
+        self.LAYER, 0]
+    res = sipit.invert(self.model, target, layer=self.LAYER)
+    np.testing.assert_array_equal(res.ids, self.ids)
+    self.assertTrue(res.verified.all())
+    self.assertTrue(np.all(res.distance <= res.radius))
+    print("SmolLM2 layer", self.LAYER, "proposals", res.proposals.tolist(),
+          "margin", np.round(res.nearest_rejected / res.radius, 1).tolist())
 
 
 if __name__ == "__main__":

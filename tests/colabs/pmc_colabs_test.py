@@ -14,12 +14,12 @@ class PmcColabsTest(absltest.TestCase):
     out = _run("pmc_unlearning.ipynb")
     self.assertIn("forget mass with retain: 0.0", out)
     self.assertIn("top colour without retain: 1.0", out)
-    self.assertIn("| pmc |", out)
+    self.assertIn("| PMC |", out)  # table.md rendered from results.json
 
   def test_mathfimer_colab(self):
     out = _run("mathfimer.ipynb")
     self.assertIn("loss on: '21 - 4 = 17'", out)  # eos decodes to nothing
-    self.assertIn("| expanded_r1 |", out)
+    self.assertIn("| expanded, round 1 |", out)  # table.md from results
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ class RopeColabsTest(absltest.TestCase):
                   out)
     self.assertIn("yarn_rotation  s[d_l]=1.000 s[d_h]=16.00  lambda "
                   "decreasing", out)
-    self.assertIn("| mrope_pro |", out)
+    self.assertIn("| MrRoPE-Pro | ", out)  # tables rendered from results.json
     self.assertIn("mrope_pro: passkey at 256 =", out)
 
   def test_frequency_entropy_colab(self):

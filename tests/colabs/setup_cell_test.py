@@ -5,7 +5,6 @@ under a stand-in `google.colab` module and a recording `subprocess.run`, and
 each committed notebook is compared with what its builder writes now.
 """
 
-import glob
 import importlib.util
 import os
 import shutil
@@ -21,42 +20,17 @@ import nbformat
 from jaxlab.testing import notebooks
 
 COLABS = notebooks.COLABS
-NOTEBOOKS = tuple(sorted(os.path.basename(p) for p in
-                         glob.glob(os.path.join(COLABS, "*.ipynb"))))
-# notebook -> (builder file, function returning the notebook)
-BUILDERS = {
-    "pmc_unlearning.ipynb": ("_build_pmc_colabs.py", "pmc_notebook"),
-    "mathfimer.ipynb": ("_build_pmc_colabs.py", "mathfimer_notebook"),
-    "trust_grpo.ipynb": ("_build_grpo_colabs.py", "trust_notebook"),
-    "chart_to_code.ipynb": ("_build_grpo_colabs.py", "chart_notebook"),
-    "rope_extension.ipynb": ("_build_rope_colabs.py", "rope_extension"),
-    "frequency_entropy.ipynb": ("_build_rope_colabs.py", "frequency_entropy"),
-    "rerank_cl_vs_sft.ipynb": ("_build_rerank_colab.py", "build"),
-    "sipit.ipynb": ("_build_sipit_colab.py", "build"),
-    "controller.ipynb": ("_build_controller_colab.py", "build"),
-    "stabletoken.ipynb": ("_build_stabletoken_colab.py", "build"),
-    "vulcan.ipynb": ("_build_vulcan_colab.py", "build"),
-    "calibration.ipynb": ("_build_calibration_colab.py", "build"),
-    "uncertainty.ipynb": ("_build_uncertainty_colab.py", "build"),
-    "dpad.ipynb": ("_build_dpad_colab.py", "build"),
-    "lestd.ipynb": ("_build_lestd_colab.py", "build"),
-    "video_reason.ipynb": ("_build_video_reason_colab.py", "build"),
-    "streaming_thinker.ipynb": ("_build_streaming_thinker_colab.py", "build"),
-    "speckv.ipynb": ("_build_speckv_colab.py", "build"),
-    "vudg.ipynb": ("_build_vudg_colab.py", "build"),
-}
-
-
-def _load(filename: str) -> types.ModuleType:
-  spec = importlib.util.spec_from_file_location(
-      filename[:-3], os.path.join(COLABS, filename))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+# Discovered, not listed: every colabs/*.ipynb, and notebook -> (builder
+# file, function returning the notebook) from colabs/_build_*.py (their
+# NOTEBOOKS, or _build_<name>_colab.py's build()); see
+# `jaxlab.testing.notebooks.builders`.
+PATHS = notebooks.notebooks()  # file name -> path (plugin dirs included)
+NOTEBOOKS = tuple(sorted(PATHS))
+BUILDERS = notebooks.builders()
 
 
 def _first_cell(name: str) -> str:
-  nb = nbformat.read(os.path.join(COLABS, name), as_version=4)
+  nb = nbformat.read(PATHS[name], as_version=4)
   return nb.cells[0]
 
 
@@ -68,11 +42,11 @@ class SetupCellTest(parameterized.TestCase):
   @parameterized.named_parameters(*[(n[:-6], n) for n in sorted(BUILDERS)])
   def test_notebook_is_what_its_builder_writes(self, name):
     builder, fn = BUILDERS[name]
-    built = getattr(_load(builder), fn)()
-    committed = nbformat.read(os.path.join(COLABS, name), as_version=4)
+    built = getattr(notebooks.load_builder(builder), fn)()
+    committed = nbformat.read(PATHS[name], as_version=4)
     self.assertEqual([(c.cell_type, c.source) for c in committed.cells],
                      [(c.cell_type, c.source) for c in built.cells],
-                     f"re-run python colabs/{builder}")
+                     f"re-run python {os.path.relpath(builder)}")
 
   def _tmp(self):
     path = tempfile.mkdtemp()
@@ -112,7 +86,7 @@ class SetupCellTest(parameterized.TestCase):
   @parameterized.named_parameters(*[(n[:-6], n) for n in sorted(BUILDERS)])
   def test_first_cell_installs_the_configured_source_and_reads_one_preset(
       self, name):
-    with open(os.path.join(COLABS, name)) as f:
+    with open(PATHS[name]) as f:
       text = f.read()
     self.assertNotIn("JAXLAB_COLAB_ARG", text)
     self.assertNotIn("github.com", text)  # no URL that does not exist

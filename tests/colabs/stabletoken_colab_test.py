@@ -16,7 +16,7 @@ class StableTokenColabTest(absltest.TestCase):
     self.assertIn("branches agreeing with the vote: 1 of 5", out)
     self.assertRegex(out, r"pink     target SNR 22 dB, measured 22\.00 dB")
     self.assertIn("log-mel features: (1, 53, 40)", out)
-    self.assertIn("| full |", out)
+    self.assertIn("| StableToken (full) |", out)  # table from results.json
     # The smoke preset's one variant over every evaluation perturbation; the
     # table's cells recomputed from the run's per-seed values.
     self.assertIn(f"variants: full | perturbations: "

@@ -157,6 +157,24 @@ class SpecPCTest(absltest.TestCase):
       self.assertEqual(kept, [p[i] for i in idx])
       np.testing.assert_array_equal(idx[-4:], [20, 21, 22, 23])
 
+  def test_given_importance_equals_computed(self):
+    # Importance computed once and reused (the real-model run selects it at
+    # several budgets) gives the indices of computing it inside.
+    small = pc.specpc_compress(self.prompts, budget=10, draft=self.draft,
+                               config=self.cfg)
+    again = pc.specpc_compress(self.prompts, budget=10, draft=self.draft,
+                               config=self.cfg,
+                               draft_tokens=small.draft_tokens,
+                               importance=small.scores)
+    for a, b in zip(small.indices, again.indices):
+      np.testing.assert_array_equal(a, b)
+    flat = [np.ones(24) for _ in self.prompts]  # all ties: window + lowest
+    kept = pc.specpc_compress(self.prompts, budget=10, draft=self.draft,
+                              config=self.cfg, draft_tokens=small.draft_tokens,
+                              importance=flat).indices
+    for idx in kept:
+      np.testing.assert_array_equal(idx, [0, 1, 2, 3, 4, 5, 20, 21, 22, 23])
+
   def test_cascade_at_large_budgets_equals_full(self):
     full = sampler.generate(self.target, self.prompts, max_new_tokens=4)
     got, comp = pc.speckv_pc_generate(

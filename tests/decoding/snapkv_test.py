@@ -10,6 +10,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.decoding import kv_policies
+from jaxlab.decoding import speckv as speckv_lib
 from jaxlab.decoding import sampler
 from jaxlab.testing import tiny_models
 
@@ -200,7 +201,7 @@ class PolicyTest(absltest.TestCase):
                                atol=1e-5)
 
   def test_speckv_budget_at_least_context_equals_full(self):
-    got = kv_policies.speckv_generate(self.model, self.draft, PROMPTS,
+    got = speckv_lib.speckv_generate(self.model, self.draft, PROMPTS,
                                       budget=8, window=2, lookahead=3,
                                       max_new_tokens=6)
     self.assertEqual(got.tokens, self.full.tokens)
@@ -251,7 +252,7 @@ class PolicyTest(absltest.TestCase):
     bad = tiny_models.tiny_decoder(1, vocab_size=80)
     with self.assertRaisesRegex(ValueError, "draft vocabulary size 80 "
                                 "differs from the target's 64"):
-      kv_policies.speckv_generate(self.model, bad, PROMPTS, budget=8,
+      speckv_lib.speckv_generate(self.model, bad, PROMPTS, budget=8,
                                   window=2, max_new_tokens=2)
 
 

@@ -180,5 +180,41 @@ class ProbeTest(absltest.TestCase):
     self.assertTrue(any(not np.allclose(a, b) for a, b in zip(lora0, lora1)))
 
 
+class GradedCalibrationTest(absltest.TestCase):
+
+  def test_metrics_hand_case(self):
+    f, y = [0.9, 0.2, 0.6, 0.6], [1, 0, 0, 1]
+    m = cal.calibration_metrics(f, y, num_bins=10)
+    # Bins 9, 2, 6: |0.9 - 1| / 4 + |0.2 - 0| / 4 + |0.6 - 0.5| * 2 / 4.
+    self.assertAlmostEqual(m["binned_ece"], 0.125, places=12)
+    self.assertAlmostEqual(m["accuracy"], 0.5)
+    self.assertAlmostEqual(m["confidence"], 0.575)
+    self.assertAlmostEqual(m["overconfidence"], 0.075)
+    self.assertEqual(m["smece"], cal.smooth_ece(f, y))
+    with self.assertRaisesRegex(ValueError, "must lie in"):
+      cal.calibration_metrics([1.5], [1])
+
+  def test_graded_plurality(self):
+    responses = [["Paris.", "It is Paris", "Lyon", "paris"],
+                 ["Lyon", "Nice", "x", "y"],
+                 ["", "", "Rome", "Rome"]]
+    classes = [["paris", "paris", "lyon", "paris"],
+               ["lyon", "nice", "x", "y"],
+               [None, None, "rome", "rome"]]
+    seen = []
+
+    def grade(i, text):
+      seen.append((i, text))
+      return "paris" in text.lower() or text == "Rome"
+
+    d = cal.b_calibration_graded(responses, classes, grade)
+    np.testing.assert_allclose(d["confidence"], [0.75, 0.25, 0.5])
+    # Ties go to the class sampled first: "lyon", then None (no answer).
+    np.testing.assert_array_equal(d["correct"], [1.0, 0.0, 0.0])
+    self.assertEqual(seen, [(0, "Paris."), (1, "Lyon"), (2, "")])
+    with self.assertRaisesRegex(ValueError, "give one each"):
+      cal.b_calibration_graded(responses, classes[:2], grade)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -206,5 +206,35 @@ class HarnessTest(parameterized.TestCase):
                                tasks=tasks, methods=("mrope",))
 
 
+class _ChatBytes(ByteTokenizer):
+  """Bytes with a ChatML-like template (what `chat_needle_example` reads)."""
+
+  def render_chat(self, messages, add_generation_prompt=True):
+    del add_generation_prompt
+    return "".join(f"<{m['role']}>{m['content']}</>" for m in messages) + (
+        "<assistant>")
+
+
+class ChatNeedleTest(absltest.TestCase):
+
+  def test_length_needle_and_template(self):
+    tok = _ChatBytes()
+    ex = lc.chat_needle_example(tok, length=700, depth=0.5,
+                                rng=np.random.default_rng(3), digits=4)
+    self.assertLen(ex.prompt_ids, 700)
+    text = tok.decode(ex.prompt_ids.tolist())
+    needle = f"The secret code is {ex.answer}. "
+    self.assertEqual(tok.decode(ex.prompt_ids[ex.needle_start:ex.needle_start
+                                              + len(needle)].tolist()), needle)
+    self.assertEqual(text.count(ex.answer), 1)
+    self.assertTrue(text.startswith("<user>" + lc.CHAT_INTRO))
+    self.assertTrue(text.endswith(lc.CHAT_QUESTION + "</><assistant>"))
+    self.assertLen(ex.answer, 4)
+    self.assertNotEqual(ex.answer[0], "0")
+    self.assertEqual(ex.parts, (ex.answer,))
+    # Depth 0.5: the needle starts near the middle of the haystack.
+    self.assertLess(abs(ex.needle_start / 700 - 0.5), 0.1)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -122,5 +122,29 @@ class MetricsTest(absltest.TestCase):
                                             np.full(5, 0.3)), (0.3, 0.3))
 
 
+class SummaryTest(absltest.TestCase):
+
+  def test_evaluate_scores_and_groups(self):
+    rng = np.random.default_rng(0)
+    correct = rng.uniform(size=40) < 0.5
+    scores = {"u": rng.normal(size=40) - correct, "v": rng.normal(size=40)}
+    out = unc.evaluate_scores(scores, correct, seed=0, num_resamples=50)
+    for k, s in scores.items():
+      self.assertAlmostEqual(out[k]["auroc"],
+                             metrics.roc_auc_score(~correct, s), places=12)
+      self.assertEqual(out[k]["aurac"], unc.aurac(s, correct))
+      self.assertEqual(out[k]["acc90"],
+                       unc.accuracy_at_fractions(s, correct)[0.9])
+      self.assertLessEqual(out[k]["auroc_lo"], out[k]["auroc_hi"])
+    self.assertTrue(math.isnan(unc.safe_auroc([0.1, 0.2], [True, True])))
+    g = unc.group_summary([True, False, True, True], ["a", "b", "a", "b"],
+                          [[0, 0, 1], [0, 1, 2], [0, 0, 0], [0, 1, 1]])
+    self.assertEqual(g, {"acc_a": 1.0, "clusters_a": 1.5, "acc_b": 0.5,
+                         "clusters_b": 2.5, "questions": 4, "accuracy": 0.75,
+                         "incorrect_frac": 0.25, "clusters_mean": 2.0})
+    self.assertEqual(unc.last_word(" Ab was born in Lisbon. "), "Lisbon")
+    self.assertEqual(unc.last_word("  "), "")
+
+
 if __name__ == "__main__":
   absltest.main()

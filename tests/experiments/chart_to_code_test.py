@@ -1,5 +1,6 @@
-"""The chart-to-code experiment's policy, SFT loss, sampling and GRPO pieces,
-the render cache, the result tables and the per-seed resume."""
+"""The chart-to-code pieces (the image prefix LM, the `prefix_lm_nll` SFT
+loss, sampling, the rollout's prefix hook, the render cache, the chart
+grammar) and the experiment's result tables and per-seed resume."""
 
 import json
 import os
@@ -13,9 +14,16 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.configs import chart_to_code as c2c_configs
+from jaxlab.data.synthetic import charts as charts_lib
 from jaxlab.experiments import chart_to_code as c2c
+from jaxlab.objectives import prefix_lm as prefix_lm_loss
+from jaxlab.rewards import chart_eval
+from jaxlab.rewards import render_cache
 from jaxlab.rewards import sandbox
 from jaxlab.rl import learner as learner_lib
+from jaxlab.rl import rollout as rollout_lib
+
+BOS, EOS, PAD = charts_lib.BOS, charts_lib.EOS, charts_lib.PAD
 
 
 def _tiny_config():
@@ -42,19 +50,19 @@ def _reference_greedy(policy, images, max_len):
   """
   b = images.shape[0]
   ids = np.zeros((b, max_len + 1), np.int32)
-  ids[:, 0] = c2c.BOS
+  ids[:, 0] = BOS
   done = np.zeros(b, bool)
   logits_fn = jax.jit(policy.logits)
   for t in range(max_len):
     logits = np.asarray(logits_fn(jnp.asarray(images),
                                   jnp.asarray(ids)))[:, t]
-    tok = np.where(done, c2c.PAD, logits.argmax(-1))
+    tok = np.where(done, PAD, logits.argmax(-1))
     ids[:, t + 1] = tok
-    done |= tok == c2c.EOS
+    done |= tok == EOS
   out = []
   for row in ids[:, 1:]:
     row = list(row)
-    out.append(row[:row.index(c2c.EOS) + 1] if c2c.EOS in row else row)
+    out.append(row[:row.index(EOS) + 1] if EOS in row else row)
   return out
 
 
@@ -67,12 +75,12 @@ class PolicyTest(absltest.TestCase):
 
   def test_sections_reach_their_classes(self):
     # Without fixed axes the y-range token (last id) is not in the policy.
-    self.assertEqual(self.policy.dec.cfg.vocab_size, len(c2c.VOCAB))
-    self.assertEqual(c2c.TOK[c2c.YLIM], len(c2c.VOCAB) - 1)
+    self.assertEqual(self.policy.dec.cfg.vocab_size, len(charts_lib.VOCAB))
+    self.assertEqual(charts_lib.TOK[charts_lib.YLIM], len(charts_lib.VOCAB) - 1)
     with self.config.unlocked():
       self.config.charts.fixed_axes = False
     self.assertEqual(c2c.make_policy(self.config, 0).dec.cfg.vocab_size,
-                     len(c2c.VOCAB) - 1)
+                     len(charts_lib.VOCAB) - 1)
     self.assertEqual(self.policy.dec.cfg.dim, 32)
     self.assertEqual(self.policy.dec.cfg.num_heads, 2)
     self.assertEqual(self.policy.vit.cfg.out_dim, 32)
@@ -80,7 +88,7 @@ class PolicyTest(absltest.TestCase):
     self.assertEqual(self.policy.num_prefix, 16)
     cfg = learner_lib.GRPOConfig(**self.config.grpo)
     self.assertEqual((cfg.group_size, cfg.max_new_tokens, cfg.eos_id),
-                     (2, 12, c2c.EOS))
+                     (2, 12, EOS))
 
   def test_unknown_preset_is_an_error(self):
     with self.assertRaisesRegex(ValueError, "unknown preset 'tinyy'"):
@@ -88,7 +96,7 @@ class PolicyTest(absltest.TestCase):
 
   def test_forward_is_the_concatenated_prefix(self):
     imgs = _images(2)
-    ids = jnp.array([[c2c.BOS, 3, 9, 12], [c2c.BOS, 4, 9, 13]], jnp.int32)
+    ids = jnp.array([[BOS, 3, 9, 12], [BOS, 4, 9, 13]], jnp.int32)
     prefix = self.policy.vit(jnp.asarray(imgs))
     h = jnp.concatenate([prefix, self.policy.dec.embed(ids)], axis=1)
     want = self.policy.dec.forward(inputs_embeds=h).logits[:, 16:]
@@ -101,36 +109,38 @@ class PolicyTest(absltest.TestCase):
 
   def test_sampler_with_prefix_equals_cacheless_greedy(self):
     imgs = _images(3, seed=1)
-    got = c2c.sample_codes(self.policy, imgs, max_len=self.config.max_len,
-                           temperature=0.0)
+    got = chart_eval.sample_codes(self.policy, imgs,
+                                  max_len=self.config.max_len,
+                                  temperature=0.0)
     want = _reference_greedy(self.policy, imgs, self.config.max_len)
     self.assertEqual(got, want)
 
   def test_sft_loss_matches_numpy(self):
-    charts = [{"ids": [3, 9, 12, c2c.EOS], "image": np.zeros((64, 64, 3),
+    charts = [{"ids": [3, 9, 12, EOS], "image": np.zeros((64, 64, 3),
                                                               np.uint8)},
-              {"ids": [4, 9, c2c.EOS], "image": np.full((64, 64, 3), 200,
+              {"ids": [4, 9, EOS], "image": np.full((64, 64, 3), 200,
                                                          np.uint8)}]
-    batch = c2c.sft_arrays(charts, max_len=6)
-    loss, m = c2c.sft_loss(self.policy, batch)
+    batch = charts_lib.sft_arrays(charts, max_len=6)
+    loss, m = prefix_lm_loss.prefix_lm_nll(self.policy, batch)
     logits = np.asarray(self.policy.logits(batch["images"], batch["ids"]),
                         np.float64)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = []
     for b, c in enumerate(charts):
-      seq = [c2c.BOS] + c["ids"]
+      seq = [BOS] + c["ids"]
       nll += [-logp[b, t, seq[t + 1]] for t in range(len(seq) - 1)]
     self.assertEqual(float(m["tokens"]), 7.0)
     self.assertAlmostEqual(float(loss), float(np.mean(nll)), places=5)
 
   def test_rollout_logp_is_the_sampling_distribution(self):
     imgs = _images(2, seed=2)
-    tokens = c2c.sample_codes(self.policy, imgs, max_len=5, temperature=1.0,
-                              key=jax.random.key(3))
+    tokens = chart_eval.sample_codes(self.policy, imgs, max_len=5,
+                                     temperature=1.0, key=jax.random.key(3))
     from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
-    ids, attn, comp = sampler.pack_sequences([[c2c.BOS]] * 2, tokens,
+    ids, attn, comp = sampler.pack_sequences([[BOS]] * 2, tokens,
                                              length=6)
-    lp = c2c.rollout_logp(self.policy, imgs, ids, attn, comp, 0.5)
+    lp = rollout_lib.teacher_forced_logp(self.policy, ids, attn, comp,
+                                         temperature=0.5, prefix_inputs=imgs)
     logits = np.asarray(self.policy.logits(imgs, jnp.asarray(ids)),
                         np.float64) / 0.5
     logz = np.log(np.exp(logits).sum(-1))
@@ -149,8 +159,11 @@ class GRPOTest(absltest.TestCase):
     policy = c2c.make_policy(config, seed=0)
     vit_before = np.asarray(policy.vit.patch_embed_kd[...]).copy()
     learner = c2c.make_learner(config, policy)
-    imgs = np.repeat(_images(2, seed=4), 2, axis=0)     # 2 groups of G=2
-    rb = c2c.rollout(learner, imgs, key=jax.random.key(0))
+    imgs = _images(2, seed=4)      # 2 groups of G=2 (the prefix hook)
+    prompts = [[BOS]] * 2
+    rb = learner.rollout(prompts, jax.random.key(0), prefix_inputs=imgs)
+    np.testing.assert_array_equal(rb.prefix_inputs,
+                                  np.repeat(imgs, 2, axis=0))
     self.assertEqual(rb.input_ids_bt.shape, (4, 1 + config.max_len))
     # The old log-probs are the loss's own: the first ratio is exactly 1
     # and the reference (post-SFT copy) equals the policy before any update.
@@ -162,7 +175,7 @@ class GRPOTest(absltest.TestCase):
     vit_after = np.asarray(learner.policy.vit.patch_embed_kd[...])
     self.assertGreater(np.abs(vit_after - vit_before).max(), 1e-6)
     # A second rollout from the updated policy no longer matches the ref.
-    rb2 = c2c.rollout(learner, imgs, key=jax.random.key(2))
+    rb2 = learner.rollout(prompts, jax.random.key(2), prefix_inputs=imgs)
     self.assertGreater(np.abs(rb2.old_logp_bt - rb2.ref_logp_bt).max(), 1e-6)
 
 
@@ -177,7 +190,7 @@ class RenderCacheTest(absltest.TestCase):
         return sandbox.RenderResult(False, None, "timeout after 1s")
       return sandbox.RenderResult(True, np.zeros((2, 2, 3), np.uint8), "")
 
-    render = c2c.CachedRender(fake_render, max_entries=2)
+    render = render_cache.CachedRender(fake_render, max_entries=2)
     first = render("a", timeout_s=1.0, size=(2, 2))
     self.assertIs(render("a", timeout_s=1.0, size=(2, 2)), first)
     render("a", timeout_s=2.0, size=(2, 2))     # other args: a new render
@@ -216,18 +229,18 @@ def _bar_top(img: np.ndarray) -> int:
 class FixedAxesTest(absltest.TestCase):
 
   def test_code_and_vocab(self):
-    toks = c2c.chart_code("bar", [3, 5, 2], "cost", fixed_axes=True)
+    toks = charts_lib.chart_code("bar", [3, 5, 2], "cost", fixed_axes=True)
     self.assertEqual("".join(toks), "plt.bar([0,1,2],[3,5,2]);"
                      "plt.ylim(0,10);plt.title('cost')")
-    self.assertEqual("".join(c2c.chart_code("bar", [3, 5, 2], "cost")),
+    self.assertEqual("".join(charts_lib.chart_code("bar", [3, 5, 2], "cost")),
                      "plt.bar([0,1,2],[3,5,2]);plt.title('cost')")
 
   def test_a_value_is_a_height_only_with_fixed_axes(self):
     # The middle bar is 5 in both charts; the other values differ.
     def top(others, fixed):
-      code = "".join(c2c.chart_code("bar", [others, 5, others], "cost",
+      code = "".join(charts_lib.chart_code("bar", [others, 5, others], "cost",
                                     fixed_axes=fixed))
-      return _bar_top(c2c.render_trusted(code))
+      return _bar_top(charts_lib.render_trusted(code))
     self.assertEqual(top(1, True), top(9, True))
     # Autoscaled: the 5 reaches the top beside 1s, not beside 9s.
     self.assertLess(top(1, False), top(9, False) - 5)
@@ -240,7 +253,7 @@ class SupervisedCacheTest(absltest.TestCase):
     with config.unlocked():
       config.sft.update(steps=4, eval_every=2, batch_size=4)
       config.max_len = 28                  # the charts' codes fit
-    charts = c2c.make_charts(4, 5)
+    charts = charts_lib.make_charts(4, 5)
     cache = tempfile.mkdtemp()
 
     def fake_sft(model, *args):

@@ -85,6 +85,49 @@ class StreamSourceTest(absltest.TestCase):
       np.testing.assert_array_equal(ex["loss_mask"], np.ones(4))
     with self.assertRaisesRegex(ValueError, "shorter than one sequence"):
       fe_exp.StreamSource([[1, 2]], seq_len=4)
+    # rows(n): the first n windows' inputs, capped at the windows there are.
+    np.testing.assert_array_equal(src.rows(2), stream[:8].reshape(2, 4))
+    self.assertEqual(src.rows(99).shape, (len(src), 4))
+
+
+class SmolLM2PresetTest(absltest.TestCase):
+
+  def test_preset_probes_a_pretrained_model_on_the_fixed_corpus(self):
+    from jaxlab.configs import frequency_entropy as fe_config  # pylint: disable=g-import-not-at-top
+    from jaxlab.data import prose  # pylint: disable=g-import-not-at-top
+    c = fe_config.get_config("smollm2")
+    self.assertEqual(c.fe.pretrained, "smollm2-135m-instruct")
+    self.assertEqual(fe_config.get_config(None).fe.pretrained, "")
+    # 7 STFT frames over the probe signal, as the paper's 4096/1024/512.
+    self.assertEqual(1 + (c.fe.probe_len - c.fe.frame) // c.fe.hop, 7)
+    # held-out and probe passages do not overlap
+    self.assertLessEqual(c.fe.num_eval_seqs, c.fe.probe_from)
+    self.assertLess(c.fe.probe_from, len(prose.passages()))
+    self.assertEqual(tuple(c.fe.alphas), (0.1,))  # the paper's downstream
+
+
+class ProseTest(absltest.TestCase):
+
+  def test_token_windows(self):
+    from jaxlab.data import prose  # pylint: disable=g-import-not-at-top
+
+    class WordTok:  # one id per word: the windows are easy to read
+      def encode(self, text):
+        return [len(w) for w in text.split()]
+
+    texts = ["a bb ccc dddd", "ee f gg hhh iiii"]
+    np.testing.assert_array_equal(prose.token_windows(WordTok(), texts, 3),
+                                  [[1, 2, 3], [2, 1, 2]])
+    # stream: joined by a blank line (no word), cut into whole windows
+    np.testing.assert_array_equal(
+        prose.token_windows(WordTok(), texts, 4, stream=True),
+        [[1, 2, 3, 4], [2, 1, 2, 3]])
+    self.assertEqual(prose.token_windows(WordTok(), texts, 2, stream=True,
+                                         max_windows=3).shape, (3, 2))
+    with self.assertRaisesRegex(ValueError, "passage 0 has 4 tokens"):
+      prose.token_windows(WordTok(), texts, 5)
+    self.assertGreaterEqual(min(len(p.split()) for p in prose.passages()),
+                            250)
 
 
 if __name__ == "__main__":

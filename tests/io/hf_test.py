@@ -80,6 +80,64 @@ class HfImportParityTest(parameterized.TestCase):
     self.assertEqual(cfg.sliding_window, kw.get("sliding_window"))
     self.assertEqual(model.lm_head_dv is None, cfg.tie_embeddings)
 
+  @parameterized.named_parameters(("unrolled", False), ("scanned", True))
+  def test_hidden_states_match_transformers(self, scan):
+    """All L + 1 `hidden_states` equal transformers' `output_hidden_states`
+    with `final_norm_hidden=True` (the last one after the final norm); by
+    default only the last differs: it is the stream before the norm."""
+    import torch  # pylint: disable=g-import-not-at-top
+    name = "llama_gqa2_untied_v5"
+    model, cfg = hf.load(self.paths[name], scan_layers=scan)
+    ids = _ids()
+    with torch.no_grad():
+      ref = self.hf_models[name](input_ids=torch.as_tensor(ids).long(),
+                                 output_hidden_states=True)
+    want = [h.numpy() for h in ref.hidden_states]
+    self.assertLen(want, cfg.num_layers + 1)
+    out = model.forward(jnp.asarray(ids), output_hidden_states=True,
+                        final_norm_hidden=True)
+    self.assertLen(out.hidden_states, cfg.num_layers + 1)
+    # fp32: the residual stream (entries of size ~1-10 after 2 layers with
+    # std-0.2 weights) carries ~1e-6 relative rounding per op.
+    for i, (got, ref_h) in enumerate(zip(out.hidden_states, want)):
+      np.testing.assert_allclose(np.asarray(got), ref_h, rtol=1e-5,
+                                 atol=1e-5, err_msg=f"hidden_states[{i}]")
+    np.testing.assert_allclose(np.asarray(out.logits), ref.logits.numpy(),
+                               atol=1e-4)
+    np.testing.assert_allclose(model.lm_head(out.hidden_states[-1]),
+                               out.logits, atol=1e-6)
+    plain = model.forward(jnp.asarray(ids), output_hidden_states=True)
+    for a, b in zip(plain.hidden_states[:-1], out.hidden_states[:-1]):
+      np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(model.final_norm(plain.hidden_states[-1]),
+                               want[-1], rtol=1e-5, atol=1e-5)
+    self.assertGreater(np.abs(np.asarray(plain.hidden_states[-1])
+                              - want[-1]).max(), 0.1)
+    np.testing.assert_array_equal(plain.logits, out.logits)
+
+  def test_load_tensors_from_a_state_dict(self):
+    """`hf.load_tensors` fills a model from a name -> array callback (here
+    transformers' in-memory state dict) to the same logits."""
+    name = "llama_mha_tied_sharded_v4"
+    hf_model = self.hf_models[name]
+    _, cfg = hf.load(self.paths[name])
+    state = {k: v.numpy() for k, v in hf_model.state_dict().items()}
+    asked = []
+
+    def get(tensor, shape):
+      asked.append(tensor)
+      self.assertEqual(state[tensor].shape, shape)
+      return state[tensor]
+
+    model = hf.load_tensors(cfg, get)
+    self.assertCountEqual(asked, hf.tensor_shapes(cfg))
+    ids = _ids()
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))),
+                               hfx.hf_logits(hf_model, ids), atol=1e-4)
+    with self.assertRaisesRegex(ValueError, "model.norm.weight.*shape"):
+      hf.load_tensors(cfg, lambda n, shape: (
+          state[n][:-1] if n == "model.norm.weight" else state[n]))
+
   def test_sharded_checkpoint_really_sharded(self):
     path = self.paths["qwen2_gqa4_bias_sharded_v5"]
     self.assertTrue(os.path.exists(os.path.join(path, hf.INDEX_FILE)))

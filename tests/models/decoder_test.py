@@ -1,6 +1,8 @@
 """Decoder: KV cache, padding, bidirectional, hidden states, remat, bf16,
 sharded forward."""
 
+import unittest
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -9,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab.decoding import sampler
+from jaxlab.io import pretrained
 from jaxlab.models import decoder as decoder_lib
 
 RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"),
@@ -170,6 +174,87 @@ class DecoderTest(parameterized.TestCase):
     self.assertLess(err, 0.05 * float(jnp.abs(ref).max()))
     self.assertGreater(err, 1e-4)
 
+  @parameterized.named_parameters(
+      ("tied_scanned", dict(tie_embeddings=True, scan_layers=True)),
+      ("untied_softcap", dict(final_logit_softcap=30.0)))
+  def test_bf16_logits_are_float32_not_rounded(self, kw):
+    """bf16 compute, float32 logits: the LM head accumulates and returns
+    float32 (no rounding of the logits to bf16's 8-bit mantissa), in
+    `forward`, in `unembed` of `[C, D]` chunks (the chunked loss) and
+    jitted."""
+    model = _model(dtype="bfloat16", **kw)
+    ids = _ids(2, 8)
+    out = model.forward(ids, output_hidden_states=True)
+    self.assertEqual(out.logits.dtype, jnp.float32)
+    # Reference: the bf16 normed states and bf16 weights, multiplied
+    # exactly (a bf16 x bf16 product is exact in float32) and summed in
+    # float64; float32 accumulation of D=32 terms is within ~1e-6 relative.
+    def reference(h_last):
+      # The bf16 normed states and bf16 weights (fp32 params cast to the
+      # compute dtype) multiplied exactly (a bf16 x bf16 product is exact
+      # in float32) and summed in float64; float32 accumulation of D=32
+      # terms is within ~1e-6 relative of it.
+      normed = np.asarray(model.final_norm(h_last).astype(jnp.bfloat16),
+                          np.float64)
+      table = (model.embed_vd[...].T if model.lm_head_dv is None
+               else model.lm_head_dv[...])
+      z = normed @ np.asarray(table.astype(jnp.bfloat16), np.float64)
+      cap = kw.get("final_logit_softcap")
+      return z if not cap else cap * np.tanh(z / cap)
+
+    ref = reference(out.hidden_states[-1])
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(np.asarray(out.logits, np.float64), ref,
+                               atol=1e-5 * scale)
+    # bf16-rounded logits would be off by up to 2^-9 relative.
+    rounded = np.asarray(jnp.asarray(ref, jnp.bfloat16), np.float64)
+    self.assertGreater(np.abs(rounded - ref).max(), 1e-4 * scale)
+    chunk = model.unembed(out.hidden_states[-1].reshape(16, -1))
+    self.assertEqual(chunk.dtype, jnp.float32)
+    np.testing.assert_allclose(np.asarray(chunk, np.float64),
+                               ref.reshape(16, -1), atol=1e-5 * scale)
+    # Jitted, XLA may keep excess precision around the bf16 converts (so no
+    # exact reference); the logits must still not be bf16 values: a float32
+    # logit is bf16-representable with probability ~2^-16.
+    logits = jax.jit(lambda m, x: m(x))(model, ids)
+    self.assertEqual(logits.dtype, jnp.float32)
+    as_bf16 = np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))
+    self.assertLess(np.mean(np.asarray(logits) == as_bf16), 0.05)
+
+  def test_cached_attention_equals_dot_product_attention(self):
+    """The CPU decode-step attention over a `[B, S, K, H]` cache is
+    `jax.nn.dot_product_attention` (GQA, per-head and shared masks, a row
+    with no allowed key: uniform), within float32 rounding."""
+    from jaxlab.nn import attention as attn_lib  # pylint: disable=g-import-not-at-top
+    ks = jax.random.split(jax.random.key(3), 4)
+    q = jax.random.normal(ks[0], (2, 3, 6, 8))
+    k = jax.random.normal(ks[1], (2, 10, 2, 8))
+    v = jax.random.normal(ks[2], (2, 10, 2, 8))
+    per_head = jax.random.bernoulli(ks[3], 0.6, (2, 6, 3, 10))
+    per_head = per_head.at[1, 4, 2].set(False)  # no allowed key
+    for mask in (None, per_head, per_head[:, :1]):
+      got = attn_lib.cached_attention(q, k, v, mask, scale=0.3)
+      want = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=0.3)
+      np.testing.assert_allclose(got, want, atol=1e-5)
+
+  def test_final_norm_hidden(self):
+    """`final_norm_hidden=True`: the last hidden state is after the final
+    norm (transformers' convention), the others and the logits unchanged."""
+    model = _model(num_layers=2)
+    ids = _ids(2, 5)
+    plain = model.forward(ids, output_hidden_states=True)
+    hf_like = model.forward(ids, output_hidden_states=True,
+                            final_norm_hidden=True)
+    self.assertLen(hf_like.hidden_states, 3)
+    for a, b in zip(plain.hidden_states[:-1], hf_like.hidden_states[:-1]):
+      np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(hf_like.hidden_states[-1],
+                               model.final_norm(plain.hidden_states[-1]),
+                               atol=1e-6)
+    np.testing.assert_allclose(hf_like.logits, plain.logits, atol=1e-6)
+    np.testing.assert_allclose(model.lm_head(hf_like.hidden_states[-1]),
+                               plain.logits, atol=1e-6)
+
   def test_sharded_forward_equals_unsharded(self):
     if jax.device_count() < 8:
       self.skipTest("needs 8 (fake) devices")
@@ -201,6 +286,43 @@ class DecoderTest(parameterized.TestCase):
 
       out = fwd(state, jax.device_put(ids, batch_sh))
     np.testing.assert_allclose(out, ref, atol=1e-5)
+
+
+SMOLLM2 = "smollm2-135m-instruct"
+
+
+@unittest.skipIf(pretrained.skip_reason(SMOLLM2),
+                 pretrained.skip_reason(SMOLLM2))
+class RealModelBf16Test(absltest.TestCase):
+  """SmolLM2-135M-Instruct in bf16 compute: float32 logits (issue 31).
+
+  With logits rounded to bf16 (spacing 0.125 at 16-32) the top two of a
+  chat prompt tied at 25.25 and greedy answers changed with left padding.
+  """
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.model, _ = pretrained.load(SMOLLM2, dtype="bfloat16", cache=True)
+    tok = pretrained.tokenizer(SMOLLM2)
+    cls.ids = list(tok.apply_chat_template(
+        [{"role": "user", "content": "What is 17 times 3?"}],
+        add_generation_prompt=True))
+
+  def test_float32_logits_without_ties(self):
+    logits = self.model(jnp.asarray([self.ids]))
+    self.assertEqual(logits.dtype, jnp.float32)
+    top2 = np.asarray(jax.lax.top_k(logits[0], 2)[0])  # [T, 2]
+    # float32 logits: exact top-2 ties have probability ~2^-20 per row.
+    self.assertFalse(np.any(top2[:, 0] == top2[:, 1]))
+    as_bf16 = np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))
+    self.assertLess(np.mean(np.asarray(logits) == as_bf16), 0.05)
+
+  def test_greedy_tokens_do_not_change_with_left_padding(self):
+    # Prompt bucket 48 (9 padding slots) vs 64 (25).
+    runs = [sampler.generate(self.model, [self.ids], max_new_tokens=16,
+                             pad_multiple=m).tokens[0] for m in (48, 64)]
+    self.assertEqual(runs[0], runs[1])
 
 
 if __name__ == "__main__":

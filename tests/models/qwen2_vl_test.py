@@ -13,9 +13,12 @@ import numpy as np
 from flax import nnx
 import safetensors.numpy
 
+from jaxlab import parallel
+from jaxlab.decoding import sampler
 from jaxlab.io import hf
 from jaxlab.models import qwen2_vl
 from jaxlab.models import registry
+from jaxlab.train import lora as lora_lib
 
 torch = None
 transformers = None
@@ -52,6 +55,37 @@ def _perturbed(model):
       p.copy_(1 + noise if ("norm" in name or "ln_q" in name) and
               name.endswith("weight") else noise)
   return model.eval()
+
+
+def _jax_perturbed(model, seed):
+  """A copy of `model` with every parameter moved by N(0, 0.05^2) noise."""
+  graphdef, state = nnx.split(model)
+  rng = np.random.default_rng(seed)
+  state = jax.tree.map(
+      lambda x: x + 0.05 * rng.standard_normal(x.shape).astype(x.dtype),
+      state)
+  return nnx.merge(graphdef, state)
+
+
+def _export_roundtrip(test, model, cfg, hf_cls, ids, inputs, want=None):
+  """save -> transformers `from_pretrained` -> logits equal ours (`want`,
+  default `model`'s); and save -> `hf.load` gives the same config."""
+  d = tempfile.mkdtemp()
+  try:
+    hf.save(model, cfg, d)
+    ref = hf_cls.from_pretrained(d, attn_implementation="eager").eval()
+    _, cfg2 = hf.load(d)
+  finally:
+    shutil.rmtree(d, ignore_errors=True)
+  test.assertEqual(cfg2.vision, cfg.vision)
+  test.assertEqual(cfg2.mrope_section, cfg.mrope_section)
+  tt = np.where(ids == IMG, 1, np.where(ids == VID, 2, 0))
+  kw = {k: torch.tensor(np.asarray(v)) for k, v in inputs.items()}
+  with torch.no_grad():
+    theirs = ref(input_ids=torch.tensor(ids),
+                 mm_token_type_ids=torch.tensor(tt), **kw).logits.numpy()
+  ours = np.asarray(model(ids, **inputs)) if want is None else want
+  np.testing.assert_allclose(theirs, ours, rtol=0, atol=_tol(ours))
 
 
 def _text_config():
@@ -360,6 +394,57 @@ class Qwen25VLTest(chex.TestCase):
       np.testing.assert_allclose(out.logits[:, 0], full[:, t], rtol=0,
                                  atol=_tol(full))
 
+  def test_generate_with_images_matches_transformers(self):
+    """`sampler.generate(multimodal=...)`, a ragged left-padded batch (row 0:
+    an image and a video, row 1: two images): greedy tokens == transformers'
+    `generate(do_sample=False)`, and the KV-cached log-probs == those of
+    one no-cache forward over prompt + generated tokens."""
+    rows = [[5, 6, VS] + [IMG] * 24 + [VE, 7, VS] + [VID] * 32 + [VE, 8],
+            [VS] + [IMG] * 6 + [VE, 3, VS] + [IMG] * 4 + [VE, 9, 10]]
+    base = self._inputs()
+    mm = dict(
+        pixel_values=np.concatenate([
+            base["pixel_values"], self.rng.standard_normal(
+                (40, PATCH_DIM)).astype(np.float32)]),
+        image_grid_thw=np.array([[1, 8, 12], [1, 4, 6], [1, 4, 4]]),
+        pixel_values_videos=base["pixel_values_videos"],
+        video_grid_thw=base["video_grid_thw"], second_per_grid_ts=[1.5])
+    new = 5
+    res = sampler.generate(self.model, rows, max_new_tokens=new,
+                           multimodal=mm)
+    width = max(map(len, rows))
+    ids = np.zeros((2, width), np.int64)
+    mask = np.zeros((2, width), np.int64)
+    for r, row in enumerate(rows):
+      ids[r, width - len(row):] = row
+      mask[r, width - len(row):] = 1
+    tt = np.where(ids == IMG, 1, np.where(ids == VID, 2, 0))
+    kw = {k: torch.tensor(np.asarray(v)) for k, v in mm.items()}
+    with torch.no_grad():
+      want = self.ref.generate(
+          input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+          mm_token_type_ids=torch.tensor(tt), max_new_tokens=new,
+          do_sample=False, eos_token_id=None, pad_token_id=0, **kw)
+    self.assertEqual(res.tokens, want[:, width:].tolist())
+    # Cached decoding == one forward over prompt + generated tokens.
+    full_ids = np.concatenate([ids, np.array(res.tokens)], 1)
+    full_mask = np.concatenate([mask, np.ones((2, new), np.int64)], 1)
+    h, prefill_kw, _ = self.model.multimodal_inputs(full_ids, full_mask,
+                                                    **mm)
+    logits = np.asarray(nnx.jit(
+        lambda m, h, mask, pos: m.forward(  # (eager dispatch is slow)
+            inputs_embeds=h, attention_mask=mask, positions_3bt=pos).logits)(
+                self.model, h, full_mask, prefill_kw["positions_3bt"]))
+    logp = jax.nn.log_softmax(logits[:, width - 1:-1], -1)
+    want_lp = np.take_along_axis(np.asarray(logp),
+                                 np.array(res.tokens)[..., None], -1)[..., 0]
+    np.testing.assert_allclose(res.model_logprobs, want_lp, rtol=0,
+                               atol=_tol(logits))
+    with self.assertRaisesRegex(ValueError, "placeholder"):
+      sampler.generate(self.model, [rows[1][:-6]], max_new_tokens=2,
+                       multimodal=dict(pixel_values=mm["pixel_values"][96:],
+                                       image_grid_thw=[[1, 4, 6], [1, 4, 4]]))
+
   def test_jit_matches_eager(self):
     ids = np.array([_prompt()])
     inputs = self._inputs()
@@ -391,10 +476,83 @@ class Qwen25VLTest(chex.TestCase):
     self.assertLess(np.abs(got - want).max(),
                     2 ** 4 * 2 ** -8 * np.abs(want).max())
 
-  def test_mesh_is_refused(self):
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
-    with self.assertRaisesRegex(ValueError, "mesh"):
-      hf.load(self.dir, mesh=mesh)
+  def test_export_loads_in_transformers(self):
+    """Our (perturbed) model -> hf.save -> transformers: same logits on a
+    text + image + video prompt."""
+    model = _jax_perturbed(self.model, 5)
+    _export_roundtrip(self, model, self.cfg,
+                      transformers.Qwen2_5_VLForConditionalGeneration,
+                      np.array([_prompt()]), self._inputs())
+
+  def test_lora_finetune_exports_merged_weights(self):
+    """LoRA on the language model (the targets name its weights, not the
+    tower's kernels: the tower stays frozen): one SGD step on a text +
+    image prompt; hf.save writes W + (alpha / r) A @ B, and transformers
+    loads it with the logits of the merged model."""
+    model = _jax_perturbed(self.model, 8)  # a copy
+    lora_lib.add_lora(model, rank=2, alpha=4.0,
+                      targets=("q_dnh", "v_dkh", "up_df"), rngs=nnx.Rngs(0))
+    ids = np.array([[5, VS] + [IMG] * 6 + [VE, 6, 7, 8]])
+    inputs = dict(pixel_values=self.rng.standard_normal(
+        (24, PATCH_DIM)).astype(np.float32),
+                  image_grid_thw=np.array([[1, 4, 6]]))
+    graphdef, factors, rest = nnx.split(model, lora_lib.LoRA, ...)
+    self.assertFalse(any("_lora" in str(p) for p, _ in
+                         nnx.to_flat_state(nnx.state(model.visual))))
+
+    def logits(factors, rest):
+      m = nnx.merge(graphdef, factors, rest, copy=True)  # as the trainer
+      lora_lib.merge_lora(m)
+      return m(ids, **inputs)
+
+    def loss(factors, rest):
+      logp = jax.nn.log_softmax(logits(factors, rest)[0, :-1], -1)
+      return -jax.numpy.take_along_axis(logp, ids[0, 1:, None], -1).mean()
+
+    step = jax.jit(lambda f, r: jax.tree.map(lambda x, g: x - 2.0 * g, f,
+                                             jax.grad(loss)(f, r)))
+    factors = step(factors, rest)
+    run = jax.jit(logits)
+    tuned = np.asarray(run(factors, rest))
+    base = np.asarray(run(jax.tree.map(jax.numpy.zeros_like, factors), rest))
+    # The step changed the function well beyond the comparison tolerance.
+    self.assertGreater(np.abs(tuned - base).max(), 100 * _tol(tuned))
+    _export_roundtrip(self, nnx.merge(graphdef, factors, rest), self.cfg,
+                      transformers.Qwen2_5_VLForConditionalGeneration, ids,
+                      inputs, want=tuned)
+
+  def test_mesh_placement(self):
+    """hf.load(mesh=, rules=) on 8 devices: the language model's params
+    sharded by their logical axes (vision tower replicated); logits ==
+    the unsharded model's."""
+    if jax.device_count() < 8:
+      self.skipTest("needs 8 (fake) devices")
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    model, _ = hf.load(self.dir, mesh=mesh, rules=parallel.DEFAULT_RULES)
+    up = model.language_model.layers[0].mlp.up_df[...]
+    self.assertEqual(up.sharding.spec, jax.sharding.PartitionSpec(
+        "fsdp", "tensor"))
+    self.assertEqual(up.addressable_shards[0].data.shape, (32, 48))
+    qkv = model.visual.blocks[0].qkv.kernel[...]
+    self.assertTrue(qkv.sharding.is_fully_replicated)
+    ids = np.array([_prompt()])
+    inputs = self._inputs()
+    grids = {k: inputs.pop(k) for k in ("image_grid_thw", "video_grid_thw")}
+    pos, _ = qwen2_vl.rope_index(ids, self.cfg, second_per_grid_ts=[1.5],
+                                 **grids)
+
+    @nnx.jit
+    def run(model, ids, pv, pvv, pos):
+      return model(ids, pixel_values=pv, pixel_values_videos=pvv,
+                   positions_3bt=pos, **grids)
+
+    with jax.set_mesh(mesh):
+      got = run(model, ids, inputs["pixel_values"],
+                inputs["pixel_values_videos"], pos)
+    want = run(self.model, ids, inputs["pixel_values"],
+               inputs["pixel_values_videos"], pos)
+    np.testing.assert_allclose(got, want, rtol=0, atol=_tol(want))
 
   def test_decoder_rope_tables_hook(self):
     lm = self.model.language_model
@@ -511,6 +669,16 @@ class Qwen2VLTest(chex.TestCase):
           torch.tensor(pv), grid_thw=torch.tensor(g)).pooler_output.numpy()
     got = np.asarray(self.model.visual(pv, g))
     np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
+
+  def test_export_loads_in_transformers(self):
+    model = _jax_perturbed(self.model, 6)
+    inputs = dict(
+        pixel_values=self.rng.standard_normal((96, PATCH_DIM)).astype(
+            np.float32), image_grid_thw=np.array([[1, 8, 12]]))
+    ids = np.array([[5, 6, VS] + [IMG] * 24 + [VE, 7, 8]])
+    _export_roundtrip(self, model, self.cfg,
+                      transformers.Qwen2VLForConditionalGeneration, ids,
+                      inputs)
 
   def test_logits_and_positions_match_transformers(self):
     ids = np.array([_prompt()])

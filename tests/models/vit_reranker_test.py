@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab.data import rerank_tokens
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import reranker as rr
 from jaxlab.models import vit as vit_lib
@@ -20,7 +21,7 @@ TEMPLATE = rr.PromptTemplate(system="", template="{system}I:{instruction}\n"
 
 
 def _build(random_direction=False, num_label_tokens=4, seed=0):
-  tok = rr.make_tokenizer(words=("red", "circle"))
+  tok = rerank_tokens.make_tokenizer(words=("red", "circle"))
   dec = decoder_lib.DecoderConfig(vocab_size=320, dim=32, num_layers=1,
                                   num_heads=2, num_kv_heads=1, mlp_dim=64,
                                   init_std=0.2)
@@ -54,6 +55,13 @@ class ViTTest(absltest.TestCase):
 
 
 class RerankerTest(absltest.TestCase):
+
+  def test_tokenizer_specials_are_the_models(self):
+    # The data layer's tokenizer and the model name the same strings.
+    self.assertEqual(rerank_tokens.IMAGE_TOKEN, rr.IMAGE_TOKEN)
+    self.assertEqual(rerank_tokens.LABEL_TOKENS_POS, rr.LABEL_TOKENS_POS)
+    self.assertEqual(rerank_tokens.LABEL_TOKENS_NEG, rr.LABEL_TOKENS_NEG)
+    self.assertIs(rerank.RerankHeads, rr.RerankHeads)
 
   def test_label_ids_come_from_tokenizer(self):
     tok, cfg, _ = _build(num_label_tokens=6)
@@ -175,7 +183,7 @@ class ImportedDecoderRerankerTest(absltest.TestCase):
         path, "qwen2", vocab_size=320, hidden_size=32, intermediate_size=48,
         num_layers=1, num_heads=4, num_kv_heads=2, return_model=True)
     dec, dcfg = hf.load(path)
-    cls.tok = rr.make_tokenizer(words=("red", "circle"))
+    cls.tok = rerank_tokens.make_tokenizer(words=("red", "circle"))
     vit = vit_lib.ViTConfig(image_size=8, patch_size=4, dim=16, num_layers=1,
                             num_heads=2, mlp_dim=16, out_dim=dcfg.dim)
     cls.cfg = rr.RerankerConfig.from_tokenizer(cls.tok, decoder=dcfg, vit=vit)

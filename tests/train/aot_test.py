@@ -217,6 +217,11 @@ class TpuCompileTest(absltest.TestCase):
     self.assertTrue(mem["fits"])
     # FSDP over 4 chips gathers the weights: all-gathers are present.
     self.assertIn("all-gather", rep["collectives"])
+    # The LM pipeline's packed batch (positions + segment ids) is attended
+    # by the splash kernel with segment ids, no dense mask: forward and
+    # backward kernels in the step.
+    self.assertIn("splash_mha_fwd", " ".join(rep["kernels"]))
+    self.assertIn("splash_mha_dq", " ".join(rep["kernels"]))
     self.assertGreater(rep["flops_per_chip"], 0)
     self.assertEqual(
         rep["flops_per_chip"] * 4,
@@ -256,6 +261,38 @@ class TpuCompileTest(absltest.TestCase):
       self.assertTrue(rep["memory"]["fits"])
       self.assertGreater(rep["memory"]["argument_bytes"], 0)
       self.assertGreater(rep["flops_per_chip"], 0)
+
+  def test_paper_preset_eval_step_takes_the_params_only(self):
+    # A zero-shot paper's preset compiles the forward pass on its own
+    # topology (config.scale), here rope_extension:paper cut to 2 layers
+    # and 8k tokens; its arguments are the parameters and the batch, no
+    # optimizer state.
+    from jaxlab.configs import rope_extension  # pylint: disable=g-import-not-at-top
+    from jaxlab.experiments import compile as compile_cli  # pylint: disable=g-import-not-at-top
+    config = rope_extension.get_config("paper")
+    self.assertEqual(config.scale.topology, "v5p:2x2x4")
+    config.model.update(num_layers=2, vocab_size=8192, dim=1024,
+                        mlp_dim=2048, num_heads=8, num_kv_heads=8)
+    config.train.seq_len = 2048
+    report = compile_cli.run(config, None, sampler=False)
+    ev = report["eval_step"]
+    self.assertEqual(report["chips"], 16)
+    self.assertTrue(ev["memory"]["fits"])
+    # fp32 params sharded 16 ways (+ padding of small dims) + the batch.
+    params = (8192 * 1024 + 2 * (4 * 1024 * 1024 + 3 * 1024 * 2048 + 2 * 1024)
+              + 1024 + 8192 * 1024) * 4
+    args = ev["memory"]["argument_bytes"]
+    self.assertGreaterEqual(args, params // 16)
+    self.assertLess(args, params // 16 + ev["batch_bytes_per_chip"]
+                    + (1 << 20))
+    self.assertIn("splash_mha_fwd", " ".join(ev["kernels"]))
+    # Forward FLOPs: a third of the training count (2N of 6N, attention
+    # likewise).
+    from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
+    dcfg = registry.decoder_config(config.model)
+    self.assertAlmostEqual(
+        ev["flops_per_token"],
+        registry.decoder_train_flops_per_token(dcfg, 2048) / 3, delta=1.0)
 
   def test_multislice_mesh_puts_data_across_slices(self):
     devices = aot.topology_devices("v5e:2x2", num_slices=2)

@@ -145,3 +145,25 @@ def make_task(*, num_questions: int = 48, num_values: int = 10,
         probs=tuple(float(p) for p in probs[order])))
   return AleatoricTask(tuple(questions), pool, int(cot_steps),
                        float(cot_error))
+
+
+def dpo_pairs(task: AleatoricTask, pairs_per_question: int, seed: int
+              ) -> tuple[list[str], list[str], list[str]]:
+  """(prompts, chosen, rejected) preference pairs, direct style: chosen =
+  the mode answer, rejected = another answer drawn from p*(.|x) (any other
+  pool value for a one-answer question); paraphrases drawn uniformly."""
+  rng = np.random.default_rng(60_000 + seed)
+  prompts, chosen, rejected = [], [], []
+  for q in task.questions:
+    others = np.array(q.probs[1:])
+    for _ in range(pairs_per_question):
+      t = int(rng.integers(len(QUESTION_TEMPLATES)))
+      prompts.append(task.prompt(q, DIRECT, t))
+      tmpl = ANSWER_TEMPLATES
+      chosen.append(" " + tmpl[rng.integers(len(tmpl))].format(v=q.mode))
+      if len(others) and others.sum() > 0:
+        v = q.values[1 + rng.choice(len(others), p=others / others.sum())]
+      else:  # a one-answer question: any other pool value
+        v = int(rng.choice([x for x in task.value_pool if x != q.mode]))
+      rejected.append(" " + tmpl[rng.integers(len(tmpl))].format(v=v))
+  return prompts, chosen, rejected

@@ -8,7 +8,7 @@ A story arrives sentence by sentence, question first:
           = 5 <EOT> | final
 
 and the reasoning units track the running total. The final segment is the
-depth variant (`objectives.streaming.final_segment`):
+depth variant (`data.streaming_format.final_segment`):
 
   D1: </think> 5 <|im_end|>
   D2: combine 3 + 4 - 2 = 5 </think> 5 <|im_end|>       (a recomputation)
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxlab.objectives import streaming as st
+from jaxlab.data import streaming_format as st
 
 MAX_NUMBER = 19
 NUMBERS = tuple(str(i) for i in range(MAX_NUMBER + 1))

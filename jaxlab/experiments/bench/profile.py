@@ -34,6 +34,8 @@ import tempfile
 from typing import Any, Callable
 
 from jaxlab.experiments import bench
+# Run in a child process by the benchmarks (`_child`, which they import).
+from jaxlab.experiments.bench._child import in_child, summary  # pylint: disable=unused-import
 
 _DUMP_DIR = os.path.join(tempfile.gettempdir(),
                          f"jaxlab_profile_hlo_{os.getpid()}")
@@ -160,7 +162,7 @@ def categorize(info: dict[str, Any]) -> str:
   names = {f"{f}:{fn}" for f, fn in frames}
   full = " ".join(f for f, _, _ in stack)
   op_name = info["op_name"]
-  if "decoder.py:unembed" in names:
+  if "decoder.py:unembed" in names or "decoder.py:lm_head" in names:
     return "lm_head"
   if "losses.py" in {f for f, _ in frames}:
     return "cross_entropy"
@@ -302,7 +304,8 @@ def profile_decode(size: str, batch: int, prompt_len: int, new_tokens: int
   cfg = decoder.DecoderConfig(
       vocab_size=shape["vocab_size"], dim=shape["hidden_size"],
       mlp_dim=shape["intermediate_size"], num_layers=shape["num_layers"],
-      num_heads=shape["num_heads"], num_kv_heads=shape["num_kv_heads"])
+      num_heads=shape["num_heads"], num_kv_heads=shape["num_kv_heads"],
+      tie_embeddings=shape.get("tie_embeddings", False))
   model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
   prompts = np.random.default_rng(0).integers(
       0, cfg.vocab_size, (batch, prompt_len)).tolist()
@@ -346,34 +349,6 @@ def main(argv=()):
     raise ValueError(f"--what={what!r}; valid: decode, train")
   out["loadavg"] = list(os.getloadavg())
   bench.emit(out, args.get("out"), indent=1)
-  return out
-
-
-def in_child(argv: list[str], timeout: float = 3600) -> dict[str, Any]:
-  """`main(argv)` in a fresh interpreter (the flags need a fresh backend),
-  so the caller's timings run without tracing; returns its JSON (or
-  {"error": ...})."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  cmd = [sys.executable, "-m", "jaxlab.experiments.bench", "profile", *argv]
-  try:
-    res = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                         timeout=timeout)
-    text = res.stdout
-    return json.loads(text[text.index("{"):])
-  except (subprocess.SubprocessError, ValueError) as e:
-    return {"error": f"{type(e).__name__}: {str(e)[-500:]}"}
-
-
-def summary(prof: dict[str, Any]) -> dict[str, Any]:
-  """The part of a breakdown a benchmark row keeps."""
-  if "error" in prof:
-    return prof
-  keep = ("by_part", "by_phase", "by_op_kind", "by_module", "total_op_ms",
-          "loadavg")
-  out = {k: prof[k] for k in keep if k in prof}
-  out["by_op_kind"] = {k: v for k, v in out.get("by_op_kind", {}).items()
-                       if v >= 0.005}
-  out["top_ops"] = prof.get("top_ops", [])[:5]
   return out
 
 

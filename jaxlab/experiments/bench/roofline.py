@@ -22,6 +22,8 @@ import time
 import jax
 import jax.numpy as jnp
 
+from jaxlab.models import registry as model_registry
+
 
 def _best(fn, *args, repeats: int = 5) -> float:
   jax.block_until_ready(fn(*args))
@@ -59,16 +61,9 @@ def machine(gib: float = 1.0, n: int = 2048) -> dict[str, float]:
           "loadavg": list(os.getloadavg())}
 
 
-def decoder_forward_flops(cfg, tokens: int, context: int) -> float:
-  """FLOPs of `tokens` new tokens each attending to `context` positions.
-
-  2 per matmul weight per token (LM head included, embedding lookup not),
-  plus 4 * d_head * H per attended position per layer (scores and values).
-  """
-  n_matmul = cfg.num_params() - (0 if cfg.tie_embeddings
-                                 else cfg.vocab_size * cfg.dim)
-  attn = 4 * cfg.num_layers * cfg.num_heads * cfg.resolved_head_dim
-  return tokens * (2.0 * n_matmul + attn * context)
+# The model's FLOPs count lives with the model registry (the trainer's
+# ahead-of-time compiler uses it too).
+decoder_forward_flops = model_registry.decoder_forward_flops
 
 
 def decode_roofline(cfg, *, batch: int, prompt_len: int, new_tokens: int,

@@ -293,7 +293,7 @@ def main(argv=()):
     if name in profile_sizes:
       # Where the step's time goes, per model part (a child process: the
       # per-op trace needs XLA flags set before jax starts).
-      from jaxlab.experiments.bench import profile  # pylint: disable=g-import-not-at-top
+      from jaxlab.experiments.bench import _child as profile  # pylint: disable=g-import-not-at-top
       jax_row["profile"] = profile.summary(profile.in_child(
           ["--what=train", f"--size={name}"]))
     # LM head + cross-entropy share of the model FLOPs (6 V d per token).

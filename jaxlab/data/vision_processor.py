@@ -1,0 +1,321 @@
+"""Qwen2-VL / Qwen2.5-VL image and video preprocessing (numpy + PIL, no torch).
+
+    proc = vision_processor.QwenVLProcessor(patch_size=14, merge_size=2)
+    pixel_values, image_grid_thw = proc.images([img_a, img_b])
+    pixel_values_videos, video_grid_thw, second_per_grid_ts = proc.video(
+        frames_fhwc, fps=2.0)
+    ids = proc.expand_placeholders(ids, image_grid_thw, video_grid_thw,
+                                   image_token_id=..., video_token_id=...)
+
+This is transformers' `Qwen2VLImageProcessorPil` (images) and
+`Qwen2VLVideoProcessor` (videos), step by step:
+
+1. RGB: a PIL image is converted to RGB (alpha composited onto white); a
+   uint8 array `[H, W, C]` or `[C, H, W]` (the channel axis found as
+   transformers' `infer_channel_dimension_format` does: the first axis if
+   it has 1, 3 or 4 entries, else the last) has 1 channel repeated to 3 and
+   4 channels composited onto white (`round(a * rgb + (1 - a) * 255)`).
+2. Resize (`smart_resize`): with factor = patch_size * merge_size,
+   (h, w) = (round(H / f) f, round(W / f) f); if h w > max_pixels they
+   become floor(H / beta / f) f (at least f) with beta = sqrt(H W /
+   max_pixels); if h w < min_pixels, ceil(H beta / f) f with beta =
+   sqrt(min_pixels / (H W)). The uint8 image is resized to (h, w) with
+   PIL's bicubic filter. Videos use their own pixel bounds
+   (`video_min_pixels`, `video_max_pixels`; with `cap_pixels_per_frame`
+   the max is also min(max, 0.9 * max_video_tokens * f^2 * T / frames),
+   floored at 1.05 * min).
+3. Rescale and normalise: images as the PIL processor does them,
+   float32(float64(x) / 255), then (x - mean) / std in float32; videos as
+   the torch video processor does them, fused: (float32(x) - 255 mean) /
+   (255 std) (mean, std in float32 times 255, in float32).
+4. Patchify (`patchify`): frames (an image is one frame, repeated
+   `temporal_patch_size` times; a video's last frame is repeated up to a
+   multiple of it) are cut into `[t * gh * gw, C * T * P * P]` rows
+   (channel, temporal, row, column inside a patch), 2 x 2 merge blocks
+   contiguous; grid (t, gh, gw) = (frames / T, h / P, w / P).
+
+The video frames are resized with PIL's bicubic filter frame by frame;
+transformers' video processor resizes with torchvision, whose bicubic
+rounding may differ by one grey level. Frames already at the
+`smart_resize` size are not resampled (both agree exactly then).
+`second_per_grid_ts` = temporal_patch_size / fps (Qwen2.5-VL's processor;
+default fps 2). A placeholder token of an image / video stands for
+t * gh * gw / merge_size^2 tokens (`expand_placeholders`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+# OpenAI CLIP's normalisation (transformers' OPENAI_CLIP_MEAN / _STD).
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def smart_resize(height: int, width: int, factor: int = 28,
+                 min_pixels: int = 56 * 56,
+                 max_pixels: int = 14 * 14 * 4 * 1280) -> tuple[int, int]:
+  """(h, w): multiples of `factor`, h * w within [min_pixels, max_pixels],
+  the aspect ratio kept as closely as possible (transformers' and
+  qwen-vl-utils' `smart_resize`)."""
+  if min(height, width) < 1:
+    raise ValueError(f"image of size {height} x {width}: both sides must "
+                     "be >= 1")
+  if max(height, width) / min(height, width) > 200:
+    raise ValueError("absolute aspect ratio must be smaller than 200, got "
+                     f"{max(height, width) / min(height, width)}")
+  h_bar = round(height / factor) * factor
+  w_bar = round(width / factor) * factor
+  if h_bar * w_bar > max_pixels:
+    beta = math.sqrt((height * width) / max_pixels)
+    h_bar = max(factor, math.floor(height / beta / factor) * factor)
+    w_bar = max(factor, math.floor(width / beta / factor) * factor)
+  elif h_bar * w_bar < min_pixels:
+    beta = math.sqrt(min_pixels / (height * width))
+    h_bar = math.ceil(height * beta / factor) * factor
+    w_bar = math.ceil(width * beta / factor) * factor
+  return h_bar, w_bar
+
+
+def patchify(frames_fchw: np.ndarray, *, patch_size: int,
+             temporal_patch_size: int, merge_size: int
+             ) -> tuple[np.ndarray, tuple[int, int, int]]:
+  """(rows `[t * gh * gw, C * T * P * P]` float32, grid (t, gh, gw)) of
+  resized, normalised frames `[F, C, H, W]` (F = 1: an image, repeated
+  over the temporal patch; else a video, its last frame repeated up to a
+  multiple of `temporal_patch_size`)."""
+  x = np.asarray(frames_fchw, np.float32)
+  if x.ndim != 4:
+    raise ValueError(f"frames of shape {x.shape}; expected [F, C, H, W]")
+  f, c, hh, ww = x.shape
+  tp, p, m = temporal_patch_size, patch_size, merge_size
+  if hh % (p * m) or ww % (p * m):
+    raise ValueError(f"frames of size {hh} x {ww}: H and W must be "
+                     f"multiples of patch_size * merge_size = {p * m}")
+  if f == 1:
+    x = np.repeat(x, tp, axis=0)
+  elif f % tp:
+    x = np.concatenate([x, np.repeat(x[-1:], tp - f % tp, axis=0)])
+  gt, gh, gw = x.shape[0] // tp, hh // p, ww // p
+  x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
+  x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+  return x.reshape(gt * gh * gw, c * tp * p * p), (gt, gh, gw)
+
+
+def _to_rgb_chw(image) -> np.ndarray:
+  """uint8 `[3, H, W]` of a PIL image or a uint8 array (see module doc)."""
+  if hasattr(image, "convert") and hasattr(image, "getbands"):  # PIL
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+      rgba = image.convert("RGBA")
+      white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+      image = Image.alpha_composite(white, rgba)
+    return np.moveaxis(np.asarray(image.convert("RGB")), -1, 0)
+  x = np.asarray(image)
+  if x.dtype != np.uint8:
+    raise ValueError(f"images must be uint8 arrays (0..255) or PIL images, "
+                     f"got dtype {x.dtype}")
+  if x.ndim == 2:
+    x = x[None]
+  elif x.ndim != 3:
+    raise ValueError(f"image of shape {x.shape}; expected [H, W], "
+                     "[H, W, C] or [C, H, W]")
+  elif x.shape[0] not in (1, 3, 4):
+    if x.shape[-1] not in (1, 3, 4):
+      raise ValueError(f"image of shape {x.shape}: no channel axis of 1, "
+                       "3 or 4 entries")
+    x = np.moveaxis(x, -1, 0)
+  if x.shape[0] == 1:
+    x = np.repeat(x, 3, axis=0)
+  elif x.shape[0] == 4:
+    alpha = x[3:4] / 255
+    x = np.round(alpha * x[:3] + (1 - alpha) * 255).astype(np.uint8)
+  return x
+
+
+def resize(image_chw: np.ndarray, height: int, width: int) -> np.ndarray:
+  """uint8 `[C, height, width]`: PIL bicubic resampling of uint8 `[C, H,
+  W]` (transformers' PIL backend)."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  x = np.asarray(image_chw)
+  if x.shape[1:] == (height, width):
+    return x
+  img = Image.fromarray(np.ascontiguousarray(np.moveaxis(x, 0, -1)))
+  out = np.asarray(img.resize((width, height),
+                              resample=Image.Resampling.BICUBIC))
+  return np.moveaxis(out.reshape(height, width, -1), -1, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class QwenVLProcessor:
+  """Preprocessing of Qwen2-VL / Qwen2.5-VL (defaults: transformers'
+  `Qwen2VLImageProcessor` / `Qwen2VLVideoProcessor` defaults)."""
+  patch_size: int = 14
+  temporal_patch_size: int = 2
+  merge_size: int = 2
+  min_pixels: int = 56 * 56
+  max_pixels: int = 28 * 28 * 1280
+  video_min_pixels: int = 128 * 28 * 28
+  video_max_pixels: int = 28 * 28 * 768
+  cap_pixels_per_frame: bool = False
+  max_video_tokens: int = 128000
+  image_mean: tuple[float, ...] = OPENAI_CLIP_MEAN
+  image_std: tuple[float, ...] = OPENAI_CLIP_STD
+  rescale_factor: float = 1 / 255
+  do_resize: bool = True
+  do_rescale: bool = True
+  do_normalize: bool = True
+
+  def __post_init__(self):
+    for name in ("patch_size", "temporal_patch_size", "merge_size"):
+      if int(getattr(self, name)) < 1:
+        raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+    object.__setattr__(self, "image_mean", tuple(map(float,
+                                                     self.image_mean)))
+    object.__setattr__(self, "image_std", tuple(map(float, self.image_std)))
+    if len(self.image_mean) != 3 or len(self.image_std) != 3:
+      raise ValueError("image_mean and image_std need 3 values (RGB), got "
+                       f"{self.image_mean}, {self.image_std}")
+
+  @classmethod
+  def from_hf(cls, preprocessor: Mapping[str, Any],
+              video: Mapping[str, Any] | None = None) -> "QwenVLProcessor":
+    """From a `preprocessor_config.json` (and optionally a
+    `video_preprocessor_config.json`) dict: `min_pixels` / `max_pixels` or
+    `size` {shortest_edge, longest_edge}, patch sizes, mean / std."""
+    def bounds(d, lo, hi):
+      size = dict(d.get("size") or {})
+      return (int(d.get("min_pixels") or size.get("shortest_edge") or lo),
+              int(d.get("max_pixels") or size.get("longest_edge") or hi))
+
+    base = cls()
+    kw = {k: preprocessor[k] for k in (
+        "patch_size", "temporal_patch_size", "merge_size", "image_mean",
+        "image_std", "rescale_factor", "do_resize", "do_rescale",
+        "do_normalize") if preprocessor.get(k) is not None}
+    kw["min_pixels"], kw["max_pixels"] = bounds(
+        preprocessor, base.min_pixels, base.max_pixels)
+    if video is not None:
+      kw["video_min_pixels"], kw["video_max_pixels"] = bounds(
+          video, base.video_min_pixels, base.video_max_pixels)
+      if video.get("cap_pixels_per_frame") is not None:
+        kw["cap_pixels_per_frame"] = bool(video["cap_pixels_per_frame"])
+    return cls(**kw)
+
+  @property
+  def factor(self) -> int:
+    return self.patch_size * self.merge_size
+
+  def _patchify(self, frames):
+    return patchify(frames, patch_size=self.patch_size,
+                    temporal_patch_size=self.temporal_patch_size,
+                    merge_size=self.merge_size)
+
+  def image_size(self, height: int, width: int) -> tuple[int, int]:
+    """The (h, w) an image of `height` x `width` is resized to."""
+    if not self.do_resize:
+      return height, width
+    return smart_resize(height, width, self.factor, self.min_pixels,
+                        self.max_pixels)
+
+  def video_size(self, num_frames: int, height: int, width: int
+                 ) -> tuple[int, int]:
+    """The (h, w) the frames of a video are resized to."""
+    if not self.do_resize:
+      return height, width
+    max_pixels = self.video_max_pixels
+    if self.cap_pixels_per_frame:
+      total = int(self.max_video_tokens * self.factor * self.factor * 0.9)
+      max_pixels = max(min(max_pixels,
+                           total * self.temporal_patch_size // num_frames),
+                       int(self.video_min_pixels * 1.05))
+    return smart_resize(height, width, self.factor, self.video_min_pixels,
+                        max_pixels)
+
+  def image(self, image) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """(pixel_values `[gh * gw, C*T*P*P]`, grid (1, gh, gw)) of one
+    image."""
+    x = _to_rgb_chw(image)
+    x = resize(x, *self.image_size(*x.shape[1:]))
+    if self.do_rescale:  # float64 product, then float32 (transformers)
+      x = (x.astype(np.float64) * self.rescale_factor).astype(np.float32)
+    else:
+      x = x.astype(np.float32)
+    if self.do_normalize:
+      mean = np.asarray(self.image_mean, x.dtype)
+      std = np.asarray(self.image_std, x.dtype)
+      x = ((x.T - mean) / std).T
+    return self._patchify(x[None])
+
+  def images(self, images: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(pixel_values `[sum gh * gw, C*T*P*P]` float32, image_grid_thw `[N,
+    3]` int64) of a list of images, in order."""
+    if not len(images):
+      raise ValueError("images is empty")
+    out = [self.image(im) for im in images]
+    return (np.concatenate([pv for pv, _ in out]),
+            np.asarray([g for _, g in out], np.int64))
+
+  def video(self, frames, *, fps: float = 2.0
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pixel_values_videos `[t * gh * gw, C*T*P*P]`, video_grid_thw `[1,
+    3]`, second_per_grid_ts `[1]` = temporal_patch_size / fps) of one
+    video: frames `[F, H, W, C]` / `[F, C, H, W]` uint8 or a list of
+    images (all of one size)."""
+    frames = [_to_rgb_chw(f) for f in frames]
+    if not frames:
+      raise ValueError("a video needs at least one frame")
+    if len({f.shape for f in frames}) != 1:
+      raise ValueError("video frames of different sizes: "
+                       f"{sorted({f.shape for f in frames})}")
+    if fps <= 0:
+      raise ValueError(f"fps={fps} must be > 0")
+    h, w = self.video_size(len(frames), *frames[0].shape[1:])
+    x = np.stack([resize(f, h, w) for f in frames]).astype(np.float32)
+    if self.do_normalize:  # the torch processor's fused rescale + normalise
+      scale = 1.0 / self.rescale_factor if self.do_rescale else 1.0
+      mean = np.asarray(self.image_mean, np.float32) * np.float32(scale)
+      std = np.asarray(self.image_std, np.float32) * np.float32(scale)
+      x = (x - mean[:, None, None]) / std[:, None, None]
+    elif self.do_rescale:
+      x = x * np.float32(self.rescale_factor)
+    pv, grid = self._patchify(x)
+    return (pv, np.asarray([grid], np.int64),
+            np.asarray([self.temporal_patch_size / fps], np.float64))
+
+  def num_tokens(self, grid_thw) -> list[int]:
+    """Placeholder tokens of each image / video: t * gh * gw / merge^2."""
+    return [int(np.prod(g)) // self.merge_size ** 2
+            for g in np.asarray(grid_thw).reshape(-1, 3)]
+
+  def expand_placeholders(self, input_ids: Sequence[int], image_grid_thw=None,
+                          video_grid_thw=None, *, image_token_id: int,
+                          video_token_id: int) -> list[int]:
+    """`input_ids` with its k-th image (video) token repeated
+    `num_tokens` of the k-th image (video) grid times (the processor's
+    placeholder expansion, on ids)."""
+    counts = {image_token_id: iter(self.num_tokens(image_grid_thw)
+                                   if image_grid_thw is not None else ()),
+              video_token_id: iter(self.num_tokens(video_grid_thw)
+                                   if video_grid_thw is not None else ())}
+    out = []
+    for tok in input_ids:
+      tok = int(tok)
+      if tok in counts:
+        n = next(counts[tok], None)
+        if n is None:
+          kind = "image" if tok == image_token_id else "video"
+          raise ValueError(f"more {kind} placeholders than {kind} grids")
+        out.extend([tok] * n)
+      else:
+        out.append(tok)
+    for tok, rest in counts.items():
+      if next(rest, None) is not None:
+        kind = "image" if tok == image_token_id else "video"
+        raise ValueError(f"more {kind} grids than {kind} placeholders")
+    return out

@@ -1,0 +1,65 @@
+"""Accuracy and hacking of a policy on the Trust-GRPO task (paper G).
+
+    metrics = evaluate(policy, task, samples=16, key=key)
+    # acc, acc_hackable, acc_informative (greedy), sampled_acc_* and
+    # sampled_hack_rate_* (temperature 1, `samples` per question)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxlab.data.synthetic.thinking_task import EOS
+from jaxlab.data.synthetic.thinking_task import Task
+from jaxlab.decoding import sampler
+
+
+def evaluate(model, task: Task, *, samples: int, key) -> dict[str, float]:
+  """Greedy accuracy, and sampled (T = 1) accuracy / degenerate-style rate."""
+  qis = list(range(len(task.questions)))
+  h = np.array([q in task.hackable for q in qis])
+  greedy = sampler.generate(model, [task.prompt(q) for q in qis],
+                            max_new_tokens=3, temperature=0.0, eos_id=EOS)
+  acc = np.array([task.outcome(q, c) for q, c in zip(qis, greedy.tokens)])
+  rep = [q for q in qis for _ in range(samples)]
+  samp = sampler.generate(model, [task.prompt(q) for q in rep],
+                          max_new_tokens=3, temperature=1.0, eos_id=EOS,
+                          key=key)
+  s_acc = np.array([task.outcome(q, c)
+                    for q, c in zip(rep, samp.tokens)]).reshape(-1, samples)
+  s_hack = np.array([task.is_hack(c) for c in samp.tokens],
+                    float).reshape(-1, samples)
+  return {"acc": float(acc.mean()), "acc_hackable": float(acc[h].mean()),
+          "acc_informative": float(acc[~h].mean()),
+          "sampled_acc_hackable": float(s_acc[h].mean()),
+          "sampled_acc_informative": float(s_acc[~h].mean()),
+          "sampled_hack_rate_hackable": float(s_hack[h].mean()),
+          "sampled_hack_rate_informative": float(s_hack[~h].mean())}
+
+
+def plot_curves(runs, path: str) -> str | None:
+  """Greedy accuracies and the sampled hack rate over RL steps, per
+  variant (mean over seeds, min-max band); `runs[v]` = per-seed dicts with
+  a `curve` of `evaluate` results and `step`."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  keys = ("acc", "acc_hackable", "acc_informative",
+          "sampled_hack_rate_hackable")
+  fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.3))
+  for v, rs in runs.items():
+    steps = [c["step"] for c in rs[0]["curve"]]
+    for ax, key in zip(axes, keys):
+      ys = np.array([[c[key] for c in r["curve"]] for r in rs])
+      ax.plot(steps, ys.mean(0), label=v)
+      ax.fill_between(steps, ys.min(0), ys.max(0), alpha=0.15)
+      ax.set_title(key + (" (greedy)" if key.startswith("acc") else ""))
+      ax.set_xlabel("RL step")
+  axes[0].legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return path

@@ -1,0 +1,160 @@
+"""PMC's miniature methods (spec B): every unlearning method from one start.
+
+The library side of `jaxlab.experiments.pmc`: a method's unlearning config
+(`unlearn_config`: `pmc.default_config()` with the `unlearn` section, the
+loss `unlearn_<method>`), unlearning a clone of the pre-trained model with
+PMC (`pmc.run_pmc`) or a baseline (GA, GD, NPO, SimNPO, IDK, DPO through
+`self_generated.run_self_generated`), and its evaluation
+(`pmc.evaluate_unlearning` + the multiple-choice least-likely attack + the
+log-prob drift of the forget values, `jaxlab.evals.unlearning`); and the
+lottery machine's final forget mass / top-colour mass per seed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flax import nnx
+import jax
+import numpy as np
+
+from jaxlab.data.synthetic import facts as facts_lib
+from jaxlab.evals import unlearning as unlearning_evals
+from jaxlab.io import params as params_io
+from jaxlab.models import decoder
+from jaxlab.models import registry as model_registry
+from jaxlab.objectives import pmc
+from jaxlab.objectives import self_generated as sg
+from jaxlab.train import runner
+
+METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
+           "recall_retain", "recall_world", "leak_greedy", "leak_prefill",
+           "recall_prefill", "leak_sampling", "recall_real_authors",
+           "leak_prefill_fixed", "recall_prefill_fixed",
+           "mc_least_likely_acc", "mc_most_likely_acc", "drift",
+           "abs_drift")
+
+
+def prompts(items):
+  """The QA prompts of fact items."""
+  return [facts_lib.qa_prompt(x.question) for x in items]
+
+
+def value_pool(fs):
+  """Attribute -> every value of that attribute in the fact set (MC decoys)."""
+  pool = {}
+  for x in fs.forget + fs.retain + fs.world:
+    pool.setdefault(x.attribute, set()).add(x.value)
+  return {k: sorted(v) for k, v in pool.items()}
+
+
+def evaluate(model, tok, fs, cfg, seed, *, base=None, authors=()):
+  """pmc.evaluate_unlearning + the MC attack + drift against `base`."""
+  out = pmc.evaluate_unlearning(
+      model, tok, fs, prompt_fn=facts_lib.qa_prompt,
+      key=jax.random.key(1000 + seed), real_authors=authors, **dict(cfg.eval))
+  p = cfg.probes
+  out.update(unlearning_evals.mc_attack(
+      model, tok, fs.forget, prompts(fs.forget), value_pool(fs),
+      num_options=p.mc_options, normalize=p.mc_normalize, seed=seed,
+      max_len=p.max_len))
+  if base is not None:
+    out.update(unlearning_evals.value_drift(model, base, tok, fs.forget,
+                                            max_len=p.max_len))
+  return out
+
+
+def unlearn_config(cfg, method, seed):
+  """`pmc.default_config()` with `cfg.unlearn` for `method` and `seed`."""
+  u = dict(cfg.unlearn)
+  c = pmc.default_config()
+  beta = u.pop("simnpo_beta") if method == "simnpo" else u["beta"]
+  u.pop("simnpo_beta", None)
+  c.update(u)
+  c.beta = beta
+  c.loss = f"unlearn_{method}"
+  c.seed = seed
+  return c
+
+
+def dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
+  """DPO's extra forget rows: rejected answers + both reference NLLs."""
+  rej = sg.encode_pairs(tok, prompts, rejected, max_len=max_len)
+  ref_chosen = sg.sequence_nll_dataset(base, tok, prompts, chosen,
+                                       max_len=max_len)
+  extra = {"rejected_inputs": rej["inputs"],
+           "rejected_targets": rej["targets"],
+           "rejected_mask": rej["mask"],
+           "rejected_ref_nll": sg.sequence_nll_dataset(
+               base, tok, prompts, rejected, max_len=max_len)}
+  return ref_chosen, extra
+
+
+def unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
+  """Unlearns from a clone of `base` with `method`; its eval and extras."""
+  f_prompts = prompts(fs.forget)
+  r_prompts = prompts(fs.retain)
+  r_answers = [x.answer for x in fs.retain]
+  model = nnx.clone(base)
+  ucfg = unlearn_config(cfg, method, seed)
+  ucfg.warmup_steps = pmc.warmup_steps(ucfg, len(fs.forget))
+  extra = {}
+  if method == "pmc":
+    res = pmc.run_pmc(model, tok, forget_questions=[x.question
+                                                    for x in fs.forget],
+                      retain_prompts=r_prompts, retain_answers=r_answers,
+                      config=ucfg, prompt_fn=facts_lib.qa_prompt)
+    extra["pmc_cache_done_frac"] = res["history"][-1]["cache_done_frac"]
+    extra["pmc_skipped_empty_questions"] = res["skipped_empty_questions"]
+  else:
+    truth = [x.answer for x in fs.forget]
+    answers = ([cfg.idk_answer] * len(fs.forget)
+               if method in ("idk", "dpo") else truth)
+    ref, extra_arrays = None, None
+    if method == "npo":
+      ref = sg.sequence_nll_dataset(base, tok, f_prompts, answers,
+                                    max_len=ucfg.max_len)
+    if method == "dpo":  # chosen "I don't know.", rejected the truth
+      ref, extra_arrays = dpo_arrays(base, tok, f_prompts, answers,
+                                      truth, ucfg.max_len)
+    sg.run_self_generated(model, tok, forget_prompts=f_prompts,
+                          retain_prompts=r_prompts,
+                          retain_answers=r_answers, score_fn=None,
+                          fixed_forget_answers=answers,
+                          ref_forget_nll=ref,
+                          extra_forget_arrays=extra_arrays, config=ucfg)
+  return {"eval": evaluate(model, tok, fs, cfg, seed, base=base,
+                        authors=authors), "extra": extra}
+
+
+def lottery_runs(lottery: dict) -> dict:
+  """The lottery machine (spec B.7) per seed with and without the retain
+  set: {"with_retain" / "no_retain": [(seed, history [R+1, C])]} for the
+  `cfg.lottery` fields (`seeds` and `pmc.lottery_machine`'s keywords)."""
+  lc = dict(lottery)
+  seeds = lc.pop("seeds")
+  return {("with_retain" if use_retain else "no_retain"):
+          [(s, pmc.lottery_machine(use_retain=use_retain, seed=s, **lc))
+           for s in seeds] for use_retain in (True, False)}
+
+
+def pretrained_model(cfg, tok, train, seed: int, workdir: str, fields):
+  """The tiny LM of `seed` after memorising the QA items `train`
+  (`runner.train_lm` with `cfg.pretrain`): loaded from
+  WORKDIR/pretrained_seed<S>_<digest of `fields`>.npz when saved, else
+  trained and saved. Returns (model, final training loss, reloaded?)."""
+  mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
+  base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
+  pre_meta, pre_key = params_io.config_key(cfg, *fields)
+  pre_meta["seed"] = int(seed)
+  base_path = os.path.join(workdir, f"pretrained_seed{seed}_{pre_key}.npz")
+  if params_io.exists(base_path):
+    return base, params_io.load(base, base_path, pre_meta)["final_loss"], True
+  data = sg.encode_for_lm(tok, prompts(train), [x.answer for x in train],
+                          max_len=cfg.pretrain.max_len)
+  p = dict(cfg.pretrain)
+  p.pop("max_len")
+  logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
+  final_loss = float(logs[-1]["loss"])
+  params_io.save(base, base_path, {**pre_meta, "final_loss": final_loss})
+  return base, final_loss, False

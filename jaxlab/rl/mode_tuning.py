@@ -1,0 +1,86 @@
+"""Paper N's "instruction tuning" of the aleatoric-QA LM toward its mode.
+
+Spec N, CPU miniature (a): RL or DPO toward the plurality answer (not a
+proper loss), expected to break B-calibration.
+
+  grpo_toward_mode  GRPO (`jaxlab.rl.learner`) with reward
+                    1[B(z) = mode of p*(.|x)], B = the last number;
+  dpo_toward_mode   the `dpo` loss (`jaxlab.objectives.dpo`) on
+                    `aleatoric.dpo_pairs` (mode answer ≻ another answer),
+                    reference = the base model.
+
+`cfg` holds the `grpo`, `rl`, `dpo` and `pretrain.max_len` fields of
+`jaxlab/configs/calibration.py`. Each returns (tuned copy, history).
+"""
+
+from __future__ import annotations
+
+from flax import nnx
+import jax
+import ml_collections
+import numpy as np
+
+from jaxlab.data.synthetic import aleatoric
+from jaxlab.evals import calibration as cal
+from jaxlab.objectives import dpo as dpo_lib
+from jaxlab.objectives import self_generated as sg
+from jaxlab.rl import learner as learner_lib
+from jaxlab.train import runner
+
+
+def _tuned(kind: str, base, tok, task, cfg, seed: int):
+  """A GRPO (reward 1[B(z) = mode]) or DPO (mode ≻ other, reference = the
+  base model) copy of `base` and its training history."""
+  if kind == "rl":
+    rl = cfg.rl
+    learner = learner_lib.GRPOLearner(
+        nnx.clone(base), learner_lib.GRPOConfig(
+            **dict(cfg.grpo), eos_id=tok.eos_id, pad_id=tok.pad_id),
+        {"lr": rl.lr}, total_steps=rl.steps, seed=seed)
+    rng, hist = np.random.default_rng(40_000 + seed), []
+    for step in range(rl.steps):
+      qis = rng.choice(len(task.questions), min(rl.prompts_per_step, len(
+          task.questions)), replace=False)
+      prompts = [tok.encode(task.prompt(task.questions[i], aleatoric.DIRECT,
+                                        int(rng.integers(len(
+                                            aleatoric.QUESTION_TEMPLATES)))),
+                            add_bos=True) for i in qis]
+      def reward_fn(batch, step, qis=qis):
+        gs = batch.group_size
+        return np.array([float(cal.collapse_numeric("", tok.decode(
+            [t for t in c if t < 256])) == str(task.questions[qis[i // gs]]
+                                               .mode)) for i, c in
+                         enumerate(batch.completions)], np.float32), {}
+      hist.append(learner.step(prompts, reward_fn, key=jax.random.key(
+          41_000 + seed * 1000 + step))["reward_mean"])
+    return learner.policy, hist
+  prompts, chosen, rejected = aleatoric.dpo_pairs(
+      task, cfg.dpo.pairs_per_question, seed)
+  batch = {}
+  for side, answers in (("chosen", chosen), ("rejected", rejected)):
+    enc = sg.encode_pairs(tok, prompts, answers, max_len=cfg.pretrain.max_len)
+    batch.update({f"{side}_{k}": enc[k] for k in ("inputs", "targets",
+                                                  "mask")})
+  batch.update(dpo_lib.reference_logps(base, batch))
+  d = cfg.dpo
+  run = runner.StepRunner(nnx.clone(base), loss="dpo", loss_config=(
+      ml_collections.ConfigDict({"beta": float(d.beta)})),
+                          optim=runner.optim_config(lr=d.lr), steps=d.steps,
+                          seed=seed)
+  rng, hist = np.random.default_rng(61_000 + seed), []
+  for step in range(d.steps):
+    idx = rng.choice(len(prompts), min(d.batch_size, len(prompts)),
+                     replace=False)
+    hist.append(run.step({k: v[idx] for k, v in batch.items()}, step))
+  return run.model(), hist
+
+
+
+def grpo_toward_mode(base, tok, task, cfg, seed: int):
+  """GRPO copy of `base`, reward 1[B(z) = mode]; history = reward means."""
+  return _tuned("rl", base, tok, task, cfg, seed)
+
+
+def dpo_toward_mode(base, tok, task, cfg, seed: int):
+  """DPO copy of `base` (mode ≻ other); history = per-step metrics."""
+  return _tuned("dpo", base, tok, task, cfg, seed)
