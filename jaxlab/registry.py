@@ -22,6 +22,7 @@ like the `jaxlab` package (`DIR/models/x.py` is module `jaxlab.models.x`,
 covers them too, for a paper developed outside the checkout.
 """
 
+import dataclasses
 import importlib
 import os
 import pkgutil
@@ -129,3 +130,43 @@ def import_package_modules(package_name: str) -> tuple[str, ...]:
   for name in names:
     importlib.import_module(name)
   return names
+
+
+def config_value(value):
+  """A config value as plain Python: a ConfigDict -> dict (`to_dict`), a list
+  -> tuple (dataclass fields are hashable, jit-static), recursively."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, Mapping):
+    return {k: config_value(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return tuple(config_value(v) for v in value)
+  return value
+
+
+def dataclass_from_config(cls: type[T], section: Mapping | None, *,
+                          exclude: tuple[str, ...] = ("name",),
+                          where: str = "model",
+                          defaults: Mapping | None = None,
+                          **overrides) -> T:
+  """`cls(**section)`: one config section (dict or ConfigDict) -> dataclass.
+
+  Keys in `exclude` are dropped; values go through `config_value`; `defaults`
+  fill keys the section lacks (like `dict.setdefault`); `overrides` always
+  win. A key
+  that is not a field of `cls` is one error naming it (as `where.key`) and the
+  valid fields.
+  """
+  fields = {f.name for f in dataclasses.fields(cls)}
+  kw = {}
+  for key, value in dict(section or {}).items():
+    if key in exclude:
+      continue
+    if key not in fields:
+      raise ValueError(f"{where}.{key} is not a {cls.__name__} field; "
+                       f"valid: {', '.join(sorted(fields))}")
+    kw[key] = config_value(value)
+  for key, value in (defaults or {}).items():
+    kw.setdefault(key, value)
+  kw.update(overrides)
+  return cls(**kw)

@@ -48,6 +48,31 @@ class RegistryTest(absltest.TestCase):
       losses.get("nope")
     self.assertIn("mrope_pro", rope.available())
 
+  def test_dataclass_from_config(self):
+    import dataclasses  # pylint: disable=g-import-not-at-top
+    from ml_collections import config_dict  # pylint: disable=g-import-not-at-top
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+      dim: int = 4
+      dims: tuple = ()
+      opts: dict | None = None
+      act: str = "gelu"
+
+    section = config_dict.ConfigDict(
+        {"name": "m", "dims": [1, [2, 3]], "opts": {"a": [4]}, "act": None})
+    cfg = registry.dataclass_from_config(
+        Cfg, section, defaults={"act": "relu", "dim": 8}, dim=16)
+    # lists -> tuples (nested), ConfigDict -> dict, `name` dropped; a
+    # default fills only a missing key (act=None is kept), overrides win.
+    self.assertEqual(cfg, Cfg(dim=16, dims=(1, (2, 3)), opts={"a": (4,)},
+                              act=None))
+    self.assertEqual(registry.dataclass_from_config(Cfg, None), Cfg())
+    with self.assertRaisesRegex(
+        ValueError, r"^model\.vit\.dimz is not a Cfg field; valid: act, dim, "
+        r"dims, opts$"):
+      registry.dataclass_from_config(Cfg, {"dimz": 1}, where="model.vit")
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -26,9 +26,10 @@ from flax import nnx
 
 from jaxlab.configs import dpad as dpad_config
 from jaxlab.experiments import results as results_lib
-from jaxlab import parallel
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion
+from jaxlab.evals import diffusion_decode
+from jaxlab.evals.diffusion_decode import decode_mesh
 from jaxlab.io import params as params_io
 from jaxlab.io import stages
 from jaxlab.models import decoder as decoder_lib
@@ -166,70 +167,15 @@ def variant_kwargs(config, name: str) -> dict[str, Any]:
   return kw
 
 
-def decode_mesh(config, batch: int):
-  """The data mesh decoding runs on: `config.mesh` (as the trainer) when
-  its batch shards divide `batch`, else a data axis over the largest number
-  of devices that does."""
-  import jax  # pylint: disable=g-import-not-at-top
-  shape = parallel.mesh_shape(config.mesh)
-  if shape[2] == 1 and batch % (shape[0] * shape[1]) == 0:
-    return parallel.make_mesh(config.mesh)
-  n = math.gcd(jax.device_count(), int(batch))
-  return parallel.make_mesh({"data": n, "fsdp": 1, "tensor": 1},
-                            devices=jax.devices()[:n])
-
-
 def decode_all(model, config, gen_lens, variants, *, prompts, chains,
                batch: int, repeats: int = 1, seed: int = 0, mesh=None
                ) -> dict[str, dict[str, dict[str, float]]]:
-  """{gen_len: {variant: metrics}} over the prompts (batches of `batch`,
-  sharded over `mesh`'s batch axes when given).
-
-  Latency is decode seconds per prompt batch (compilation excluded, the
-  median over `repeats` timed passes); the other metrics are sums / means
-  over all prompts.
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-  out: dict[str, dict[str, dict[str, float]]] = {}
-  for g in gen_lens:
-    out[str(g)] = {}
-    vanilla_tokens = None
-    for name in variants:
-      kw = variant_kwargs(config, name)
-      walls, toks = [], []
-      nfe = tokens = flops = compile_s = 0.0
-      for r in range(max(int(repeats), 1)):
-        wall, parts = 0.0, []
-        for i in range(0, len(prompts), batch):
-          res = diffusion.generate(model, prompts[i:i + batch], gen_len=g,
-                                   key=jax.random.key(seed), mesh=mesh,
-                                   **kw)
-          wall += res.wall_s
-          parts.append(res.tokens)
-          compile_s += res.compile_s
-          if r == 0:
-            nfe += res.nfe
-            tokens += res.tokens_processed
-            flops += res.flops
-        walls.append(wall)
-        toks = np.concatenate(parts)
-      n_batches = -(-len(prompts) // batch)
-      em = ac.exact_match(toks, chains)
-      if name == "vanilla":
-        vanilla_tokens = toks
-      agree = (float(np.mean(np.all(toks == vanilla_tokens, axis=1)))
-               if vanilla_tokens is not None else float("nan"))
-      out[str(g)][name] = {
-          "exact_match": float(em.mean()),
-          "latency_s": float(np.median(walls)) / n_batches,
-          "nfe": nfe / n_batches, "tokens_processed": tokens / n_batches,
-          "flops": flops / n_batches, "agree_vanilla": agree,
-          "compile_s": compile_s}
-    base = out[str(g)].get("vanilla")
-    if base:
-      for m in out[str(g)].values():
-        m["speedup"] = base["latency_s"] / max(m["latency_s"], 1e-12)
-  return out
+  """`jaxlab.evals.diffusion_decode.decode_all` with `config`'s variants."""
+  return diffusion_decode.decode_all(
+      model, gen_lens, variants,
+      variant_kwargs=lambda name: variant_kwargs(config, name),
+      prompts=prompts, chains=chains, batch=batch, repeats=repeats,
+      seed=seed, mesh=mesh)
 
 
 def run(config, workdir: str) -> dict[str, Any]:

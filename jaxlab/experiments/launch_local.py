@@ -79,8 +79,7 @@ class LocalCluster:
     if num_processes < 1:
       raise ValueError(f"--num_processes={num_processes} must be >= 1")
     if devices_per_process < 1:
-      raise ValueError(f"--devices_per_process={devices_per_process} must "
-                       "be >= 1")
+      raise ValueError(f"--devices_per_process={devices_per_process} must be >= 1")
     self.args = list(args)
     self.num_processes = num_processes
     self.port = port or free_port()
@@ -243,8 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   signal.signal(signal.SIGINT, on_signal)
   signal.signal(signal.SIGTERM, on_signal)
   with cluster:
-    rc = cluster.wait(timeout=opts.timeout_s)
-  return rc
+    return cluster.wait(timeout=opts.timeout_s)
 
 
 if __name__ == "__main__":

@@ -18,20 +18,19 @@ memory of the dense and the Tucker models are measured. Writes
 LeSTD − dense Tucker at each ratio) and `lestd.png`.
 """
 
-import dataclasses
 import os
 import time
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
 
+from jaxlab.analysis import figures
 from jaxlab.compression import lestd
 from jaxlab.data import sources as data_sources
 from jaxlab.data import tokenizers
+from jaxlab.evals.lm_cost import (  # pylint: disable=unused-import
+    attention_bytes, forward_latency_ms, perplexity)
 from jaxlab.models import registry as model_registry
 from jaxlab.train import runner
 from jaxlab.experiments import results as results_lib
@@ -69,49 +68,6 @@ def windows(config) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
   return data, held, tok.vocab_size
 
 
-@nnx.jit
-def _nll_sum(model, ids_bt):
-  logits = model(ids_bt[:, :-1])
-  return optax.softmax_cross_entropy_with_integer_labels(
-      logits, ids_bt[:, 1:]).sum()
-
-
-def perplexity(model, held: np.ndarray, batch: int = 16) -> float:
-  """exp(mean next-token NLL) over the held-out windows."""
-  total, count = 0.0, 0
-  for s in range(0, len(held), batch):
-    chunk = jnp.asarray(held[s:s + batch])
-    total += float(_nll_sum(model, chunk))
-    count += chunk.shape[0] * (chunk.shape[1] - 1)
-  return float(np.exp(total / count))
-
-
-def attention_bytes(model) -> int:
-  """Bytes of the arrays held by the attention modules."""
-  total = 0
-  for block in model.layers:
-    for leaf in jax.tree.leaves(nnx.state(block.attn, nnx.Param)):
-      total += int(np.asarray(leaf).nbytes)
-  return total
-
-
-def forward_latency_ms(model, ids_bt, repeats: int) -> float:
-  """Median wall time of one compiled forward pass (after a warm-up)."""
-  graphdef, state = nnx.split(model)
-
-  @jax.jit
-  def fwd(state, ids):
-    return nnx.merge(graphdef, state)(ids)
-
-  fwd(state, ids_bt).block_until_ready()
-  times = []
-  for _ in range(int(repeats)):
-    t0 = time.perf_counter()
-    fwd(state, ids_bt).block_until_ready()
-    times.append((time.perf_counter() - t0) * 1e3)
-  return float(np.median(times))
-
-
 def lestd_config(config, ratio: float) -> lestd.LeSTDConfig:
   kw = dict(config.lestd.to_dict())
   kw["rank_fractions"] = tuple(tuple(f) for f in kw["rank_fractions"])
@@ -138,25 +94,20 @@ def _key(ratio: float) -> str:
 
 
 def _plot(per_seed, ratios, methods, path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(5.5, 3.8))
-  for m in methods:
-    vals = np.array([[s["ppl"][m][_key(r)] for r in ratios]
-                     for s in per_seed])
-    sd = vals.std(0, ddof=1) if len(vals) > 1 else np.zeros(len(ratios))
-    ax.errorbar(ratios, vals.mean(0), yerr=sd, marker="o", capsize=3,
-                label=METHODS[m])
-  dense = np.mean([s["ppl_dense"] for s in per_seed])
-  ax.axhline(dense, color="gray", ls="--", label="dense")
-  ax.set_xlabel("MHA compression ratio (stored / original, indices counted)")
-  ax.set_ylabel("held-out perplexity")
-  ax.set_yscale("log")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  with figures.figure(path, figsize=(5.5, 3.8), dpi=120) as (_, ax):
+    for m in methods:
+      vals = np.array([[s["ppl"][m][_key(r)] for r in ratios]
+                       for s in per_seed])
+      sd = vals.std(0, ddof=1) if len(vals) > 1 else np.zeros(len(ratios))
+      ax.errorbar(ratios, vals.mean(0), yerr=sd, marker="o", capsize=3,
+                  label=METHODS[m])
+    ax.axhline(np.mean([s["ppl_dense"] for s in per_seed]), color="gray",
+               ls="--", label="dense")
+    ax.set_xlabel("MHA compression ratio (stored / original, indices "
+                  "counted)")
+    ax.set_ylabel("held-out perplexity")
+    ax.set_yscale("log")
+    ax.legend()
 
 
 def run(config, workdir: str) -> dict[str, Any]:

@@ -30,62 +30,14 @@ from typing import Any
 import numpy as np
 
 from jaxlab.experiments import results as results_lib
-from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import video_domains as vd
 from jaxlab.evals import vudg
+from jaxlab.evals.vudg_qa import (  # pylint: disable=unused-import
+    ANSWER_CUE, STEMS, answer, encode, make_tokenizer, prompt_ids,
+    target_text)
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
 from jaxlab.train import runner as runner_lib
-
-ANSWER_CUE = "\nAnswer:"
-STEMS = ("What does the person do first?", "What colour is the ",
-         "Which object is in the scene?", "What does the person do after "
-         "they ")
-
-
-def make_tokenizer() -> tokenizers.ByteTokenizer:
-  """Bytes + one token per answer word, question stem, option marker."""
-  markers = tuple(f"\n({l}) " for l in vd.LETTERS)
-  return tokenizers.ByteTokenizer(
-      special_tokens=vd.vocabulary() + STEMS + markers + (ANSWER_CUE,))
-
-
-def prompt_ids(tok, q: vd.MCQ) -> list[int]:
-  return tok.encode(q.question + ANSWER_CUE, add_bos=True)
-
-
-def target_text(q: vd.MCQ, answer_format: str) -> str:
-  if answer_format == "letter":
-    return q.answer
-  if answer_format == "text":
-    return q.answer_text
-  raise ValueError(f"vudg.answer_format={answer_format!r}; valid: letter, "
-                   "text")
-
-
-def encode(data: vd.VideoQASet, tok, answer_format: str, max_len: int
-           ) -> dict[str, np.ndarray]:
-  """Teacher-forcing arrays: frames, inputs, targets, loss_mask,
-  attention_mask (right padding); the loss is on the answer + EOS."""
-  n = len(data.questions)
-  inputs = np.full((n, max_len), tok.pad_id, np.int32)
-  targets = np.full((n, max_len), tok.pad_id, np.int32)
-  loss_mask = np.zeros((n, max_len), np.float32)
-  attn = np.zeros((n, max_len), bool)
-  for i, q in enumerate(data.questions):
-    p = prompt_ids(tok, q)
-    a = tok.encode(target_text(q, answer_format), add_eos=True)
-    seq = p + a
-    if len(seq) - 1 > max_len:
-      raise ValueError(f"question {q.qa_num}: {len(seq)} tokens > max_len")
-    inputs[i, :len(seq) - 1] = seq[:-1]
-    targets[i, :len(seq) - 1] = seq[1:]
-    loss_mask[i, len(p) - 1:len(seq) - 1] = 1.0
-    attn[i, :len(seq) - 1] = True
-  frames = np.stack([data.frames(q.video) for q in data.questions])
-  return {"frames": frames, "inputs": inputs, "targets": targets,
-          "loss_mask": loss_mask, "attention_mask": attn}
-
 
 def train(config, arrays, domains_of_rows, train_domains, tok, seed):
   """A fresh video model trained on the rows of `train_domains` (None for
@@ -115,26 +67,6 @@ def train(config, arrays, domains_of_rows, train_domains, tok, seed):
   print(f"trained on {len(train_domains)} domains, {int(fit.steps)} steps:"
         f" loss {log[0]['loss']:.3f} -> {log[-1]['loss']:.3f}", flush=True)
   return runner.write_back(), log
-
-
-def answer(model, data: vd.VideoQASet, tok, *, batch: int,
-           probe: str | None = None) -> list[str]:
-  """Greedy replies (text) to every question; fixed batch size (the last
-  batch padded by repetition) so one compilation serves all."""
-  qs = data.questions
-  replies = []
-  for start in range(0, len(qs), batch):
-    chunk = qs[start:start + batch]
-    pad = chunk + [chunk[-1]] * (batch - len(chunk))
-    frames = np.stack([data.frames(q.video) for q in pad])
-    if probe is not None:
-      frames = vudg.probe_frames(frames, probe)
-    res = model.generate(frames, [prompt_ids(tok, q) for q in pad],
-                         max_new_tokens=3, eos_id=tok.eos_id,
-                         pad_id=tok.pad_id, pad_multiple=8,
-                         new_tokens_multiple=4)
-    replies += [tok.decode(t) for t in res.tokens[:len(chunk)]]
-  return replies
 
 
 def run(config, workdir: str) -> dict[str, Any]:

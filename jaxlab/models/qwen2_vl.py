@@ -71,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab import registry as jregistry
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import rope as rope_lib
@@ -661,17 +662,15 @@ def config_from_dict(model_cfg: Mapping[str, Any], *,
                                "vision_start_token_id", "mrope_section")
          if k in d}
   vision = dict(d.pop("vision", None) or {})
-  if "fullatt_block_indexes" in vision:
-    vision["fullatt_block_indexes"] = tuple(vision["fullatt_block_indexes"])
   text = registry.decoder_config(d, vocab_size=vocab_size)
-  vision.setdefault("variant", variant)
-  if vision["variant"] == "qwen2_vl":
-    vision.setdefault("hidden_act", "quick_gelu")
-  vision.setdefault("out_hidden_size", text.dim)
-  vision.setdefault("dtype", text.dtype)
-  vision.setdefault("param_dtype", text.param_dtype)
+  act = {"hidden_act": "quick_gelu"} if vision.get(
+      "variant", variant) == "qwen2_vl" else {}
+  vision_cfg = jregistry.dataclass_from_config(
+      VisionConfig, vision, exclude=(), where="model.vision",
+      defaults={"variant": variant, **act, "out_hidden_size": text.dim,
+                "dtype": text.dtype, "param_dtype": text.param_dtype})
   if "mrope_section" not in top:  # Qwen's 16 / 24 / 24 split of 64 pairs
     half = text.resolved_head_dim // 2
     hw = (half - half // 4) // 2
     top["mrope_section"] = (half - 2 * hw, hw, hw)
-  return Qwen2VLConfig(text=text, vision=VisionConfig(**vision), **top)
+  return Qwen2VLConfig(text=text, vision=vision_cfg, **top)

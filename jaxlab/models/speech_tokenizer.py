@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab import registry as jregistry
 from jaxlab.models import registry
 from jaxlab.nn import quantizers
 
@@ -215,19 +216,13 @@ def ctc_greedy(model: SpeechTokenizer, features: jax.Array,
 def config_from_dict(model_cfg, *, vocab_size: int | None = None
                      ) -> SpeechTokenizerConfig:
   """`config.model` fields (minus `name`) -> config; an unknown key is an
-  error naming the valid fields."""
-  fields = {f.name for f in dataclasses.fields(SpeechTokenizerConfig)}
-  kw = {}
-  for key, value in dict(model_cfg).items():
-    if key == "name":
-      continue
-    if key not in fields:
-      raise ValueError(f"model.{key} is not a SpeechTokenizerConfig field; "
-                       f"valid: {', '.join(sorted(fields))}")
-    kw[key] = value
-  if vocab_size is not None and kw.get("vocab_size") in (None, 0, -1):
-    kw["vocab_size"] = vocab_size
-  return SpeechTokenizerConfig(**kw)
+  error naming the valid fields (`jaxlab.registry.dataclass_from_config`)."""
+  over = {}
+  if vocab_size is not None and dict(model_cfg).get("vocab_size") in (
+      None, 0, -1):
+    over["vocab_size"] = vocab_size
+  return jregistry.dataclass_from_config(SpeechTokenizerConfig, model_cfg,
+                                         **over)
 
 
 # -- model.name="speech_tokenizer" (the registry finds it by package walk) ----

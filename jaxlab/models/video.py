@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab import registry as jregistry
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import prefix_lm
 from jaxlab.models import registry
@@ -138,18 +139,14 @@ def config_from_dict(model_cfg: Mapping[str, Any], *,
   vit_section = dict(model_cfg.pop("vit", None) or {})
   video_section = dict(model_cfg.pop("video", None) or {})
   dcfg = registry.decoder_config(model_cfg, vocab_size=vocab_size)
-  vit_fields = {f.name for f in dataclasses.fields(vit_lib.ViTConfig)}
-  for key in vit_section:
-    if key not in vit_fields:
-      raise ValueError(f"model.vit.{key} is not a ViTConfig field; valid: "
-                       f"{', '.join(sorted(vit_fields))}")
-  vit_section.setdefault("out_dim", dcfg.dim)
+  vit = jregistry.dataclass_from_config(
+      vit_lib.ViTConfig, vit_section, exclude=(), where="model.vit",
+      defaults={"out_dim": dcfg.dim})
   for key in video_section:
     if key not in TEMPORAL_FIELDS:
       raise ValueError(f"model.video.{key} is not a video field; valid: "
                        f"{', '.join(TEMPORAL_FIELDS)}")
-  return VideoConfig(decoder=dcfg, vit=vit_lib.ViTConfig(**vit_section),
-                     **video_section)
+  return VideoConfig(decoder=dcfg, vit=vit, **video_section)
 
 
 class VideoLM(prefix_lm.PrefixLM):

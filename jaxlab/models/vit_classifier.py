@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxlab import registry as jregistry
 from jaxlab.nn import partitioning as pt
 from jaxlab.models import registry
 from jaxlab.models import vit as vit_lib
@@ -139,18 +140,7 @@ class ViTClassifierConfig:
 
 def config_from_dict(model_cfg: Mapping[str, Any]) -> ViTClassifierConfig:
   """`config.model` fields (minus `name`) -> ViTClassifierConfig."""
-  fields = {f.name for f in dataclasses.fields(ViTClassifierConfig)}
-  kw = {}
-  for key, value in dict(model_cfg).items():
-    if key == "name":
-      continue
-    if key not in fields:
-      raise ValueError(f"model.{key} is not a ViTClassifierConfig field; "
-                       f"valid: {', '.join(sorted(fields))}")
-    if isinstance(value, list):
-      value = tuple(value)
-    kw[key] = value
-  return ViTClassifierConfig(**kw)
+  return jregistry.dataclass_from_config(ViTClassifierConfig, model_cfg)
 
 
 class LayerNorm(nnx.Module):
