@@ -18,18 +18,30 @@ tokens, 5k collision prompts of 8-32 tokens, 3 closest prompts x V). `tiny`
 what docs/papers/sipit.md reports; `smoke` (seconds; the colab test) only
 checks the plumbing. `smollm2`: SipIt and the collision test on the real
 SmolLM2-135M-Instruct (shipped wheel; `jaxlab.io.pretrained`), real
-sentences, layers 1 / 15 / 30, writes docs/results/sipit_smollm2.json.
+sentences with the BOS given as a known prefix (`sipit.known_bos`),
+layers 1 / 15 / 30, 150 s per inversion, writes
+docs/results/sipit_smollm2.json.
 Args: `seeds=N` (seeds 0..N-1).
 """
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 
+# Paper scale (spec Q): SipIt on Llama-3.1-8B (also Mistral-7B,
+# Phi-4-mini): each step verifies a batch of candidate tokens through the
+# model; the program is that forward, 256 candidate rows of a 128-token
+# prefix [inferred batch].
+PAPER = dict(shape="llama3_8b", topology="v5p:2x2x2", seq_len=128,
+             batch_size=256, program="eval",
+             paper="spec Q: Llama-3.1-8B, candidate verification batches")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, smollm2=False,
-                          seeds=0)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
+                          smollm2=False, seeds=0)
   c = common.base_config()
   c.experiment = "sipit"
   c.seeds = (0, 1, 2)
@@ -55,6 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "acceptance": "allclose",
       "radius_scale": 32.0,
       "time_limit_s": 0.0,     # per inversion call (0: none; pretrained)
+      # Pretrained: prepend the tokenizer's BOS (SmolLM2: <|im_start|>) as
+      # a known prefix (spec Q.2), so the attention-sink position is given.
+      "known_bos": False,
       "atol": 1e-5,
       "rtol": 1e-5,
       "step_size": 1.0,        # SGD step gamma (code default)
@@ -103,7 +118,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = (0,)
     c.sipit.update(num_prompts=1, prompt_len=4, layers=(1, 15, 30),
                    policies=("gradient",), acceptance="l2_relative",
-                   hard_prompts_prompts=0, time_limit_s=60.0)
+                   hard_prompts_prompts=0, time_limit_s=150.0, known_bos=True)
     # Distinct windows of the sentences' tokens; exhaustive test on the 2
     # closest prompts x a seeded sample of V (all 49152 x 30 layers is
     # beyond 2 CPU cores); controls at layer `control_layer`.
@@ -113,6 +128,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        time_limit_s=20.0)
   if args.seeds:
     c.seeds = tuple(range(args.seeds))
+  if args.paper:
+    scale.preset(c, PAPER)
   return c
 
 

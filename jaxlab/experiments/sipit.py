@@ -101,13 +101,18 @@ def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
     rng = np.random.default_rng(seed)
     pick = rng.choice(len(streams), int(c.num_prompts), replace=False)
     ids = np.array([streams[i][:int(c.prompt_len)] for i in pick], np.int32)
-    states = sipit.layer_states(model, ids)
+    # known_bos: BOS + the sentence tokens, the BOS given (prefix_len 1).
+    bos = bool(c.get("known_bos", False))
+    full = (np.concatenate([np.full((len(ids), 1), tok.bos_id, np.int32),
+                            ids], axis=1) if bos else ids)
+    states = sipit.layer_states(model, full)
     inv = {}
     for layer in layers:
       inv.update(sipit.inversion_report(
-          sipit.truncate_layers(model, layer), ids, (layer,),
+          sipit.truncate_layers(model, layer), full, (layer,),
           policies=tuple(c.policies), config=sipit.config_from(c, seed),
-          states=states, time_limit_s=float(c.time_limit_s) or None, log=log))
+          states=states, time_limit_s=float(c.time_limit_s) or None, log=log,
+          prefix_len=int(bos)))
     prompts = inj.text_window_prompts(streams, int(cc.num_prompts),
                                       min_len=int(cc.min_len),
                                       max_len=int(cc.max_len), seed=seed)

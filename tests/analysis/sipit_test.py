@@ -139,6 +139,29 @@ class SipItTest(absltest.TestCase):
         self.model, self.states[1][0]), rtol=1e-6)
     self.assertTrue(np.all(res.distance <= res.radius))
 
+  def test_known_prefix_is_given_not_searched(self):
+    h = self.states[2][0]
+    res = sipit.invert(self.model, h, layer=2, prefix_ids=self.ids[0, :2],
+                       policy="random")
+    np.testing.assert_array_equal(res.ids, self.ids[0])
+    np.testing.assert_array_equal(res.proposals[:2], [0, 0])
+    np.testing.assert_array_equal(res.known, [True, True] + [False] * 4)
+    self.assertTrue(np.all(res.proposals[2:] >= 1))
+    self.assertTrue(res.verified.all())
+    self.assertEqual(res.stats()["median_proposals"],
+                     float(np.median(res.proposals[2:])))
+    # The prefix really is the cache's context: a wrong first token makes
+    # every later target unreachable (no token verifies; all V proposed).
+    wrong = [(int(self.ids[0, 0]) + 1) % V]
+    bad = sipit.invert(self.model, h[:3], layer=2, prefix_ids=wrong,
+                       policy="random")
+    self.assertFalse(bad.verified[1:].any())
+    np.testing.assert_array_equal(bad.proposals[1:], [V, V])
+    with self.assertRaisesRegex(ValueError, "at least one position"):
+      sipit.invert(self.model, h, layer=2, prefix_ids=self.ids[0])
+    with self.assertRaisesRegex(ValueError, r"token ids in \[0, 64\)"):
+      sipit.invert(self.model, h, layer=2, prefix_ids=[V])
+
   def test_time_limit_returns_partial_result(self):
     # Noise never verifies: the gradient search would walk all of V; the
     # first chunk is 8 proposals, then the (passed) deadline stops it.
@@ -178,9 +201,12 @@ SMOL = "smollm2-135m-instruct"
 
 @absltest.skipIf(pretrained.skip_reason(SMOL), pretrained.skip_reason(SMOL))
 class SmolLM2InversionTest(absltest.TestCase):
-  """SipIt with its defaults on a real checkpoint's states (issue 31)."""
+  """SipIt with its defaults on a real checkpoint's states (issue 31): a
+  12-token sentence from the middle layer (15 of 30) of SmolLM2-135M, the
+  chat-start token `<|im_start|>` given as the known prefix (spec Q: a BOS
+  is known), so the search starts after the attention sink."""
 
-  LAYER = 2
+  LAYER = 15
 
   @classmethod
   def setUpClass(cls):
@@ -189,7 +215,9 @@ class SmolLM2InversionTest(absltest.TestCase):
     # Layer l's states need only the first l blocks (causal, same arrays).
     cls.model = sipit.truncate_layers(model, cls.LAYER)
     tok = pretrained.tokenizer(SMOL)
-    cls.ids = np.array(tok.encode(
+    bos = tok.encode("<|im_start|>")
+    assert len(bos) == 1, bos
+    cls.ids = np.array(bos + tok.encode(
         "The quick brown fox jumps over the lazy dog near the river bank."
     )[:12], np.int32)
 
@@ -200,17 +228,19 @@ class SmolLM2InversionTest(absltest.TestCase):
   def test_defaults_recover_a_sentence_from_plain_forward_states(self):
     # The target is a plain (batched, uncached) forward: it differs from the
     # verifier's recomputation by rounding only, which the default
-    # norm-relative radius must accept (the old allclose(1e-5) did not at
-    # position 0, whose state norm is in the thousands).
+    # norm-relative radius must accept (the old allclose(1e-5) did not: the
+    # search walked the whole vocabulary).
     target = sipit.full_forward_states(self.model, self.ids[None])[
         self.LAYER, 0]
-    res = sipit.invert(self.model, target, layer=self.LAYER)
+    res = sipit.invert(self.model, target, layer=self.LAYER,
+                       prefix_ids=self.ids[:1])
     np.testing.assert_array_equal(res.ids, self.ids)
     self.assertTrue(res.verified.all())
-    self.assertTrue(np.all(res.distance <= res.radius))
+    self.assertFalse(res.timed_out)
+    self.assertTrue(np.all(res.distance[1:] <= res.radius[1:]))
     print("SmolLM2 layer", self.LAYER, "proposals", res.proposals.tolist(),
-          "margin", np.round(res.nearest_rejected / res.radius, 1).tolist())
-
+          "margin", np.round(res.nearest_rejected[1:] / res.radius[1:],
+                             1).tolist())
 
 if __name__ == "__main__":
   absltest.main()
