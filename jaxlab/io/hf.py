@@ -918,6 +918,20 @@ def load_tensors(cfg: decoder_lib.DecoderConfig,
   return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
+def _put_hf_tensor(tensors: dict, table, param_path, piece_path, piece
+                   ) -> None:
+  """`tensors[HF name] = ` our `piece` (of `param_path`) in HF's layout,
+  checked against the table's HF shape (`save` and `save_qwen2_vl`)."""
+  if piece_path not in table:
+    raise ValueError(f"parameter {param_path} has no HF equivalent")
+  name, hf_shape, _, to_hf = table[piece_path]
+  arr = np.ascontiguousarray(to_hf(piece))
+  if arr.shape != hf_shape:
+    raise ValueError(f"parameter {param_path} gives {name!r} of shape "
+                     f"{arr.shape}, expected {hf_shape}")
+  tensors[name] = arr
+
+
 def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
          path: str | os.PathLike) -> str:
   """Writes `config.json` (transformers-4 dialect) and `model.safetensors`.
@@ -940,14 +954,7 @@ def save(model: decoder_lib.Decoder, cfg: decoder_lib.DecoderConfig,
     pieces = ([(param_path, value)] if stacked is None
               else list(zip(stacked, value)))
     for piece_path, piece in pieces:
-      if piece_path not in table:
-        raise ValueError(f"parameter {param_path} has no HF equivalent")
-      name, hf_shape, _, to_hf = table[piece_path]
-      arr = np.ascontiguousarray(to_hf(piece))
-      if arr.shape != hf_shape:
-        raise ValueError(f"parameter {param_path} gives {name!r} of shape "
-                         f"{arr.shape}, expected {hf_shape}")
-      tensors[name] = arr
+      _put_hf_tensor(tensors, table, param_path, piece_path, piece)
   safetensors.numpy.save_file(tensors, os.path.join(path, SINGLE_FILE),
                               metadata={"format": "pt"})
   with open(os.path.join(path, CONFIG_FILE), "w") as fh:
@@ -1302,14 +1309,7 @@ def save_qwen2_vl(model: qwen2_vl.Qwen2VL, cfg: qwen2_vl.Qwen2VLConfig,
     pieces = ([(param_path, value)] if stacked is None else
               [(("language_model",) + p, x) for p, x in zip(stacked, value)])
     for piece_path, piece in pieces:
-      if piece_path not in table:
-        raise ValueError(f"parameter {param_path} has no HF equivalent")
-      name, hf_shape, _, to_hf = table[piece_path]
-      arr = np.ascontiguousarray(to_hf(piece))
-      if arr.shape != hf_shape:
-        raise ValueError(f"parameter {param_path} gives {name!r} of shape "
-                         f"{arr.shape}, expected {hf_shape}")
-      tensors[name] = arr
+      _put_hf_tensor(tensors, table, param_path, piece_path, piece)
   os.makedirs(path, exist_ok=True)
   safetensors.numpy.save_file(tensors, os.path.join(path, SINGLE_FILE),
                               metadata={"format": "pt"})
