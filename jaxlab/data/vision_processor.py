@@ -52,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab.nn import patches
+
 # OpenAI CLIP's normalisation (transformers' OPENAI_CLIP_MEAN / _STD).
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -88,23 +90,11 @@ def patchify(frames_fchw: np.ndarray, *, patch_size: int,
   """(rows `[t * gh * gw, C * T * P * P]` float32, grid (t, gh, gw)) of
   resized, normalised frames `[F, C, H, W]` (F = 1: an image, repeated
   over the temporal patch; else a video, its last frame repeated up to a
-  multiple of `temporal_patch_size`)."""
-  x = np.asarray(frames_fchw, np.float32)
-  if x.ndim != 4:
-    raise ValueError(f"frames of shape {x.shape}; expected [F, C, H, W]")
-  f, c, hh, ww = x.shape
-  tp, p, m = temporal_patch_size, patch_size, merge_size
-  if hh % (p * m) or ww % (p * m):
-    raise ValueError(f"frames of size {hh} x {ww}: H and W must be "
-                     f"multiples of patch_size * merge_size = {p * m}")
-  if f == 1:
-    x = np.repeat(x, tp, axis=0)
-  elif f % tp:
-    x = np.concatenate([x, np.repeat(x[-1:], tp - f % tp, axis=0)])
-  gt, gh, gw = x.shape[0] // tp, hh // p, ww // p
-  x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
-  x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-  return x.reshape(gt * gh * gw, c * tp * p * p), (gt, gh, gw)
+  multiple of `temporal_patch_size`): `jaxlab.nn.patches.qwen_vl_patchify`
+  on the host."""
+  return patches.qwen_vl_patchify(
+      np.asarray(frames_fchw, np.float32), patch_size=patch_size,
+      temporal_patch_size=temporal_patch_size, merge_size=merge_size)
 
 
 def _to_rgb_chw(image) -> np.ndarray:

@@ -74,6 +74,7 @@ from flax import nnx
 from jaxlab import registry as jregistry
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.nn import norm as norm_lib
+from jaxlab.nn import patches
 from jaxlab.nn import rope as rope_lib
 
 ARCHITECTURES = {"Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
@@ -190,24 +191,18 @@ def patchify(frames_tchw, cfg: VisionConfig) -> tuple[np.ndarray,
   """(pixel_values `[t * h * w, C*T*P*P]`, grid (t, h, w)) of one image
   (`[1, C, H, W]`, repeated over the temporal patch) or video (`[F, C, H,
   W]`, the last frame repeated up to a multiple of the temporal patch), in
-  the processor's order (2x2 merge blocks contiguous). The frames must be
-  resized (H, W multiples of patch_size * spatial_merge_size) and
-  normalised already, as the HF image / video processors do before this
-  step."""
-  x = np.asarray(frames_tchw)
-  f, c, hh, ww = x.shape
-  tp, p, m = cfg.temporal_patch_size, cfg.patch_size, cfg.spatial_merge_size
-  if c != cfg.in_channels or hh % (p * m) or ww % (p * m):
-    raise ValueError(f"frames of shape {x.shape}: need {cfg.in_channels} "
-                     f"channels and H, W multiples of {p * m}")
-  if f == 1:
-    x = np.repeat(x, tp, axis=0)
-  elif f % tp:
-    x = np.concatenate([x, np.repeat(x[-1:], tp - f % tp, axis=0)])
-  gt, gh, gw = x.shape[0] // tp, hh // p, ww // p
-  x = x.reshape(gt, tp, c, gh // m, m, p, gw // m, m, p)
-  x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-  return x.reshape(gt * gh * gw, c * tp * p * p), (gt, gh, gw)
+  the processor's order (2x2 merge blocks contiguous): `jaxlab.nn.patches.
+  qwen_vl_patchify` with the tower's sizes (numpy in and out, or jax under
+  `jit`). The frames must be resized (H, W multiples of patch_size *
+  spatial_merge_size) and normalised already, as the HF image / video
+  processors do before this step."""
+  if frames_tchw.shape[1] != cfg.in_channels:
+    raise ValueError(f"frames of shape {tuple(frames_tchw.shape)}: need "
+                     f"{cfg.in_channels} channels")
+  return patches.qwen_vl_patchify(
+      frames_tchw, patch_size=cfg.patch_size,
+      temporal_patch_size=cfg.temporal_patch_size,
+      merge_size=cfg.spatial_merge_size)
 
 
 def frame_cu_seqlens(grid_thw) -> np.ndarray:

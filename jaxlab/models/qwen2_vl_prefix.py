@@ -1,0 +1,366 @@
+"""Qwen2.5-VL (or Qwen2-VL) as a prefix LM: the multimodal papers' policies.
+
+    model = Qwen2VLPrefixLM(vl_cfg, PrefixConfig(kind="image",
+                                                 image_size=(32, 32)),
+                            rngs=nnx.Rngs(0))
+    out = model.forward(ids_bt, attention_mask=mask_bt,
+                        prefix_inputs=images_bhwc)       # logits of the ids
+    result = model.generate(images_bhwc, prompts, max_new_tokens=8, eos_id=2)
+    jaxlab.io.hf.save(model.vl, vl_cfg, "/tmp/export")  # a Qwen2.5-VL ckpt
+
+The experiments of papers F (chart-to-code), G (Trust-GRPO), R
+(VideoReasonBench) and S (VUDG) train and sample "prefix LMs"
+(`jaxlab.models.prefix_lm.PrefixLM`): `forward(ids, attention_mask,
+prefix_inputs=x)` gives the logits of the ids after an image or clip `x`,
+and `generate(x, prompts, ...)` samples after it. This class is that
+protocol on the Qwen2.5-VL architecture (`jaxlab.models.qwen2_vl.Qwen2VL`,
+logits equal to transformers' `Qwen2_5_VLForConditionalGeneration`): each
+row is the Qwen chat layout
+
+    <|vision_start|> <|image_pad|> x n <|vision_end|> ids ...
+
+(`<|video_pad|>` for a clip), so `forward` is exactly `Qwen2VL.forward`
+on that token sequence with the item's `pixel_values` / `image_grid_thw`
+(or `pixel_values_videos` / `video_grid_thw`), its M-RoPE positions
+(`qwen2_vl.rope_index`: (t, h, w) positions for the n vision tokens, the
+text after them resuming at 1 + max(h, w)), and the logits of the T ids
+returned. Inputs are the experiments' arrays in [0, 1]: images
+`[B, H, W, C]` or clips `[B, F, H, W, C]` of a fixed size, normalised with
+the processor's mean / std (OpenAI CLIP's, as
+`jaxlab.data.vision_processor`) and cut into patches on the device
+(`jaxlab.nn.patches.qwen_vl_patchify`), so the vision tower trains inside
+the gradient (freeze it with the optimizer's frozen patterns or LoRA
+targets). A clip's frames are `temporal_patch_size`-grouped (F / 2 temporal
+patches for Qwen's T = 2) and its temporal positions are spaced by
+`tokens_per_second * seconds_per_grid` (Qwen2.5-VL; Qwen2-VL counts
+temporal patches).
+
+Special tokens: a checkpoint's vocabulary has them (`image_token_id`,
+`video_token_id`, `vision_start_token_id` in `config.model`,
+`PrefixConfig.vision_end_token_id`). A task vocabulary of V ids (the
+miniatures' grammars and byte tokenizers) is extended by four at the end,
+V..V+3 = vision start, vision end, image pad, video pad
+(`with_task_vocab`); the logits then cover the task's V ids only (the
+four are inputs, never outputs), in `forward`, `unembed` and so in the
+sampler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab import registry as jregistry
+from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import prefix_lm
+from jaxlab.models import qwen2_vl
+from jaxlab.models import registry
+from jaxlab.nn import patches
+
+# OpenAI CLIP's normalisation, the Qwen-VL processors' default (the same
+# numbers as `jaxlab.data.vision_processor.OPENAI_CLIP_MEAN` / `_STD`).
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+KINDS = ("image", "video")
+NUM_SPECIAL = 4  # vision start, vision end, image pad, video pad
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixConfig:
+  """What the prefix is.
+
+  kind: "image" (inputs `[B, H, W, C]`) or "video" (`[B, F, H, W, C]`).
+  image_size: (H, W) of every image / frame (multiples of patch_size *
+    spatial_merge_size), or one int for a square.
+  num_frames: F of a clip (video only).
+  seconds_per_grid: seconds per temporal patch of a clip
+    (`second_per_grid_ts`: temporal_patch_size / fps; [inferred] 1.0 for
+    the miniatures' clips, which have no frame rate).
+  vision_end_token_id: `<|vision_end|>` (Qwen's 151653).
+  task_vocab_size: 0, or V: the logits are cut to the first V ids (a task
+    vocabulary extended by the four special tokens).
+  image_mean, image_std: per-channel normalisation of the [0, 1] inputs.
+  """
+  kind: str = "image"
+  image_size: Any = 32
+  num_frames: int = 1
+  seconds_per_grid: float = 1.0
+  vision_end_token_id: int = 151653
+  task_vocab_size: int = 0
+  image_mean: tuple[float, ...] = CLIP_MEAN
+  image_std: tuple[float, ...] = CLIP_STD
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"prefix kind={self.kind!r}; valid: {KINDS}")
+    size = self.image_size
+    size = (int(size), int(size)) if np.ndim(size) == 0 else tuple(
+        int(s) for s in size)
+    object.__setattr__(self, "image_size", size)
+    object.__setattr__(self, "image_mean", tuple(self.image_mean))
+    object.__setattr__(self, "image_std", tuple(self.image_std))
+    if self.kind == "image" and self.num_frames != 1:
+      raise ValueError("num_frames is for kind='video'; an image has one")
+
+
+def with_task_vocab(model_cfg: Mapping[str, Any], vocab_size: int
+                    ) -> tuple[dict[str, Any], dict[str, int]]:
+  """(`config.model` with vocab V + 4, the special ids V..V+3) for a task
+  vocabulary of V ids that has no vision tokens."""
+  ids = dict(vision_start_token_id=vocab_size,
+             vision_end_token_id=vocab_size + 1,
+             image_token_id=vocab_size + 2, video_token_id=vocab_size + 3)
+  return dict(model_cfg, vocab_size=vocab_size + NUM_SPECIAL), ids
+
+
+class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
+  """`Qwen2VL` reading one image / clip before the ids of each row.
+
+  `vl` is the whole Qwen2.5-VL module (export it with `jaxlab.io.hf.save`);
+  `decoder` its language model. Without prefix inputs `forward` is the
+  plain (text or multimodal) `Qwen2VL.forward` with the logits cut to the
+  task vocabulary: the sampler's model protocol, with `embed`,
+  `init_cache`, `default_positions`, `unembed` and `multimodal_inputs`.
+  """
+
+  PREFIX_INPUTS = "images [B, H, W, C] or clips [B, F, H, W, C]"
+  PREFIX_UNIT = "image or clip"
+
+  def __init__(self, cfg: qwen2_vl.Qwen2VLConfig, prefix: PrefixConfig, *,
+               rngs: nnx.Rngs):
+    vcfg = cfg.vision
+    unit = vcfg.patch_size * vcfg.spatial_merge_size
+    h, w = prefix.image_size
+    if h % unit or w % unit:
+      raise ValueError(f"prefix image_size={prefix.image_size}: H and W must "
+                       f"be multiples of patch_size * spatial_merge_size = "
+                       f"{unit}")
+    if len(prefix.image_mean) != vcfg.in_channels or len(
+        prefix.image_std) != vcfg.in_channels:
+      raise ValueError(f"image_mean / image_std need {vcfg.in_channels} "
+                       "entries (vision.in_channels)")
+    if prefix.task_vocab_size > cfg.text.vocab_size:
+      raise ValueError(f"task_vocab_size={prefix.task_vocab_size} > the "
+                       f"model's vocab_size={cfg.text.vocab_size}")
+    self.cfg = cfg
+    self.prefix = prefix
+    self.vl = qwen2_vl.Qwen2VL(cfg, rngs=rngs)
+    frames = 1 if prefix.kind == "image" else prefix.num_frames
+    tp = vcfg.temporal_patch_size
+    self.grid = (-(-frames // tp), h // vcfg.patch_size, w // vcfg.patch_size)
+    self.num_vision = int(np.prod(self.grid)) // vcfg.spatial_merge_size ** 2
+    self.num_prefix = self.num_vision + 2
+    pad = cfg.image_token_id if prefix.kind == "image" else (
+        cfg.video_token_id)
+    # A tuple (static): module arrays become pytree leaves under jit.
+    self.prefix_ids = tuple(int(i) for i in (
+        [cfg.vision_start_token_id] + [pad] * self.num_vision
+        + [prefix.vision_end_token_id]))
+
+  @property
+  def decoder(self) -> decoder_lib.Decoder:
+    return self.vl.language_model
+
+  # -- the prefix --------------------------------------------------------------
+
+  def _vision_kwargs(self, batch: int) -> dict[str, Any]:
+    grids = np.array([self.grid] * batch)
+    if self.prefix.kind == "image":
+      return {"image_grid_thw": grids}
+    return {"video_grid_thw": grids,
+            "second_per_grid_ts": [self.prefix.seconds_per_grid] * batch}
+
+  def _check(self, x) -> None:
+    h, w = self.prefix.image_size
+    c = self.cfg.vision.in_channels
+    want = ((h, w, c) if self.prefix.kind == "image"
+            else (self.prefix.num_frames, h, w, c))
+    if x.ndim != len(want) + 1 or tuple(x.shape[1:]) != want:
+      raise ValueError(f"prefix inputs must be [B, {', '.join(map(str, want))}"
+                       f"] ({self.prefix.kind}s of model.prefix.image_size "
+                       f"in [0, 1]), got {tuple(x.shape)}")
+
+  def pixel_values(self, x: jax.Array) -> jax.Array:
+    """Inputs in [0, 1] -> the processor's patches `[B * n * 4, C*T*P*P]`
+    (normalised, each item's patches in 2x2-merge-block order)."""
+    self._check(x)
+    x = jnp.asarray(x, jnp.float32)
+    mean = jnp.asarray(self.prefix.image_mean, jnp.float32)
+    std = jnp.asarray(self.prefix.image_std, jnp.float32)
+    x = (x - mean) / std
+    if self.prefix.kind == "image":
+      x = x[:, None]
+    frames_bfchw = jnp.moveaxis(x, -1, 2)
+    vcfg = self.cfg.vision
+    rows = [patches.qwen_vl_patchify(
+        f, patch_size=vcfg.patch_size,
+        temporal_patch_size=vcfg.temporal_patch_size,
+        merge_size=vcfg.spatial_merge_size)[0] for f in frames_bfchw]
+    return jnp.concatenate(rows, 0)
+
+  def prefix_embeds(self, prefix_inputs: jax.Array) -> jax.Array:
+    """Inputs -> embeddings `[B, n + 2, D]` of [vision start; the n
+    merged vision features; vision end]."""
+    b = prefix_inputs.shape[0]
+    feats = self.vl.visual(self.pixel_values(prefix_inputs),
+                           np.array([self.grid] * b))
+    ends = self.decoder.embed(jnp.asarray(
+        [self.prefix_ids[0], self.prefix_ids[-1]], jnp.int32))
+    feats = feats.reshape(b, self.num_vision, -1).astype(ends.dtype)
+    return jnp.concatenate(
+        [jnp.broadcast_to(ends[None, :1], (b, 1, ends.shape[-1])), feats,
+         jnp.broadcast_to(ends[None, 1:], (b, 1, ends.shape[-1]))], axis=1)
+
+  def prefix_positions(self) -> tuple[np.ndarray, int]:
+    """(M-RoPE positions `[3, n + 2]` of the prefix, the first text
+    position after it), from `rope_index` of one prefix row (host numpy,
+    not cached on the module: its arrays would become pytree leaves). The
+    text after the vision end token continues from its position, as in
+    `rope_index` of the whole row (the `rope_deltas` of decoding count
+    from the largest position instead, as transformers does)."""
+    ids = np.asarray(self.prefix_ids, np.int32)[None]
+    kw = self._vision_kwargs(1)
+    pos, _ = qwen2_vl.rope_index(
+        ids, self.cfg, kw.get("image_grid_thw"), kw.get("video_grid_thw"),
+        kw.get("second_per_grid_ts"))
+    return pos[:, 0], int(pos[0, 0, -1]) + 1
+
+  def positions_3bt(self, batch: int, length: int) -> np.ndarray:
+    """M-RoPE positions `[3, B, n + 2 + T]` of [prefix; T ids] (text ids
+    at consecutive positions after the prefix; right padding is masked)."""
+    pre, start = self.prefix_positions()
+    text = np.broadcast_to(np.arange(start, start + length), (3, length))
+    row = np.concatenate([pre, text], 1)
+    return np.broadcast_to(row[:, None], (3, batch, row.shape[1])).copy()
+
+  # -- the prefix LM protocol ---------------------------------------------------
+
+  def _cut(self, out: decoder_lib.DecoderOutput) -> decoder_lib.DecoderOutput:
+    v = self.prefix.task_vocab_size
+    if not v or out.logits is None:
+      return out
+    return dataclasses.replace(out, logits=out.logits[..., :v])
+
+  def forward(self, input_ids_bt=None, attention_mask=None, *,
+              prefix_inputs=None, prefix_embeds=None,
+              **kwargs) -> decoder_lib.DecoderOutput:
+    """With `prefix_inputs` (or `prefix_embeds`): the output over [prefix;
+    ids] with the logits of the T ids (row t predicts ids[:, t + 1]);
+    `attention_mask [B, T]` marks real ids (right padding). Without: the
+    plain `Qwen2VL.forward(input_ids_bt, attention_mask=, **kwargs)`."""
+    if prefix_inputs is None and prefix_embeds is None:
+      return self._cut(self.vl.forward(input_ids_bt,
+                                       attention_mask=attention_mask,
+                                       **kwargs))
+    if prefix_inputs is not None and prefix_embeds is not None:
+      raise ValueError("give one of prefix_inputs and prefix_embeds")
+    if prefix_embeds is None:
+      prefix_embeds = self.prefix_embeds(prefix_inputs)
+    b, p = prefix_embeds.shape[:2]
+    t = input_ids_bt.shape[1]
+    h = jnp.concatenate([prefix_embeds, self.decoder.embed(
+        input_ids_bt).astype(prefix_embeds.dtype)], axis=1)
+    mask = None if attention_mask is None else jnp.concatenate(
+        [jnp.ones((b, p), bool), attention_mask.astype(bool)], axis=1)
+    out = self.vl.forward(inputs_embeds=h, attention_mask=mask,
+                          positions_3bt=self.positions_3bt(b, t), **kwargs)
+    return self._cut(dataclasses.replace(out, logits=out.logits[:, p:]))
+
+  def generate(self, prefix_inputs, prompts: Sequence[Sequence[int]], **kw):
+    """`jaxlab.decoding.sampler.generate` of the prompts after their image
+    / clip (the Qwen layout above: the vision prefix once, then KV-cached
+    decoding at M-RoPE text positions). Returns the sampler's
+    `GenerateResult` (new tokens only)."""
+    from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
+    x = jnp.asarray(prefix_inputs, jnp.float32)
+    if x.shape[0] != len(prompts):
+      raise ValueError(f"{x.shape[0]} inputs for {len(prompts)} prompts; "
+                       f"give one {self.PREFIX_UNIT} per prompt")
+    pv = _pixel_values_jit(self, x)
+    mm = self._vision_kwargs(len(prompts))
+    mm["pixel_values" if self.prefix.kind == "image"
+       else "pixel_values_videos"] = pv
+    head = list(self.prefix_ids)
+    return sampler.generate(self, [head + list(p) for p in prompts],
+                            multimodal=mm, **kw)
+
+  # -- the sampler's model protocol ---------------------------------------------
+
+  def embed(self, input_ids_bt):
+    return self.decoder.embed(input_ids_bt)
+
+  def init_cache(self, batch: int, max_len: int, dtype=None):
+    return self.vl.init_cache(batch, max_len, dtype)
+
+  @staticmethod
+  def default_positions(valid_bt, cache=None):
+    return decoder_lib.Decoder.default_positions(valid_bt, cache)
+
+  def unembed(self, h_btd):
+    logits = self.vl.unembed(h_btd)
+    v = self.prefix.task_vocab_size
+    return logits[..., :v] if v else logits
+
+  def multimodal_inputs(self, input_ids_bt, attention_mask=None, **kw):
+    return self.vl.multimodal_inputs(input_ids_bt, attention_mask, **kw)
+
+
+@nnx.jit
+def _pixel_values_jit(model: Qwen2VLPrefixLM, x: jax.Array) -> jax.Array:
+  return model.pixel_values(x)
+
+
+def config_from_dict(model_cfg: Mapping[str, Any], *,
+                     vocab_size: int | None = None,
+                     variant: str = "qwen2_5_vl"
+                     ) -> tuple[qwen2_vl.Qwen2VLConfig, PrefixConfig]:
+  """`config.model` (name "qwen2_5_vl_prefix" / "qwen2_vl_prefix"): the
+  `qwen2_vl.config_from_dict` fields plus `prefix` (PrefixConfig fields).
+  Without `image_token_id` in the section, `vocab_size` (the task's) is
+  extended by the four special tokens (`with_task_vocab`). `qkv_bias`
+  defaults to True: the language model is Qwen2's, so `io.hf.save` exports
+  the whole model as a Qwen2.5-VL / Qwen2-VL checkpoint."""
+  d = {k: (v.to_dict() if hasattr(v, "to_dict") else v)
+       for k, v in dict(model_cfg).items()}
+  pre = dict(d.pop("prefix", None) or {})
+  d.pop("name", None)
+  d.setdefault("qkv_bias", True)  # the Qwen2 language model (exportable)
+  if "image_token_id" not in d:
+    if int(d.get("vocab_size") or 0) > 0:  # the section's wins, as in
+      vocab_size = int(d["vocab_size"])    # registry.decoder_config
+    if not vocab_size:
+      raise ValueError("model.vocab_size (or the task's vocab_size) is "
+                       "needed to place the vision tokens after it")
+    d, ids = with_task_vocab(d, vocab_size)
+    pre.setdefault("vision_end_token_id", ids.pop("vision_end_token_id"))
+    pre.setdefault("task_vocab_size", vocab_size)
+    d.update(ids)
+    vocab_size = None
+  vl_cfg = qwen2_vl.config_from_dict(d, vocab_size=vocab_size,
+                                     variant=variant)
+  prefix = jregistry.dataclass_from_config(PrefixConfig, pre, exclude=(),
+                                           where="model.prefix")
+  return vl_cfg, prefix
+
+
+def _builder(variant: str):
+  def build(model_cfg, *, vocab_size: int | None = None,
+            seed: int = 0) -> registry.ModelSpec:
+    vl_cfg, prefix = config_from_dict(model_cfg, vocab_size=vocab_size,
+                                      variant=variant)
+    return registry.ModelSpec(
+        factory=lambda: Qwen2VLPrefixLM(vl_cfg, prefix, rngs=nnx.Rngs(seed)),
+        config=vl_cfg)
+  build.__doc__ = (f"`Qwen2VLPrefixLM` ({variant} tower): `config.model` "
+                   "decoder fields + `vision` + `prefix` sections.")
+  return build
+
+
+registry.register("qwen2_5_vl_prefix")(_builder("qwen2_5_vl"))
+registry.register("qwen2_vl_prefix")(_builder("qwen2_vl"))
