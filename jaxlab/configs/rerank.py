@@ -21,10 +21,27 @@ Presets (comma-separated, combinable with `tiny`):
               torch + transformers), imported with `jaxlab.io.hf.load` and
               fine-tuned with LoRA (rank 16) on every linear layer; the
               LM head (M_y, M_n) and the embeddings stay frozen.
+  vl          `mm` on the Qwen2.5-VL architecture (`reranker.arch =
+              "qwen2_5_vl"`): see below.
   smoke       2 cells x 1 seed, a few steps (tests, colab): the embedding
               miniature, or with `mm` the LoRA run on a 1-layer decoder.
   tiny        fewer steps / eval queries (alone: `tiny,smoke`).
 A cell is "W/D" (surrogate L_URL) or "native/cl", "native/sft".
+
+`reranker.arch` picks the multimodal backbone: "vit_decoder" (default: a
+ViT whose patch tokens fill `<image>` placeholders of the jaxlab decoder)
+or "qwen2_5_vl" (preset `vl`, implies `mm`): the reranker is exactly
+Qwen2.5-VL (`jaxlab.models.qwen2_vl.Qwen2VL`) on the interleaved prompt --
+each image normalised with OpenAI CLIP's mean / std and cut into the
+processor's patches at collate time, encoded by the Qwen2.5-VL vision tower
+(`reranker.vision`: `VisionConfig` fields, tiny here: depth 1, width 16,
+patch 4, 2x2 merge, so a 16-pixel image is 4 placeholders), its merged
+features in the placeholders, and the language model at multimodal RoPE
+positions computed on the host (`rope_index`, carried in the batch). The
+imported fixture becomes its language model (the tower stays random and,
+under LoRA, frozen: its `nnx.Linear` names are no LoRA target), and
+`jaxlab.io.hf.save(model.vl, rcfg.vl, dir)` exports it as a Qwen2.5-VL
+checkpoint.
 
 Training is full fine-tuning of a tiny decoder + ViT from scratch by
 default. LoRA on an imported HF decoder: `--config.init_from=DIR
@@ -59,7 +76,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, tiny=False, paper=False,
                        probe=False, directions=False,
                        native=False, all=False, negatives=False, mm=False,
-                       smoke=False)
+                       vl=False, smoke=False)
+  if a.vl:
+    a.mm = True
   c = common.base_config()
   c.experiment = "rerank"
   c.seeds = (0, 1, 2, 3, 4)  # a seed of the probing miniature costs < 1 min
@@ -130,6 +149,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   "num_kv_heads": 2, "mlp_dim": 128, "init_std": 0.02},
       "vit": {"dim": 64, "num_layers": 1, "num_heads": 4, "mlp_dim": 128,
               "patch_size": 4, "init_std": 0.02},
+      # "vit_decoder" | "qwen2_5_vl" (with `vision`: VisionConfig fields;
+      # out_hidden_size follows the decoder, image size the task).
+      "arch": "vit_decoder",
+      "vision": {},
       # Label tokens: byte-tokenizer specials by default; with an imported
       # model (init_from + data.tokenizer=sentencepiece) use its pieces,
       # e.g. "▁yes" / "▁no" and an existing special for the image slots.
@@ -194,6 +217,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.update(seq_len=32, batch_size=16, steps=300)
     c.reranker.vit.update(dim=32, mlp_dim=64, patch_size=8)
     c.optim.update(lr=5e-3)
+  if a.vl:
+    c.table = c.table.replace("mm_", "vl_")
+    c.reranker.arch = "qwen2_5_vl"
+    c.reranker.vision = {
+        "depth": 1, "hidden_size": 16, "intermediate_size": 32,
+        "num_heads": 2, "patch_size": 4, "temporal_patch_size": 2,
+        "spatial_merge_size": 2, "window_size": 32,
+        "fullatt_block_indexes": (0,)}
   if a.smoke:
     # Smoke run (tests, colab): 2 cells, 1 seed, a few steps; the embedding
     # miniature, or with `mm` LoRA on a 1-layer imported decoder.
@@ -206,6 +237,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.backbone.num_layers = 1
       c.train.update(steps=4, batch_size=8)
       c.task.eval_queries = 8
+    if a.vl:
+      c.train.steps = 3
+      c.task.eval_queries = 4
   if a.paper:
     scale.preset(c, PAPER)
   return c

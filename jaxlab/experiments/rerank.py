@@ -126,6 +126,11 @@ TITLES = {
                   "training each cell",
     "mm_directions": "Direction probes and native losses on the multimodal "
                      "reranker (ViT + imported decoder, LoRA): held-out "
+                     "reranking",
+    "vl_probe": "W × D probing on the Qwen2.5-VL reranker (imported "
+                "language model, LoRA): held-out reranking",
+    "vl_directions": "Direction probes and native losses on the Qwen2.5-VL "
+                     "reranker (imported language model, LoRA): held-out "
                      "reranking"}
 
 

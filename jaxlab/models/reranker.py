@@ -8,6 +8,27 @@ position from the yes/no logits (`jaxlab.objectives.rerank`). An image becomes
 replace the placeholders' embeddings before `Decoder.forward(inputs_embeds=)`,
 so the decoder reads interleaved image and text.
 
+Architecture `arch="qwen2_5_vl"` (`RerankerConfig.vision` a
+`jaxlab.models.qwen2_vl.VisionConfig`) is instead exactly Qwen2.5-VL
+(`qwen2_vl.Qwen2VL`, transformers' `Qwen2_5_VLForConditionalGeneration`) on
+the interleaved prompt: `collate_groups` normalises each image with the
+processor's per-channel `image_mean` / `image_std` (passed in; OpenAI CLIP's
+for Qwen) and cuts it into the processor's patches (`qwen2_vl.patchify`:
+`pixel_values [B, G, I, h*w, C*T*P*P]`, grid (1, h, w) = image side / P),
+an image takes h * w / merge^2 `<image>` placeholders (the tower's merged
+tokens), and the host computes the multimodal RoPE positions of every
+prompt (`qwen2_vl.rope_index` over the attention mask: `mrope_positions
+[B, G, 3, T]`) so the model runs under `jit`. The model's `vl` is the
+`Qwen2VL` (its `visual` encodes each image alone -- the tower attends
+within a frame, so this equals encoding the batch's images together -- and
+its `language_model` reads the features scattered into the placeholders at
+the M-RoPE positions); `jaxlab.io.hf.save(model.vl, cfg.vl, path)` exports
+the (LoRA-merged or not) backbone as a Qwen2.5-VL checkpoint. Prompts have
+no `<|vision_start|>` tokens (the byte tokenizer has none): jaxlab's
+`rope_index` does not need them, transformers' `get_rope_index` finds
+images by them. The heads below read `language_model` the same way in both
+architectures.
+
     tok = rerank_tokens.make_tokenizer(...)   # jaxlab.data: <image>, labels
     cfg = RerankerConfig.from_tokenizer(tok, decoder=..., vit=...)
     model = Reranker(cfg, rngs=nnx.Rngs(0))
@@ -26,10 +47,12 @@ from flax import nnx
 from flax import struct
 
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import qwen2_vl
 from jaxlab.models import vit as vit_lib
 from jaxlab.nn import partitioning as pt
 
 IMAGE_TOKEN = "<image>"
+ARCHS = ("vit_decoder", "qwen2_5_vl")
 # Label words for the multi-token direction probe (spec 8): up to 8 + 8.
 # The same strings as `jaxlab.data.rerank_tokens` (its `make_tokenizer`).
 # Byte-level tokenizers get them as named specials; with a real tokenizer use
@@ -74,6 +97,20 @@ class RerankerConfig:
   num_label_tokens: size of the multi-token label set (2..16: half positive,
     half negative); 0 disables the multi-token heads.
   random_direction: add a learnable random yes/no head R (direction D_Rand).
+  arch: "vit_decoder" (`vit` + `decoder`) or "qwen2_5_vl" (Qwen2.5-VL:
+    `vision` tower + `decoder` as its language model, M-RoPE).
+  vision: the Qwen2.5-VL tower (arch "qwen2_5_vl"); its `out_hidden_size`
+    is set to the decoder width.
+  image_size: side of the (square) images of arch "qwen2_5_vl", a multiple
+    of patch_size * spatial_merge_size.
+  image_mean, image_std: the processor's per-channel normalisation of the
+    [0, 1] images (arch "qwen2_5_vl"; e.g.
+    `jaxlab.data.vision_processor.OPENAI_CLIP_MEAN` / `_STD`).
+  mrope_section: temporal / height / width split of the decoder's
+    head_dim / 2 rotary pairs; () = Qwen's 1 : 1.5 : 1.5
+    (`default_mrope_section`).
+  vision_start_token_id, video_token_id: written into the exported
+    Qwen2.5-VL config (-1: the tokenizer has none; prompts never use them).
   """
   decoder: decoder_lib.DecoderConfig
   vit: vit_lib.ViTConfig | None
@@ -83,6 +120,67 @@ class RerankerConfig:
   label_pos_ids: tuple[int, ...] = ()
   label_neg_ids: tuple[int, ...] = ()
   random_direction: bool = False
+  arch: str = "vit_decoder"
+  vision: qwen2_vl.VisionConfig | None = None
+  image_size: int = 0
+  image_mean: tuple[float, ...] = ()
+  image_std: tuple[float, ...] = ()
+  mrope_section: tuple[int, ...] = ()
+  vision_start_token_id: int = -1
+  video_token_id: int = -1
+
+  def __post_init__(self):
+    if self.arch not in ARCHS:
+      raise ValueError(f"reranker arch={self.arch!r}; valid: {ARCHS}")
+    for key in ("image_mean", "image_std", "mrope_section"):
+      object.__setattr__(self, key, tuple(getattr(self, key)))
+    if self.arch != "qwen2_5_vl":
+      return
+    v = self.vision
+    if v is None:
+      raise ValueError("arch='qwen2_5_vl' needs a vision (VisionConfig)")
+    object.__setattr__(self, "vision", dataclasses.replace(
+        v, out_hidden_size=self.decoder.dim))
+    unit = v.patch_size * v.spatial_merge_size
+    if self.image_size < unit or self.image_size % unit:
+      raise ValueError(f"image_size={self.image_size} must be a positive "
+                       f"multiple of patch_size * spatial_merge_size = {unit}")
+    if not (len(self.image_mean) == len(self.image_std) == v.in_channels):
+      raise ValueError(f"image_mean / image_std need {v.in_channels} values "
+                       "(the processor's normalisation), got "
+                       f"{self.image_mean} / {self.image_std}")
+
+  @property
+  def vl(self) -> qwen2_vl.Qwen2VLConfig:
+    """The Qwen2.5-VL config of arch "qwen2_5_vl" (text = `decoder`)."""
+    if self.arch != "qwen2_5_vl":
+      raise ValueError(f"arch={self.arch!r} has no Qwen2.5-VL config")
+    return qwen2_vl.Qwen2VLConfig(
+        text=self.decoder, vision=self.vision,
+        image_token_id=self.image_token_id,
+        video_token_id=self.video_token_id,
+        vision_start_token_id=self.vision_start_token_id,
+        mrope_section=self.mrope_section or default_mrope_section(
+            self.decoder.resolved_head_dim))
+
+  @property
+  def image_grid(self) -> tuple[int, int, int]:
+    """(t, h, w) patch grid of one image (arch "qwen2_5_vl")."""
+    side = self.image_size // self.vision.patch_size
+    return (1, side, side)
+
+  @property
+  def num_image_tokens(self) -> int:
+    """Placeholders per image: ViT patches, or merged Qwen-VL tokens
+    (t * h * w / merge^2); 0 without an image encoder."""
+    if self.arch == "qwen2_5_vl":
+      t, h, w = self.image_grid
+      return t * h * w // self.vision.spatial_merge_size ** 2
+    return self.vit.num_patches if self.vit is not None else 0
+
+  @property
+  def has_images(self) -> bool:
+    return self.arch == "qwen2_5_vl" or self.vit is not None
 
   @classmethod
   def from_tokenizer(cls, tok: Any, *,
@@ -93,8 +191,12 @@ class RerankerConfig:
                      num_label_tokens: int = 0,
                      label_tokens_pos: Sequence[str] = LABEL_TOKENS_POS,
                      label_tokens_neg: Sequence[str] = LABEL_TOKENS_NEG,
-                     random_direction: bool = False) -> "RerankerConfig":
-    """Resolves yes/no (and label-set) ids from the tokenizer."""
+                     random_direction: bool = False,
+                     **arch_fields) -> "RerankerConfig":
+    """Resolves yes/no (and label-set) ids from the tokenizer.
+
+    `arch_fields`: `arch`, `vision`, `image_size`, `image_mean`,
+    `image_std`, `mrope_section`, ... (the Qwen2.5-VL architecture)."""
     if num_label_tokens and not (
         2 <= num_label_tokens <= 2 * min(len(label_tokens_pos),
                                          len(label_tokens_neg))
@@ -117,17 +219,33 @@ class RerankerConfig:
                                    for t in label_tokens_pos[:half]),
                label_neg_ids=tuple(tok.token_id(t)
                                    for t in label_tokens_neg[:half]),
-               random_direction=random_direction)
+               random_direction=random_direction, **arch_fields)
+
+
+def default_mrope_section(head_dim: int) -> tuple[int, int, int]:
+  """Qwen's M-RoPE split of head_dim / 2 rotary pairs (16 / 24 / 24 of 64):
+  height and width a 3/8 share each, temporal the rest (as
+  `qwen2_vl.config_from_dict`)."""
+  half = head_dim // 2
+  hw = (half - half // 4) // 2
+  return (half - 2 * hw, hw, hw)
 
 
 class Reranker(nnx.Module):
-  """Decoder LM + ViT patch encoder, read out at the answer position."""
+  """Decoder LM + ViT patch encoder (or Qwen2.5-VL), read out at the answer
+  position."""
 
   def __init__(self, cfg: RerankerConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
-    self.decoder = decoder_lib.Decoder(cfg.decoder, rngs=rngs)
-    self.vit = (None if cfg.vit is None else
-                vit_lib.ViTEncoder(cfg.vit, rngs=rngs))
+    if cfg.arch == "qwen2_5_vl":
+      # visual + language_model, exported whole by jaxlab.io.hf.save.
+      self.vl = qwen2_vl.Qwen2VL(cfg.vl, rngs=rngs)
+      self.vit = None
+    else:
+      self.vl = None
+      self.decoder = decoder_lib.Decoder(cfg.decoder, rngs=rngs)
+      self.vit = (None if cfg.vit is None else
+                  vit_lib.ViTEncoder(cfg.vit, rngs=rngs))
     if cfg.random_direction:
       # D_Rand (spec 8): a randomly initialised, learnable replacement of the
       # yes/no unembedding rows, scaled like the LM head.
@@ -137,19 +255,35 @@ class Reranker(nnx.Module):
     else:
       self.rand_head_dk = None
 
+  @property
+  def language_model(self) -> decoder_lib.Decoder:
+    """The decoder the heads read (`decoder`, or Qwen2.5-VL's LM)."""
+    return self.decoder if self.vl is None else self.vl.language_model
+
   def embed_inputs(self, input_ids_nt: jax.Array,
                    images_nihwc: jax.Array | None) -> jax.Array:
-    """Token embeddings `[n, T, D]`; `<image>` slots get ViT patch tokens.
+    """Token embeddings `[n, T, D]`; `<image>` slots get image features.
 
-    The k-th placeholder of a sequence takes the k-th patch token of its
+    `images_nihwc`: ViT images `[n, I, S, S, C]`, or for Qwen2.5-VL each
+    image's processor patches `[n, I, h * w, C*T*P*P]` (`collate_groups`).
+    The k-th placeholder of a sequence takes the k-th feature token of its
     images concatenated in order (`[I * P]`), so placeholders for images
-    0, 1, ... appear in the prompt in the same order as `images`.
+    0, 1, ... appear in the prompt in the same order as `images` (slots of
+    absent images are never read).
     """
-    emb = self.decoder.embed(input_ids_nt)
-    if images_nihwc is None or self.vit is None:
+    lm = self.language_model
+    emb = lm.embed(input_ids_nt)
+    if images_nihwc is None or not self.cfg.has_images:
       return emb
     n, i = images_nihwc.shape[:2]
-    feats = self.vit(images_nihwc.reshape((n * i,) + images_nihwc.shape[2:]))
+    flat = images_nihwc.reshape((n * i,) + images_nihwc.shape[2:])
+    if self.vl is not None:
+      # One image at a time (the tower attends within a frame, so this is
+      # the batch's images encoded together, at O(h*w)^2 attention each).
+      grid = [self.cfg.image_grid]
+      feats = jax.vmap(lambda pv: self.vl.visual(pv, grid))(flat)
+    else:
+      feats = self.vit(flat)
     feats = feats.reshape(n, i * feats.shape[1], feats.shape[2])
     is_img = input_ids_nt == self.cfg.image_token_id
     slot = jnp.clip(jnp.cumsum(is_img, axis=1) - 1, 0, feats.shape[1] - 1)
@@ -158,20 +292,34 @@ class Reranker(nnx.Module):
 
   def heads(self, input_ids_nt: jax.Array, attention_mask_nt: jax.Array,
             answer_index_n: jax.Array,
-            images_nihwc: jax.Array | None = None) -> RerankHeads:
-    """Answer-position readouts, each `[n]` (label sets `[n, K]`)."""
+            images_nihwc: jax.Array | None = None,
+            positions_3nt: jax.Array | None = None) -> RerankHeads:
+    """Answer-position readouts, each `[n]` (label sets `[n, K]`).
+
+    `positions_3nt`: Qwen2.5-VL's M-RoPE positions (`rope_index` of the
+    prompts; required for arch "qwen2_5_vl")."""
     emb = self.embed_inputs(input_ids_nt, images_nihwc)
-    out = self.decoder.forward(inputs_embeds=emb,
-                               attention_mask=attention_mask_nt,
-                               output_hidden_states=True)
+    if self.vl is not None:
+      if positions_3nt is None:
+        raise ValueError("arch='qwen2_5_vl' needs the M-RoPE positions "
+                         "(collate_groups' mrope_positions)")
+      out = self.vl.forward(inputs_embeds=emb,
+                            attention_mask=attention_mask_nt,
+                            positions_3bt=positions_3nt,
+                            output_hidden_states=True)
+    else:
+      out = self.decoder.forward(inputs_embeds=emb,
+                                 attention_mask=attention_mask_nt,
+                                 output_hidden_states=True)
+    lm = self.language_model
     h_last = out.hidden_states[-1]
     h_nd = jnp.take_along_axis(h_last, answer_index_n[:, None, None],
                                axis=1)[:, 0]
-    logits_nv = self.decoder.unembed(h_nd[:, None])[:, 0]
+    logits_nv = lm.unembed(h_nd[:, None])[:, 0]
     cfg = self.cfg
     z_rand = None
     if self.rand_head_dk is not None:
-      hn = self.decoder.final_norm(h_nd).astype(jnp.float32)
+      hn = lm.final_norm(h_nd).astype(jnp.float32)
       z_rand = hn @ self.rand_head_dk[...].astype(jnp.float32)
     pos = (logits_nv[:, jnp.array(cfg.label_pos_ids)]
            if cfg.label_pos_ids else None)
@@ -183,16 +331,22 @@ class Reranker(nnx.Module):
 
   def score_heads(self, batch: dict[str, jax.Array]) -> RerankHeads:
     """Group batch (`input_ids [B, G, T]`, `attention_mask`, `answer_index
-    [B, G]`, optional `images [B, G, I, H, W, C]`) -> heads `[B, G]`."""
+    [B, G]`, optional `images [B, G, I, H, W, C]` (ViT) or `pixel_values
+    [B, G, I, N, C*T*P*P]` and `mrope_positions [B, G, 3, T]` (Qwen2.5-VL))
+    -> heads `[B, G]`."""
     ids = batch["input_ids"]
     lead = ids.shape[:-1]
     n = int(np.prod(lead))
-    images = batch.get("images")
+    t = ids.shape[-1]
+    images = batch.get("pixel_values" if self.vl is not None else "images")
     if images is not None:
       images = images.reshape((n,) + images.shape[len(lead):])
-    h = self.heads(ids.reshape(n, ids.shape[-1]),
-                   batch["attention_mask"].reshape(n, ids.shape[-1]),
-                   batch["answer_index"].reshape(n), images)
+    positions = batch.get("mrope_positions")
+    if positions is not None:
+      positions = jnp.moveaxis(positions.reshape(n, 3, t), 1, 0)
+    h = self.heads(ids.reshape(n, t),
+                   batch["attention_mask"].reshape(n, t),
+                   batch["answer_index"].reshape(n), images, positions)
     return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), h)
 
 
@@ -253,38 +407,73 @@ def collate_groups(groups: Sequence[tuple[str, object, Sequence[object]]],
 
   Returns numpy `input_ids [B, G, T]` (right-padded), `attention_mask`,
   `answer_index [B, G]` and, when the model has a ViT, `images [B, G, I,
-  S, S, C]` (zeros where a prompt has fewer than `max_images`).
-  `image_token` is the placeholder string (one token id:
-  `cfg.image_token_id`), repeated `num_patches` times per image.
+  S, S, C]` (zeros where a prompt has fewer than `max_images`); for arch
+  "qwen2_5_vl" instead `pixel_values [B, G, I, h*w, C*T*P*P]` (each image
+  normalised with `cfg.image_mean` / `image_std` and cut by
+  `qwen2_vl.patchify`, the processor's layout; zeros for absent images)
+  and `mrope_positions [B, G, 3, T]` (`qwen2_vl.rope_index` of each
+  prompt over its attention mask, grid `cfg.image_grid` per image;
+  padding 0). `image_token` is the placeholder string (one token id:
+  `cfg.image_token_id`), repeated `cfg.num_image_tokens` times per image.
   """
   b = len(groups)
   g = len(groups[0][2])
   if any(len(x[2]) != g for x in groups):
     raise ValueError("every group needs the same number of documents")
-  p = cfg.vit.num_patches if cfg.vit is not None else 0
+  p = cfg.num_image_tokens
+  qwen = cfg.arch == "qwen2_5_vl"
   ids = np.full((b, g, max_len), tok.pad_id, np.int32)
   mask = np.zeros((b, g, max_len), np.int32)
   ans = np.zeros((b, g), np.int32)
   images = None
-  if cfg.vit is not None:
+  if qwen:
+    t, h, w = cfg.image_grid
+    images = np.zeros((b, g, max_images, t * h * w, cfg.vision.patch_dim),
+                      np.float32)
+    mean = np.asarray(cfg.image_mean, np.float32)
+    std = np.asarray(cfg.image_std, np.float32)
+  elif cfg.vit is not None:
     s, c = cfg.vit.image_size, cfg.vit.channels
     images = np.zeros((b, g, max_images, s, s, c), np.float32)
+  counts = []
   for bi, (ins, query, docs) in enumerate(groups):
     for gi, doc in enumerate(docs):
       seq, imgs = encode_pair(ins, query, doc, tok, template, p, max_len,
                               image_token)
-      if imgs and cfg.vit is None:
+      if imgs and not cfg.has_images:
         raise ValueError("an item has an image but the reranker has no ViT")
       if len(imgs) > max_images:
         raise ValueError(f"a prompt has {len(imgs)} images > max_images="
                          f"{max_images}")
+      if qwen and sum(x == cfg.image_token_id for x in seq) != p * len(imgs):
+        raise ValueError(f"max_len={max_len} cuts an image's placeholders "
+                         "(Qwen2.5-VL needs whole images)")
       ids[bi, gi, :len(seq)] = seq
       mask[bi, gi, :len(seq)] = 1
       ans[bi, gi] = len(seq) - 1
+      counts.append(len(imgs))
       for ii, img in enumerate(imgs):
-        images[bi, gi, ii] = img
+        if qwen:
+          x = (np.asarray(img, np.float32) - mean) / std   # [S, S, C]
+          pv, grid = qwen2_vl.patchify(x.transpose(2, 0, 1)[None],
+                                       cfg.vision)
+          if tuple(grid) != cfg.image_grid:
+            raise ValueError(f"an image of shape {np.shape(img)}: grid "
+                             f"{grid} != {cfg.image_grid} (image_size="
+                             f"{cfg.image_size})")
+          images[bi, gi, ii] = pv
+        else:
+          images[bi, gi, ii] = img
   out = {"input_ids": ids, "attention_mask": mask, "answer_index": ans}
-  if images is not None:
+  if qwen:
+    out["pixel_values"] = images
+    grids = [cfg.image_grid] * sum(counts) if sum(counts) else None
+    pos, _ = qwen2_vl.rope_index(ids.reshape(b * g, max_len), cfg.vl,
+                                 image_grid_thw=grids,
+                                 attention_mask=mask.reshape(b * g, max_len))
+    out["mrope_positions"] = np.ascontiguousarray(
+        pos.reshape(3, b, g, max_len).transpose(1, 2, 0, 3)).astype(np.int32)
+  elif images is not None:
     out["images"] = images
   return out
 

@@ -24,6 +24,7 @@ from flax import nnx
 
 from jaxlab.evals import ranking
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import qwen2_vl
 from jaxlab.models import reranker as rr
 from jaxlab.models import vit as vit_lib
 from jaxlab.objectives import rerank as rerank_obj
@@ -56,7 +57,8 @@ def parse_cell(cell: str) -> dict:
 
 def reranker_config(config, tok) -> rr.RerankerConfig:
   """`config.reranker`'s sections as `DecoderConfig(**decoder)`,
-  `ViTConfig(**vit)` and `RerankerConfig.from_tokenizer(**labels)`; the
+  `ViTConfig(**vit)` (arch "qwen2_5_vl": `qwen2_vl.VisionConfig(**vision)`
+  instead) and `RerankerConfig.from_tokenizer(**labels)`; the
   vocabulary, context length, image size and ViT output width follow from
   the tokenizer, the prompt, the task and the decoder."""
   r = config.reranker
@@ -69,21 +71,38 @@ def reranker_config(config, tok) -> rr.RerankerConfig:
   labels = dict(r.labels)
   for key in ("label_tokens_pos", "label_tokens_neg"):
     labels[key] = tuple(labels[key])
+  arch = r.get("arch", "vit_decoder")
+  extra = {}
+  if arch == "qwen2_5_vl":
+    # The Qwen2.5-VL tower instead of the ViT; the processor's (OpenAI
+    # CLIP) normalisation; its output width follows the decoder.
+    from jaxlab.data import vision_processor as vp  # pylint: disable=g-import-not-at-top
+    vision = dict(r.vision)
+    vision["fullatt_block_indexes"] = tuple(
+        vision.get("fullatt_block_indexes", ()))
+    extra = dict(arch=arch, vision=qwen2_vl.VisionConfig(
+        **vision, out_hidden_size=dec.dim),
+                 image_size=int(config.task.image_size),
+                 image_mean=vp.OPENAI_CLIP_MEAN, image_std=vp.OPENAI_CLIP_STD)
+    vit = None
   cfg = rr.RerankerConfig.from_tokenizer(
-      tok, decoder=dec, vit=vit, random_direction=True, **labels)
+      tok, decoder=dec, vit=vit, random_direction=True, **labels, **extra)
   if config.init_from:
-    # Import the decoder's architecture; the ViT projects to its width.
+    # Import the decoder's architecture; the ViT (or the Qwen2.5-VL tower,
+    # in `RerankerConfig`) projects to its width.
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
     dcfg = hf.config_from_hf(hf._read_config(config.init_from))  # pylint: disable=protected-access
     cfg = dataclasses.replace(
-        cfg, decoder=dcfg, vit=dataclasses.replace(vit, out_dim=dcfg.dim))
+        cfg, decoder=dcfg, vit=None if vit is None else dataclasses.replace(
+            vit, out_dim=dcfg.dim))
   return cfg
 
 
 def make_model(config, rcfg: rr.RerankerConfig, seed: int, *,
                learn_random_head: bool = False):
   """Zero-arg factory (full fine-tuning) or, with `init_from`, an instance
-  whose decoder is an imported HF checkpoint (use with `lora.rank`).
+  whose decoder is an imported HF checkpoint (use with `lora.rank`; arch
+  "qwen2_5_vl": the Qwen2VL's `language_model`, the vision tower random).
 
   With `learn_random_head` and `lora.rank` > 0, the D_Rand head R (spec 8:
   "a randomly initialised, learnable projection") is re-typed as a
@@ -97,7 +116,10 @@ def make_model(config, rcfg: rr.RerankerConfig, seed: int, *,
   from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
   dec, _ = hf.load(config.init_from)
   model = rr.Reranker(rcfg, rngs=nnx.Rngs(seed))
-  model.decoder = dec
+  if model.vl is not None:  # Qwen2.5-VL: the LM imported, the tower random
+    model.vl.language_model = dec
+  else:
+    model.decoder = dec
   if learn_random_head and int(config.lora.rank) > 0:
     learnable_random_head(model)
   return model
