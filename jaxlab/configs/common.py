@@ -64,3 +64,26 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       raise ValueError(f"unknown preset {part!r} (in config arg {arg!r}); "
                        f"{valid}")
   return out
+
+
+def qwen_vl_prefix_model(model: ml_collections.ConfigDict, *, kind: str,
+                         image_size: int, num_frames: int = 1
+                         ) -> ml_collections.ConfigDict:
+  """`config.model` of the Qwen2.5-VL prefix LM (`jaxlab.models.
+  qwen2_vl_prefix`, issue #32's `vl` presets) at a miniature's size: the
+  decoder fields of `model` (its `name`, `vit` and `video` sections
+  dropped), a tiny vision tower (one windowed and one full-attention block,
+  patch 4, 2 x 2 merge, temporal patch 2) whose output is the decoder
+  width, and the `prefix` section (an image or a clip of `num_frames`
+  frames of `image_size` pixels). The task's vocabulary gets the four
+  vision tokens after it (`qwen2_vl_prefix.with_task_vocab`)."""
+  d = {k: v for k, v in model.to_dict().items()
+       if k not in ("name", "vit", "video")}
+  d.update(name="qwen2_5_vl_prefix",
+           vision=dict(depth=2, hidden_size=16, intermediate_size=32,
+                       num_heads=2, patch_size=4, temporal_patch_size=2,
+                       spatial_merge_size=2, window_size=8,
+                       fullatt_block_indexes=(1,)),
+           prefix=dict(kind=kind, image_size=image_size,
+                       num_frames=num_frames))
+  return ml_collections.ConfigDict(d)

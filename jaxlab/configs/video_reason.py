@@ -18,6 +18,13 @@ the training examples; evaluated at each thinking budget of
 "Final Answer:" forced). The default preset is the docs' table (~15 min on
 2 heavily shared CPU cores); `tiny` is the test/colab version (`smoke` shrinks it
 further).
+
+`vl`: the video LM is the Qwen2.5-VL architecture
+(`jaxlab.models.qwen2_vl_prefix`, `common.qwen_vl_prefix_model`: the same
+decoder fields, a 2-block vision tower with 3-D patches over frame pairs,
+M-RoPE with time-aligned video positions) instead of ViT + temporal
+blocks; `vl,tiny,smoke` runs the model part at a few steps (the tests).
+A real checkpoint loads by `init_from`.
 """
 
 import ml_collections
@@ -35,7 +42,8 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=8192,
              paper="spec R: Qwen2.5-VL-7B evaluation, 1024 thinking tokens")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
+                         vl=False)
   c = common.base_config()
   c.experiment = "video_reason"
   c.parts = "solvers,model"
@@ -74,6 +82,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.parts = "solvers"
     c.seeds = (0,)
     c.bench.update(demos="number,cup,chip", num_ops_max=5)
+  if args.vl:  # the video LM on the Qwen2.5-VL architecture (issue #32)
+    c.model = common.qwen_vl_prefix_model(
+        c.model, kind="video", image_size=c.task.frame_size,
+        num_frames=c.model.video.num_frames)
+    if args.smoke:  # the model part too, at a few steps
+      c.parts = "model"
+      c.task.update(train_videos_per_cell=2, budgets=(0,))
+      c.train.update(steps=4, batch_size=8)
   if args.paper:
     scale.preset(c, PAPER)
   return c

@@ -22,7 +22,11 @@ perception far faster than pointing at a letter) or "letter" (the paper's
 
 Presets: default = the docs miniature (2 seeds, sized for a shared
 2-core machine; `seed=N` runs one of them),
-`tiny` = a CPU check of a few minutes, `smoke` = the colab test (seconds).
+`tiny` = a CPU check of a few minutes, `smoke` = the colab test (seconds);
+`vl` = the video model on the Qwen2.5-VL architecture
+(`jaxlab.models.qwen2_vl_prefix` via `common.qwen_vl_prefix_model`: the
+same decoder fields, a 2-block vision tower over frame pairs, M-RoPE)
+instead of ViT + temporal blocks (`vl,smoke` in the tests).
 """
 
 import ml_collections
@@ -40,7 +44,8 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=4096,
              paper="spec S: Qwen2.5-VL-7B, fps 1, 16 new tokens")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False, seed=-1)
+  args = common.parse_arg(arg, tiny=False, paper=False, smoke=False, seed=-1,
+                         vl=False)
   c = common.base_config()
   c.experiment = "vudg"
   c.seeds = (0, 1)
@@ -81,6 +86,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.fit.update(steps=10, batch_size=16, eval_batch=88)
     c.protocols.update(single_source_domains=(), probes=(),
                        zero_shot=False)
+  if args.vl:  # the video LM on the Qwen2.5-VL architecture (issue #32)
+    c.model = common.qwen_vl_prefix_model(
+        c.model, kind="video", image_size=c.vudg.size,
+        num_frames=c.model.video.num_frames)
   if args.seed >= 0:
     c.seeds = (args.seed,)
   if args.paper:

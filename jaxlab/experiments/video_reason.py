@@ -119,7 +119,7 @@ def run_model(cfg, seed: int, table, extra: dict) -> None:
   evals = lm_data.task_videos(cfg.task, 20_000 + seed,
                               cfg.task.eval_videos_per_cell)
   frames, prompts = lm_data.eval_inputs(tok, evals,
-                                        cfg.model.video.num_frames)
+                                        model_registry.num_frames(cfg.model))
   recs = vr.records(evals)
   per_budget = {}
   for budget in cfg.task.budgets:

@@ -105,15 +105,16 @@ def run(config, workdir: str) -> dict[str, Any]:
     protocols.add(label, "malformed", seed,
                   res.num_malformed / res.num_questions)
 
+  nf = model_registry.num_frames(config.model)
   for seed in config.seeds:
     seed = int(seed)
     train_set = vd.generate("train",
                             clips_per_domain=int(vcfg.train_clips_per_domain),
-                            seed=seed, num_frames=config.model.video.num_frames,
+                            seed=seed, num_frames=nf,
                             size=int(vcfg.size))
     test_set = vd.generate("test",
                            clips_per_domain=int(vcfg.test_clips_per_domain),
-                           seed=seed, num_frames=config.model.video.num_frames,
+                           seed=seed, num_frames=nf,
                            size=int(vcfg.size))
     max_len = max(len(prompt_ids(tok, q)) for q in train_set.questions) + 4
     arrays = encode(train_set, tok, vcfg.answer_format, max_len)

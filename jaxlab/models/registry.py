@@ -59,6 +59,19 @@ def get_spec(model_cfg: Mapping[str, Any], **kw) -> ModelSpec:
   return get_builder(model_cfg.get("name", "decoder"))(model_cfg, **kw)
 
 
+def num_frames(model_cfg: Mapping[str, Any]) -> int:
+  """Frames per clip of a video model's `config.model`: `video.num_frames`
+  (name "video", `jaxlab.models.video`) or `prefix.num_frames` (the
+  Qwen2.5-VL prefix LM, `jaxlab.models.qwen2_vl_prefix`)."""
+  for section in ("video", "prefix"):
+    sub = model_cfg.get(section)
+    if sub is not None and "num_frames" in sub:
+      return int(sub["num_frames"])
+  raise ValueError(f"config.model (name {model_cfg.get('name', 'decoder')!r})"
+                   " has no video.num_frames or prefix.num_frames: not a "
+                   "video model")
+
+
 def decoder_config(model_cfg: Mapping[str, Any], *,
                    vocab_size: int | None = None) -> decoder_lib.DecoderConfig:
   """`config.model` fields (minus `name`) -> DecoderConfig; unknown = error."""

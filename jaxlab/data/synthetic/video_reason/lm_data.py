@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxlab.data.synthetic import video_reason as vr
+from jaxlab.models import registry as model_registry
 
 THINK = " Think:"
 FINAL = " Final Answer:"
@@ -72,7 +73,7 @@ def encode_examples(cfg, tok, videos, rng) -> dict[str, np.ndarray]:
   """
   t = cfg.task
   length = t.seq_len
-  nf = cfg.model.video.num_frames
+  nf = model_registry.num_frames(cfg.model)
   rows = {"inputs": [], "targets": [], "loss_mask": [], "attention_mask": [],
           "frames": []}
   for v in videos:
