@@ -22,12 +22,32 @@ torch and transformers are imported lazily: this module is test-only and
 importing it must not pull torch into code that does not call it.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+import getpass
 import json
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import numpy as np
+
+
+def inductor_cleanup() -> Callable[[], None]:
+  """Call in `setUpClass`; call what it returns in `tearDownClass`.
+
+  Importing transformers' Qwen-VL modules (torch's inductor) creates
+  `$TMPDIR/torchinductor_<user>`; the returned function removes it unless
+  it was there before, so a test class leaves the scratch dir as it found
+  it."""
+  path = os.path.join(tempfile.gettempdir(),
+                      f"torchinductor_{getpass.getuser()}")
+  existed = os.path.exists(path)
+
+  def cleanup() -> None:
+    if not existed:
+      shutil.rmtree(path, ignore_errors=True)
+  return cleanup
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 # arch -> (config class, model class) names in transformers.

@@ -1,16 +1,14 @@
 """Qwen-VL preprocessing == transformers' Qwen2-VL image / video processors."""
 
 import ast
-import getpass
 import inspect
 import os
-import shutil
-import tempfile
 
 from absl.testing import absltest
 import numpy as np
 
 from jaxlab.data import vision_processor as vp
+from jaxlab.testing import hf_fixtures
 
 torch = None
 try:  # reference implementation (transformers' processors, CPU torch)
@@ -51,15 +49,11 @@ class QwenVLProcessorTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    # The cache directory torch creates on import of the references.
-    cls.inductor = os.path.join(tempfile.gettempdir(),
-                                f"torchinductor_{getpass.getuser()}")
-    cls.inductor_existed = os.path.exists(cls.inductor)
+    cls.cleanup = hf_fixtures.inductor_cleanup()
 
   @classmethod
   def tearDownClass(cls):
-    if not cls.inductor_existed:
-      shutil.rmtree(cls.inductor, ignore_errors=True)
+    cls.cleanup()
     super().tearDownClass()
 
   def setUp(self):

@@ -1,8 +1,6 @@
 """Qwen2VLPrefixLM: the prefix-LM protocol on Qwen2.5-VL, against the full
 model on the Qwen token layout, the host processor and transformers."""
 
-import getpass
-import os
 import shutil
 import tempfile
 
@@ -17,6 +15,7 @@ from jaxlab.io import hf
 from jaxlab.models import qwen2_vl_prefix as qp
 from jaxlab.models import registry
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
+from jaxlab.testing import hf_fixtures
 from jaxlab.train import lora as lora_lib
 from jaxlab.train import runner as runner_lib
 
@@ -73,10 +72,7 @@ class Qwen2VLPrefixTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    # Importing transformers' Qwen-VL modules creates this cache directory.
-    cls.inductor = os.path.join(tempfile.gettempdir(),
-                                f"torchinductor_{getpass.getuser()}")
-    cls.inductor_existed = os.path.exists(cls.inductor)
+    cls.cleanup = hf_fixtures.inductor_cleanup()
     cls.rng = np.random.default_rng(0)
     cls.image = registry.get_spec(_model_cfg(kind="image", image_size=16),
                                   vocab_size=V, seed=0).factory()
@@ -86,8 +82,7 @@ class Qwen2VLPrefixTest(absltest.TestCase):
 
   @classmethod
   def tearDownClass(cls):
-    if not cls.inductor_existed:
-      shutil.rmtree(cls.inductor, ignore_errors=True)
+    cls.cleanup()
     super().tearDownClass()
 
   def test_layout_and_vocabulary(self):

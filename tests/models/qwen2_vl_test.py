@@ -1,6 +1,5 @@
 """Qwen2.5-VL: vision tower, 3-D RoPE positions and logits vs transformers."""
 
-import getpass
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from jaxlab.decoding import sampler
 from jaxlab.io import hf
 from jaxlab.models import qwen2_vl
 from jaxlab.models import registry
+from jaxlab.testing import hf_fixtures
 from jaxlab.train import lora as lora_lib
 
 torch = None
@@ -39,12 +39,6 @@ def _tol(ref) -> float:
   depth (inner dims up to 128 summed over ~8 matmul/attention stages, so
   ~2^8 roundings) times the output scale."""
   return 2 ** 8 * EPS * max(1.0, float(np.abs(ref).max()))
-
-
-def _inductor_dir() -> str:
-  """The cache directory importing transformers' Qwen-VL modules creates."""
-  return os.path.join(tempfile.gettempdir(),
-                      f"torchinductor_{getpass.getuser()}")
 
 
 def _perturbed(model):
@@ -125,7 +119,7 @@ class Qwen25VLTest(chex.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.inductor_existed = os.path.exists(_inductor_dir())
+    cls.cleanup = hf_fixtures.inductor_cleanup()
     torch.manual_seed(0)
     cls.ref = _perturbed(transformers.Qwen2_5_VLForConditionalGeneration(
         _hf_config()))
@@ -137,8 +131,7 @@ class Qwen25VLTest(chex.TestCase):
   @classmethod
   def tearDownClass(cls):
     shutil.rmtree(cls.dir, ignore_errors=True)
-    if not cls.inductor_existed:
-      shutil.rmtree(_inductor_dir(), ignore_errors=True)
+    cls.cleanup()
     super().tearDownClass()
 
   def _ref_rope_index(self, ids, img=None, vid=None, spg=None, mask=None):
@@ -618,7 +611,7 @@ class Qwen2VLTest(chex.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.inductor_existed = os.path.exists(_inductor_dir())
+    cls.cleanup = hf_fixtures.inductor_cleanup()
     torch.manual_seed(1)
     cfg = transformers.Qwen2VLConfig(
         text_config=_text_config(),
@@ -637,8 +630,7 @@ class Qwen2VLTest(chex.TestCase):
   @classmethod
   def tearDownClass(cls):
     shutil.rmtree(cls.dir, ignore_errors=True)
-    if not cls.inductor_existed:
-      shutil.rmtree(_inductor_dir(), ignore_errors=True)
+    cls.cleanup()
     super().tearDownClass()
 
   def test_config(self):
