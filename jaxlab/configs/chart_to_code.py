@@ -19,6 +19,12 @@ vocabulary is the code grammar's), `ViTConfig(**config.vit)` (its output
 width is the decoder's), `GRPOConfig(**config.grpo)`,
 `ChartRewardConfig(**config.reward)`; `config.sft.optim` and
 `config.rl.optim` are `jaxlab.train.optim` sections of the two sub-trainings.
+
+Preset `vl` (e.g. `chart_to_code:tiny,vl`): the policy is the Qwen2.5-VL
+architecture (`jaxlab.models.qwen2_vl_prefix.Qwen2VLPrefixLM`, a tiny
+one: 1 vision block of width 16, patch 4, so the 32x32 chart is 16 merged
+vision tokens + vision start / end before the code); `config.model` gets
+its `vision` and `prefix` sections and `config.vit` is then unused.
 """
 
 import ml_collections
@@ -46,7 +52,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=2048,
              paper="spec F: Qwen2.5-VL-7B GRPO, 16 prompts x 8")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, tiny=False, paper=False)
+  a = common.parse_arg(arg, tiny=False, paper=False, vl=False)
   c = common.base_config()
   c.experiment = "chart_to_code"
   c.seeds = (0, 1, 2, 3, 4)
@@ -102,6 +108,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.update(steps=20, eval_every=10)
     c.rl.update(stage1_steps=1, stage2_steps=1, prompts_per_step=2)
     c.grpo.group_size = 2
+  if a.vl:  # 18 prefix positions + BOS + max_len code tokens < 64
+    c.model.name = "qwen2_5_vl_prefix"
+    c.model.vision = ml_collections.ConfigDict(dict(
+        depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+        patch_size=4, window_size=16, fullatt_block_indexes=(0,)))
+    c.model.prefix = ml_collections.ConfigDict(
+        {"kind": "image", "image_size": 32})  # charts.small_image's
   if a.paper:
     scale.preset(c, PAPER)
   return c

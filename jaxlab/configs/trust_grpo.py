@@ -23,6 +23,15 @@ Sections reach their classes whole: `DecoderConfig` from `model`
 (`jaxlab.models.registry.decoder_config`; vocab_size 0 = the task's),
 `GRPOConfig(**grpo)` (sampling length and special ids come from the task),
 the RL optimizer from `optim`, the SFT warm start's from `sft`.
+
+Preset `vl` (combinable: `trust_grpo:tiny,vl`): the paper's policy family,
+Qwen2.5-VL reading the question from an image. The task is asked visually
+(`task.visual`: the prompt is `[BOS]`, the operands a and b are lit cells
+of a 16 x 16 image, `jaxlab.data.synthetic.thinking_task.render_operands`)
+and `model` is "qwen2_5_vl_prefix" (`jaxlab.models.qwen2_vl_prefix`: the
+decoder fields plus a tiny `vision` tower, patch 4, and `prefix` {kind
+"image", image_size = task.image_size}); the warm start, GRPO and the
+evaluation pass the images as the prefix inputs.
 """
 
 import ml_collections
@@ -42,7 +51,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=3072,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
-                          learned=False, smoke=False)
+                          learned=False, smoke=False, vl=False)
   c = common.base_config()
   c.experiment = "trust_grpo"
   c.seeds = tuple(range(10))  # RL miniatures: 10 seeds (issue 11)
@@ -76,6 +85,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.trm = dict(samples=4000, hack_prob=0.5, label_noise=0.1, balance=True,
                per_bin=400, num_buckets=512, dim=64, hidden=256, steps=2000,
                batch_size=64, lr=1e-2)
+  if args.vl:  # Qwen2.5-VL reading the operands from an image
+    c.task.update(visual=True, image_size=16)
+    c.model.update(name="qwen2_5_vl_prefix", max_position_embeddings=32)
+    c.model.vision = dict(depth=2, hidden_size=32, intermediate_size=64,
+                          num_heads=2, patch_size=4, window_size=16,
+                          fullatt_block_indexes=(1,))
+    c.model.prefix = dict(kind="image",
+                          image_size=c.task.get_ref("image_size"))
   if args.learned:
     # The learned TRM in the loop, and the shipped code's T = 12000.
     c.trust.trm = "learned"

@@ -3,6 +3,11 @@
     metrics = evaluate(policy, task, samples=16, key=key)
     # acc, acc_hackable, acc_informative (greedy), sampled_acc_* and
     # sampled_hack_rate_* (temperature 1, `samples` per question)
+
+A visual task (`Task(visual=True)`) is asked of an image-prefix policy
+(`jaxlab.models.qwen2_vl_prefix.Qwen2VLPrefixLM`): each question's image
+(`task.images`) goes before its `[BOS]` prompt through the policy's
+`generate(images, prompts, ...)`.
 """
 
 from __future__ import annotations
@@ -14,17 +19,25 @@ from jaxlab.data.synthetic.thinking_task import Task
 from jaxlab.decoding import sampler
 
 
+def generate(model, task: Task, qis, **kw):
+  """The sampler's `GenerateResult` for questions `qis` (3 new tokens):
+  `sampler.generate` of the prompts, or for a visual task the policy's
+  `generate(task.images(qis), prompts, ...)`."""
+  prompts = [task.prompt(q) for q in qis]
+  kw = dict(max_new_tokens=3, eos_id=EOS, **kw)
+  if task.visual:
+    return model.generate(task.images(qis), prompts, **kw)
+  return sampler.generate(model, prompts, **kw)
+
+
 def evaluate(model, task: Task, *, samples: int, key) -> dict[str, float]:
   """Greedy accuracy, and sampled (T = 1) accuracy / degenerate-style rate."""
   qis = list(range(len(task.questions)))
   h = np.array([q in task.hackable for q in qis])
-  greedy = sampler.generate(model, [task.prompt(q) for q in qis],
-                            max_new_tokens=3, temperature=0.0, eos_id=EOS)
+  greedy = generate(model, task, qis, temperature=0.0)
   acc = np.array([task.outcome(q, c) for q, c in zip(qis, greedy.tokens)])
   rep = [q for q in qis for _ in range(samples)]
-  samp = sampler.generate(model, [task.prompt(q) for q in rep],
-                          max_new_tokens=3, temperature=1.0, eos_id=EOS,
-                          key=key)
+  samp = generate(model, task, rep, temperature=1.0, key=key)
   s_acc = np.array([task.outcome(q, c)
                     for q, c in zip(rep, samp.tokens)]).reshape(-1, samples)
   s_hack = np.array([task.is_hack(c) for c in samp.tokens],

@@ -4,7 +4,8 @@ r"""MSRL chart-to-code miniature (paper F): SFT, then GRPO stage 1, stage 2.
 
 A composition: charts `jaxlab.data.synthetic.charts` (procedural 64x64
 plots, code in a tiny grammar); policy `jaxlab.models.prefix_lm.
-ImagePrefixLM` (ViT patch tokens of the 32x32 image before the decoder);
+ImagePrefixLM` (ViT patch tokens of the 32x32 image before the decoder)
+or, preset `vl`, `jaxlab.models.qwen2_vl_prefix.Qwen2VLPrefixLM`;
 SFT by the trainer's step on `prefix_lm_nll` (`jaxlab.objectives.
 prefix_lm`) until the held-out loss plateaus; GRPO stage 1 (R_text +
 R_exec, own charts) then stage 2 (+ R_vis, SSIM judge, other charts) by
@@ -38,9 +39,10 @@ from jaxlab.train import eval_loop
 from jaxlab.train import runner as runner_lib
 
 
-def make_policy(config, seed: int) -> prefix_lm.ImagePrefixLM:
-  """Decoder `config.model` (the grammar's vocabulary), ViT `config.vit`."""
-  return prefix_lm.image_prefix_lm(
+def make_policy(config, seed: int) -> prefix_lm.PrefixLM:
+  """`config.model` (the grammar's vocabulary) + ViT `config.vit`, or the
+  Qwen2.5-VL prefix LM (`vl` preset), by `build_image_prefix_lm`."""
+  return prefix_lm.build_image_prefix_lm(
       config.model, config.vit, seed=seed, vocab_size=charts_lib.vocab_size(
           config.charts.get("fixed_axes", False)))
 

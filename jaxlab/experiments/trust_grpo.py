@@ -14,6 +14,12 @@ the judge; "learned": a `TinyThinkingScorer` fitted per seed on noisy
 judge labels, which adds a "trm" table). Evaluation:
 `jaxlab.evals.thinking_task.evaluate`.
 
+The `vl` preset (`config.task.visual`): the policy is Qwen2.5-VL
+(`config.model.name` "qwen2_5_vl_prefix", `jaxlab.models.qwen2_vl_prefix`)
+reading the operands from an image (`thinking_task.render_operands`); the
+warm start is then the `prefix_lm_nll` loss on the images, and GRPO and
+evaluation pass them as the prefix inputs.
+
 Writes WORKDIR/results.json (per variant and seed: final greedy accuracy
 on all / hackable / informative questions, sampled hack rates, how often
 gamma < 1 fired on hackable vs informative groups), curves.json and
@@ -28,13 +34,12 @@ import time
 
 import jax
 import numpy as np
-from flax import nnx
 
 from jaxlab.data.synthetic import thinking_task
 from jaxlab.evals import thinking_task as task_eval
 from jaxlab.experiments import results as results_lib
-from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import registry as model_registry
+from jaxlab.objectives import prefix_lm as prefix_lm_loss
 from jaxlab.rewards import learned_trm
 from jaxlab.rewards import trust_variants
 from jaxlab.rl import learner as learner_lib
@@ -43,10 +48,12 @@ from jaxlab.train import runner as runner_lib
 
 def sft_format(model, task, cfg, seed: int) -> None:
   """Format warm start (`thinking_task.format_batch`) with the trainer's
-  update (`lm` loss) and plain Adam (b2 0.999, constant lr, no clipping or
-  decay); greedy accuracy after it is at chance. Trains `model` in place."""
+  update (`lm` loss; `prefix_lm_nll` on a visual task's images) and plain
+  Adam (b2 0.999, constant lr, no clipping or decay); greedy accuracy after
+  it is at chance. Trains `model` in place."""
   runner = runner_lib.StepRunner(
-      model, loss="lm", loss_config=None,
+      model, loss=prefix_lm_loss.prefix_lm_nll if task.visual else "lm",
+      loss_config=None,
       optim=runner_lib.optim_config(lr=cfg.lr, clip_norm=0.0, b1=0.9,
                                     b2=0.999, eps=1e-8),
       steps=cfg.steps, seed=seed)
@@ -66,9 +73,8 @@ def run_one(config, variant: str, seed: int,
   thinking_fn, trm_info = (learned_trm.thinking_reward_fn(
       config.trust.get("trm", "synthetic"), task, config.trm, seed,
       trm_cache) if trust is not None else (None, {}))
-  mcfg = model_registry.decoder_config(config.model,
-                                       vocab_size=task.vocab_size)
-  model = decoder_lib.Decoder(mcfg, rngs=nnx.Rngs(seed))
+  model = model_registry.get_spec(config.model, vocab_size=task.vocab_size,
+                                  seed=seed).factory()
   sft_format(model, task, config.sft, seed)
   gcfg = learner_lib.GRPOConfig(**config.grpo, max_new_tokens=3,
                                 eos_id=thinking_task.EOS,
@@ -90,7 +96,9 @@ def run_one(config, variant: str, seed: int,
       qis = rng.choice(n_q, rl.prompts_per_step, replace=False).tolist()
     metrics = learner.step([task.prompt(q) for q in qis],
                            lambda b, s, qis=qis: reward(b, s, qis),
-                           key=jax.random.fold_in(key, step))
+                           key=jax.random.fold_in(key, step),
+                           prefix_inputs=(task.images(qis) if task.visual
+                                          else None))
     if (step + 1) % rl.eval_every == 0 or step + 1 == rl.steps:
       ev = evaluate(jax.random.fold_in(eval_key, step + 1))
       ev.update(step=step + 1, train_outcome=metrics["outcome"],

@@ -159,3 +159,21 @@ def image_prefix_lm(model_cfg, vit_cfg, *, vocab_size: int,
   dec_cfg = registry.decoder_config(model_cfg, vocab_size=vocab_size)
   vit = vit_lib.ViTConfig(**dict(vit_cfg), out_dim=dec_cfg.dim)
   return ImagePrefixLM(dec_cfg, vit, rngs=nnx.Rngs(seed))
+
+
+# `config.model` names of the Qwen-VL prefix LMs
+# (`jaxlab.models.qwen2_vl_prefix`).
+QWEN_VL_PREFIX_NAMES = ("qwen2_5_vl_prefix", "qwen2_vl_prefix")
+
+
+def build_image_prefix_lm(model_cfg, vit_cfg, *, vocab_size: int,
+                          seed: int) -> PrefixLM:
+  """An image prefix LM by `model_cfg.name`: a Qwen-VL prefix name builds
+  `Qwen2VLPrefixLM` through the registry (its `vision` / `prefix`
+  sections; `vit_cfg` unused), any other `image_prefix_lm`."""
+  if model_cfg.get("name") in QWEN_VL_PREFIX_NAMES:
+    from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
+    return registry.get_spec(model_cfg, vocab_size=vocab_size,
+                             seed=seed).factory()
+  return image_prefix_lm(model_cfg, vit_cfg, vocab_size=vocab_size,
+                         seed=seed)

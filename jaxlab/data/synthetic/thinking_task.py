@@ -6,6 +6,10 @@
     task.thinking(qi, completion)        # the synthetic judge's R^t
     batch = format_batch(task, rng, batch_size=64, hack_prob=0.5)
 
+    vtask = make_task(dict(config.task, visual=True))   # the `vl` policy's
+    vtask.prompt(qi)                     # [BOS]: the operands are not text
+    vtask.images([qi])                   # [1, 16, 16, 3]: they are pixels
+
 A tiny decoder answers "(a + b) mod K" as `<think> <answer> EOS`. The
 thinking token is a value token v (the "worked" thinking, "I get v") or
 the degenerate filler HACK. Outcome R^o = 1 iff the thinking is a value
@@ -15,6 +19,15 @@ on most questions (high for the right v, low for a wrong v, lowest for
 HACK) and hackable on a fixed subset (there it rates HACK highest and
 every value token low). `format_batch` is the format warm start's data:
 random thinking, answer = thinking value (no question's answer taught).
+
+The visual task (`visual=True`, SophiaVL-R1's setting: a Qwen2.5-VL
+policy reads the question from an image) asks the same questions with
+the operands drawn instead of written: the prompt is `[BOS]` alone and
+`images(qis)` gives each question's `render_operands(a, b)`, a
+`[H, W, 3]` image in {0, 1} with a lit 2 x 2 cells in the top half and b
+in the bottom half (one cell per 4 x 4 patch, so a patch-4 vision tower
+sees each cell in one patch). `format_batch` then returns the
+`prefix_lm_nll` arrays (`jaxlab.objectives.prefix_lm`) with the images.
 """
 
 from __future__ import annotations
@@ -25,6 +38,36 @@ PAD, BOS, EOS, HACK = 0, 1, 2, 3
 HACK_TEXT = "hmm hmm"  # the degenerate thinking, as the learned TRM reads it
 _A0 = 4  # question tokens a: _A0 .. _A0+K-1, b: next K, values v: next K,
          # answers: next K.
+CELL, STRIDE = 2, 4  # a lit cell: CELL x CELL pixels, one per STRIDE square
+
+
+def operand_capacity(size: int) -> int:
+  """Cells one operand's half of a `size` x `size` image holds."""
+  return (size // 2 // STRIDE) * (size // STRIDE)
+
+
+def render_operands(a: int, b: int, size: int = 16) -> np.ndarray:
+  """The question's operands as an image `[size, size, 3]` in {0, 1}.
+
+  The top half shows `a` lit cells, the bottom half `b`: cell j of a half
+  is the CELL x CELL square at row STRIDE * (j // n) + 1, column
+  STRIDE * (j % n) + 1 of that half (n = size // STRIDE cells per row;
+  row-major fill), white on black. Deterministic, no fonts.
+  """
+  if size % (2 * STRIDE):
+    raise ValueError(f"image size={size} must be a multiple of {2 * STRIDE}")
+  cap = operand_capacity(size)
+  if not (0 <= a <= cap and 0 <= b <= cap):
+    raise ValueError(f"operands ({a}, {b}) do not fit {cap} cells per half "
+                     f"of a {size} x {size} image")
+  img = np.zeros((size, size, 3), np.float32)
+  n, off = size // STRIDE, (STRIDE - CELL) // 2
+  for half, count in enumerate((a, b)):
+    for j in range(count):
+      r = half * size // 2 + STRIDE * (j // n) + off
+      c = STRIDE * (j % n) + off
+      img[r:r + CELL, c:c + CELL] = 1.0
+  return img
 
 
 class Task:
@@ -32,8 +75,14 @@ class Task:
 
   def __init__(self, modulus: int, hackable_frac: float, task_seed: int,
                trm_right: float, trm_wrong: float, trm_hack: float,
-               trm_hack_hackable: float, trm_value_hackable: float):
+               trm_hack_hackable: float, trm_value_hackable: float,
+               visual: bool = False, image_size: int = 16):
     k = self.k = modulus
+    self.visual, self.image_size = bool(visual), int(image_size)
+    if self.visual and k - 1 > operand_capacity(self.image_size):
+      raise ValueError(f"modulus={k}: operands up to {k - 1} do not fit a "
+                       f"{image_size} x {image_size} image's "
+                       f"{operand_capacity(self.image_size)} cells per half")
     self.questions = [(a, b) for a in range(k) for b in range(k)]
     rng = np.random.default_rng(task_seed)
     n_hack = int(round(hackable_frac * len(self.questions)))
@@ -44,9 +93,19 @@ class Task:
     self.v0, self.ans0 = _A0 + 2 * k, _A0 + 3 * k
     self.vocab_size = _A0 + 4 * k
 
-  def prompt(self, qi: int) -> list[int]:
+  def prompt(self, qi: int, visual: bool | None = None) -> list[int]:
+    """[BOS, a, b]; visual (default: the task's): [BOS], the operands are
+    in `images`."""
+    if self.visual if visual is None else visual:
+      return [BOS]
     a, b = self.questions[qi]
     return [BOS, _A0 + a, _A0 + self.k + b]
+
+  def images(self, qis) -> np.ndarray:
+    """`[len(qis), H, W, 3]`: `render_operands` of each question."""
+    return np.stack([render_operands(*self.questions[q], self.image_size)
+                     for q in qis]).reshape(-1, self.image_size,
+                                            self.image_size, 3)
 
   def answer(self, qi: int) -> int:
     a, b = self.questions[qi]
@@ -106,9 +165,11 @@ class Task:
 
 def make_task(tk) -> Task:
   """The task of a `config.task` section (fields of `Task`)."""
-  return Task(tk.modulus, tk.hackable_frac, tk.task_seed, tk.trm_right,
-              tk.trm_wrong, tk.trm_hack, tk.trm_hack_hackable,
-              tk.trm_value_hackable)
+  return Task(tk["modulus"], tk["hackable_frac"], tk["task_seed"],
+              tk["trm_right"], tk["trm_wrong"], tk["trm_hack"],
+              tk["trm_hack_hackable"], tk["trm_value_hackable"],
+              visual=tk.get("visual", False),
+              image_size=tk.get("image_size", 16))
 
 
 def judge_table(task: Task) -> np.ndarray:
@@ -142,15 +203,23 @@ def format_batch(task: Task, rng: np.random.Generator, *, batch_size: int,
                  hack_prob: float) -> dict[str, np.ndarray]:
   """One format warm-start batch (`lm` loss arrays): random questions, HACK
   thinking w.p. `hack_prob` (then a random answer), else a random value v
-  answered by v; the loss covers the thinking, answer and EOS tokens."""
+  answered by v; the loss covers the thinking, answer and EOS tokens.
+
+  A visual task's batch is `prefix_lm_nll`'s: `images [B, H, W, 3]`,
+  `ids [B, 4]` ([BOS, think, answer, EOS]) and `mask` (1 on the last 3).
+  """
   k = task.k
-  rows = []
-  for q in rng.integers(0, len(task.questions), batch_size):
+  rows, qs = [], rng.integers(0, len(task.questions), batch_size)
+  for q in qs:
     v = int(rng.integers(k))
     think = HACK if rng.random() < hack_prob else task.v0 + v
     ans = int(rng.integers(k)) if think == HACK else v
     rows.append(task.prompt(int(q)) + [think, task.ans0 + ans, EOS])
   ids = np.array(rows, np.int32)
+  if task.visual:
+    mask = np.zeros(ids.shape, np.float32)
+    mask[:, 1:] = 1.0
+    return {"images": task.images(qs.tolist()), "ids": ids, "mask": mask}
   mask = np.zeros((len(rows), ids.shape[1] - 1), np.float32)
   mask[:, 2:] = 1.0  # targets ids[3:]: thinking, answer, EOS
   return {"inputs": ids[:, :-1], "targets": ids[:, 1:], "loss_mask": mask}
