@@ -39,7 +39,9 @@ transformers' video processor resizes with torchvision, whose bicubic
 rounding may differ by one grey level. Frames already at the
 `smart_resize` size are not resampled (both agree exactly then).
 `second_per_grid_ts` = temporal_patch_size / fps (Qwen2.5-VL's processor;
-default fps 2). A placeholder token of an image / video stands for
+default fps 2). `sample_frames` picks the frames of a recorded video at a
+target fps as the video processor's `sample_frames` does (`video(...,
+video_fps=)` applies it). A placeholder token of an image / video stands for
 t * gh * gw / merge_size^2 tokens (`expand_placeholders`).
 """
 
@@ -160,6 +162,10 @@ class QwenVLProcessor:
   do_resize: bool = True
   do_rescale: bool = True
   do_normalize: bool = True
+  # Frame sampling (`sample_frames`; transformers' video processor).
+  fps: float = 2.0
+  min_frames: int = 4
+  max_frames: int = 768
 
   def __post_init__(self):
     for name in ("patch_size", "temporal_patch_size", "merge_size"):
@@ -251,12 +257,58 @@ class QwenVLProcessor:
     return (np.concatenate([pv for pv, _ in out]),
             np.asarray([g for _, g in out], np.int64))
 
-  def video(self, frames, *, fps: float = 2.0
+  def sample_frames(self, total_num_frames: int,
+                    video_fps: float | None = None, *,
+                    fps: float | None = None,
+                    num_frames: int | None = None) -> np.ndarray:
+    """Indices of the frames to keep of a video of `total_num_frames`
+    recorded at `video_fps` (transformers' `Qwen2VLVideoProcessor.
+    sample_frames`): `num_frames` rounded to a multiple of
+    temporal_patch_size T, or (default) `fps` (default `self.fps`) frames
+    per second of the video, clamped to [min_frames, min(max_frames,
+    total) floored to T] and floored to a multiple of T; the indices are
+    the integer parts of i * total / n, computed as transformers' float32
+    `torch.arange` does. Where that arange rounds up to n + 1 steps its
+    last index equals `total_num_frames` (past the video's end); it is
+    dropped here, so exactly n frames come back."""
+    t, total = self.temporal_patch_size, int(total_num_frames)
+    if total < 1:
+      raise ValueError(f"total_num_frames={total_num_frames} must be >= 1")
+    if fps is not None and num_frames is not None:
+      raise ValueError("sample_frames: give fps or num_frames, not both")
+    if num_frames is not None:
+      n = round(num_frames / t) * t
+    else:
+      fps = self.fps if fps is None else fps
+      if video_fps is None or video_fps <= 0 or fps <= 0:
+        raise ValueError(f"sampling at fps={fps} needs the video's frame "
+                         f"rate (video_fps={video_fps}, both > 0)")
+      hi = math.floor(min(self.max_frames, total) / t) * t
+      n = min(max(total / video_fps * fps, self.min_frames), hi, total)
+      n = math.floor(n / t) * t
+    if not 1 <= n <= total:
+      raise ValueError(f"cannot sample {n} frames (num_frames={num_frames},"
+                       f" fps={fps}) of a {total}-frame video")
+    step = total / n
+    idx = (np.arange(math.ceil(total / step)) * step).astype(np.float32)
+    return idx.astype(np.int64)[:n]
+
+  def video(self, frames, *, fps: float = 2.0,
+            video_fps: float | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pixel_values_videos `[t * gh * gw, C*T*P*P]`, video_grid_thw `[1,
     3]`, second_per_grid_ts `[1]` = temporal_patch_size / fps) of one
     video: frames `[F, H, W, C]` / `[F, C, H, W]` uint8 or a list of
-    images (all of one size)."""
+    images (all of one size), taken at `fps` frames per second.
+
+    With `video_fps`, `frames` is the whole video recorded at that rate:
+    it is first sampled at `fps` (`sample_frames`), and the time per
+    temporal patch uses the sampled rate n / F * video_fps (transformers'
+    `VideoMetadata.sampled_fps`)."""
+    if video_fps is not None:
+      idx = self.sample_frames(len(frames), video_fps, fps=fps)
+      fps = len(idx) / len(frames) * video_fps
+      frames = [frames[int(i)] for i in idx]
     frames = [_to_rgb_chw(f) for f in frames]
     if not frames:
       raise ValueError("a video needs at least one frame")

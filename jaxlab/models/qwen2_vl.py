@@ -23,11 +23,14 @@ Vision tower (`VisionTower`, transformers'
   units square is contiguous (`window_index`); the layers named by
   `fullatt_block_indexes` attend within a whole frame (`cu_seqlens`), the
   others within a window (`cu_window_seqlens`).
-  Attention restricted to the segments of a `cu_seqlens` is computed here as
-  dense attention with a block-diagonal boolean mask: token i may attend
-  token j iff both lie in the same segment `[cu[s], cu[s+1])` (segment id =
-  number of boundaries <= index). This equals transformers' per-chunk (or
-  flash varlen) attention; it costs O(N^2) memory for N patches.
+  Attention restricted to the segments of a `cu_seqlens` takes each
+  token's segment id (number of boundaries <= index): token i may attend
+  token j iff both lie in the same segment `[cu[s], cu[s+1])`, which equals
+  transformers' per-chunk (or flash varlen) attention. On TPU (or with
+  `VisionConfig.attention_impl="splash"`) it is the splash kernel's
+  bidirectional attention with these segment ids (`jaxlab.nn.splash`, no
+  N x N array); elsewhere dense attention with the block-diagonal mask
+  built in the program from the ids (O(N^2) memory for N patches).
 * Blocks: RMSNorm -> attention (fused qkv with bias, output proj with bias)
   -> residual; RMSNorm -> SwiGLU MLP with biases -> residual.
 * Patch merger: RMSNorm (ln_q) of each patch, the 4 patches of a 2x2 block
@@ -73,14 +76,17 @@ from flax import nnx
 
 from jaxlab import registry as jregistry
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.nn import attention as attention_lib
 from jaxlab.nn import norm as norm_lib
 from jaxlab.nn import patches
 from jaxlab.nn import rope as rope_lib
+from jaxlab.nn import splash
 
 ARCHITECTURES = {"Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
                  "Qwen2VLForConditionalGeneration": "qwen2_vl"}
 MODEL_TYPES = {v: k for k, v in ARCHITECTURES.items()}
 VARIANTS = ("qwen2_5_vl", "qwen2_vl")
+VISION_ATTENTION_IMPLS = (None, "xla", "splash")  # VisionConfig.attention_impl
 _ACTIVATIONS = {"silu": jax.nn.silu, "swish": jax.nn.silu,
                 "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
                 "gelu": lambda x: jax.nn.gelu(x, approximate=False)}
@@ -117,8 +123,14 @@ class VisionConfig:
   dtype: str = "float32"
   variant: str = "qwen2_5_vl"
   hidden_act: str = "silu"
+  # None: splash on TPU for N >= attention.SPLASH_MIN_AUTO_LEN patches, else
+  # dense ("xla"); "splash" / "xla" force one (not a HF config field).
+  attention_impl: str | None = None
 
   def __post_init__(self):
+    if self.attention_impl not in VISION_ATTENTION_IMPLS:
+      raise ValueError(f"vision attention_impl={self.attention_impl!r}; "
+                       f"valid: {VISION_ATTENTION_IMPLS}")
     if self.variant not in VARIANTS:
       raise ValueError(f"variant={self.variant!r}; valid: {VARIANTS}")
     if self.hidden_act not in _ACTIVATIONS:
@@ -288,7 +300,7 @@ class VisionBlock(nnx.Module):
       return self.fc2(act(self.fc1(y)))
     return self.down_proj(act(self.gate_proj(y)) * self.up_proj(y))
 
-  def __call__(self, x_nd, cos_nh, sin_nh, allowed_nn):
+  def __call__(self, x_nd, cos_nh, sin_nh, segments_n):
     cfg = self.cfg
     n, nh, hd = x_nd.shape[0], cfg.num_heads, cfg.head_dim
     qkv = self.qkv(self.norm1(x_nd)).reshape(n, 3, nh, hd)
@@ -301,10 +313,19 @@ class VisionBlock(nnx.Module):
       return (x * cos + rope_lib.rotate_half(x) * sin).astype(v.dtype)
 
     q, k = rot(q), rot(k)
-    scores = jnp.einsum("qnh,knh->nqk", q, k) * (hd ** -0.5)
-    scores = jnp.where(allowed_nn[None], scores.astype(f32), -jnp.inf)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    a = jnp.einsum("nqk,knh->qnh", probs, v).reshape(n, nh * hd)
+    impl = attention_lib.select_attention_impl(
+        cfg.attention_impl, dtype=q.dtype, q_len=n, kv_len=n,
+        dense_mask=False)
+    if impl == "splash":  # bidirectional, within each segment
+      a = splash.splash_attention(q[None], k[None], v[None], causal=False,
+                                  segment_ids_bt=segments_n[None])[0]
+    else:
+      scores = jnp.einsum("qnh,knh->nqk", q, k) * (hd ** -0.5)
+      allowed = segments_n[:, None] == segments_n[None, :]
+      scores = jnp.where(allowed[None], scores.astype(f32), -jnp.inf)
+      probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+      a = jnp.einsum("nqk,knh->qnh", probs, v)
+    a = a.reshape(n, nh * hd)
     x_nd = x_nd + self.proj(a)
     return x_nd + self.mlp(self.norm2(x_nd))
 
@@ -386,15 +407,12 @@ class VisionTower(nnx.Module):
                        f"{cfg.patch_dim})")
     x = self.patch_embed(pv)[plan["perm"]]
     cos, sin = self.rotary(plan["positions"])
-    full = plan["full_segments"]
-    window = plan["window_segments"]
-    full_mask = jnp.asarray(full[:, None] == full[None, :])
-    window_mask = jnp.asarray(window[:, None] == window[None, :])
+    full = jnp.asarray(plan["full_segments"], jnp.int32)
+    window = jnp.asarray(plan["window_segments"], jnp.int32)
     for i, blk in enumerate(self.blocks):
       full_layer = (cfg.variant == "qwen2_vl"
                     or i in cfg.fullatt_block_indexes)
-      mask = full_mask if full_layer else window_mask
-      x = blk(x, cos, sin, mask)
+      x = blk(x, cos, sin, full if full_layer else window)
     return self.merger(x)[plan["inverse"]]
 
 

@@ -124,6 +124,65 @@ class QwenVLProcessorTest(absltest.TestCase):
       np.testing.assert_array_equal(grid, [[(f + 1) // 2, rh // 4,
                                             rw // 4]])
 
+  def test_sample_frames_matches_video_processor(self):
+    """Frame indices at a target fps (or a frame count) equal transformers'
+    `Qwen2VLVideoProcessor.sample_frames` (its source run alone, with the
+    processor's defaults fps 2, min 4, max 768 frames, T = 2); where its
+    float arange adds an index equal to the frame count (past the end),
+    ours stops at n."""
+    src = os.path.join(os.path.dirname(inspect.getfile(ip)),
+                       "video_processing_qwen2_vl.py")
+    with open(src) as fh:
+      tree = ast.parse(fh.read())
+    fn = [n for c in tree.body if isinstance(c, ast.ClassDef)
+          for n in c.body if isinstance(n, ast.FunctionDef)
+          and n.name == "sample_frames"]
+    import math  # pylint: disable=g-import-not-at-top
+    import types  # pylint: disable=g-import-not-at-top
+    scope = {"torch": torch, "math": math, "VideoMetadata": object}
+    exec(compile(ast.Module(fn, []), src, "exec"), scope)  # pylint: disable=exec-used
+    ref_self = types.SimpleNamespace(num_frames=None, fps=2,
+                                     temporal_patch_size=2, min_frames=4,
+                                     max_frames=768)
+    ours = vp.QwenVLProcessor()
+    past_end = 0
+    for total, video_fps, kw in [(100, 25.0, {}), (30, 24.0, {}),
+                                 (301, 29.97, {}), (2000, 30.0, {}),
+                                 (9, 30.0, {}), (90, 30.0, {"fps": 1.5}),
+                                 (30, 10.0, {"num_frames": 22}), (30, 10.0, {"num_frames": 26}),
+                                 (97, 30.0, {"num_frames": 13})]:
+      meta = types.SimpleNamespace(total_num_frames=total, fps=video_fps)
+      want = scope["sample_frames"](ref_self, meta, **kw).numpy()
+      got = ours.sample_frames(total, video_fps, **kw)
+      if want[-1] == total:  # transformers' extra, out-of-range index
+        past_end += 1
+        want = want[:-1]
+      np.testing.assert_array_equal(got, want, err_msg=f"{total} {kw}")
+    self.assertGreater(past_end, 0)  # (30 frames, 26): 27 steps
+    # Hand-computed: 4 s at 25 fps, sampled at 2 fps -> 8 frames every
+    # 12.5; the 2000-frame video hits max_frames = 768.
+    np.testing.assert_array_equal(ours.sample_frames(100, 25.0),
+                                  [0, 12, 25, 37, 50, 62, 75, 87])
+    self.assertLen(ours.sample_frames(2000, 1000.0), 4)   # min_frames
+    self.assertLen(ours.sample_frames(8000, 2.0), 768)    # max_frames
+    with self.assertRaisesRegex(ValueError, "not both"):
+      ours.sample_frames(10, 30.0, fps=2.0, num_frames=4)
+    with self.assertRaisesRegex(ValueError, "frame rate"):
+      ours.sample_frames(10)
+
+  def test_video_with_video_fps_samples_then_times_patches(self):
+    """`video(frames, fps=, video_fps=)`: the sampled frames' pixels, and
+    second_per_grid_ts = T / (n / F * video_fps)."""
+    vkw = dict(KW, video_min_pixels=8 * 8, video_max_pixels=48 * 48)
+    ours = vp.QwenVLProcessor(**vkw)
+    clip = self.rng.integers(0, 256, (100, 16, 24, 3), dtype=np.uint8)
+    idx = ours.sample_frames(100, 25.0, fps=2.0)
+    pv, grid, spg = ours.video(clip, fps=2.0, video_fps=25.0)
+    want_pv, want_grid, _ = ours.video(clip[idx], fps=2.0)
+    np.testing.assert_array_equal(pv, want_pv)
+    np.testing.assert_array_equal(grid, want_grid)
+    np.testing.assert_allclose(spg, [2 / (8 / 100 * 25.0)])  # 1.0 s
+
   def test_smart_resize_matches_transformers(self):
     for h, w in ((100, 60), (7, 9), (16, 24), (1000, 30), (3, 500)):
       for lo, hi in ((256, 2304), (64, 100000)):

@@ -1,5 +1,6 @@
 """Qwen2.5-VL: vision tower, 3-D RoPE positions and logits vs transformers."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from jaxlab.decoding import sampler
 from jaxlab.io import hf
 from jaxlab.models import qwen2_vl
 from jaxlab.models import registry
+from jaxlab.nn import splash
 from jaxlab.testing import hf_fixtures
 from jaxlab.train import lora as lora_lib
 
@@ -261,6 +263,27 @@ class Qwen25VLTest(chex.TestCase):
       got = np.asarray(self.model.visual(pv, g))
       self.assertEqual(got.shape, (n // 4, 64))
       np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
+
+  def test_vision_tower_splash_segments_match_transformers(self):
+    # The splash kernel (Pallas interpreter on CPU) with the frames' and
+    # windows' segment ids instead of the dense block-diagonal mask.
+    old = splash.INTERPRET
+    splash.INTERPRET = True
+    self.addCleanup(setattr, splash, "INTERPRET", old)
+    tower = nnx.clone(self.model.visual)
+    tower.cfg = dataclasses.replace(tower.cfg, attention_impl="splash")
+    for blk in tower.blocks:
+      blk.cfg = tower.cfg
+    g = np.array([[1, 8, 12], [2, 8, 8]])  # 224 patches: pads to 256
+    n = int(np.prod(g, 1).sum())
+    pv = self.rng.standard_normal((n, PATCH_DIM)).astype(np.float32)
+    with torch.no_grad():
+      ref = self.ref.model.visual(
+          torch.tensor(pv), grid_thw=torch.tensor(g)).pooler_output.numpy()
+    got = np.asarray(tower(pv, g))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
+    with self.assertRaisesRegex(ValueError, "vision attention_impl='cudnn'"):
+      dataclasses.replace(tower.cfg, attention_impl="cudnn")
 
   def test_rope_index_matches_transformers(self):
     img = np.array([[1, 8, 12]])
