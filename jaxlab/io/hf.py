@@ -54,6 +54,15 @@ config dialects; mesh placement and scanned text layers as for a decoder),
 and `save` of such a model writes one (`save_qwen2_vl`: transformers 5's
 config layout, the Hub's tensor names).
 
+Gemma 3's multimodal checkpoints (`Gemma3ForConditionalGeneration`, model
+type gemma3: every Gemma 3 from 4B up) load their language model:
+`text_config` as a `Gemma3ForCausalLM` config, and the text tensors under
+transformers 5's `model.language_model.` (or the Hub's older
+`language_model.model.`) prefix. The SigLIP vision tower and projector are
+not read (a warning says so), so the model is the text LM, whose logits
+equal the checkpoint's on text-only inputs; `save` writes it as a
+`Gemma3ForCausalLM`.
+
 Scanned models (`scan_layers=True`, e.g. `load(path, scan_layers=True)`):
 the per-layer HF tensors of the layers j, j + P, ... are converted and
 stacked on the host into the `[L / P, ...]` params of `scan_blocks[j]`
@@ -775,7 +784,9 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
          param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
          rules: Any = None, **config_overrides: Any
          ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
-  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 checkpoint dir.
+  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 checkpoint dir
+  (a Gemma 3 multimodal one as its language model; a Qwen2.5-VL / Qwen2-VL
+  one as `qwen2_vl.Qwen2VL`).
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded
@@ -803,6 +814,9 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   if is_qwen2_vl_config(hf_json):  # (Qwen2VL, Qwen2VLConfig)
     return load_qwen2_vl(path, dtype=dtype, param_dtype=param_dtype,
                          mesh=mesh, rules=rules, **config_overrides)
+  rename = lambda name: name  # pylint: disable=unnecessary-lambda-assignment
+  if is_gemma3_multimodal_config(hf_json):
+    hf_json, rename = _gemma3_language_model(hf_json, path)
   cfg = config_from_hf(hf_json, dtype=dtype,
                        param_dtype=param_dtype,
                        where=os.path.join(path, CONFIG_FILE),
@@ -814,6 +828,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
 
   def read(name, hf_shape):
     """One HF tensor (host numpy), its name and shape checked."""
+    name = rename(name)
     if name not in files:
       raise ValueError(f"{where_index}: missing tensor {name!r}")
     file = files[name]
@@ -837,6 +852,50 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
     for fh in handles.values():
       fh.__exit__(None, None, None)
   return model, cfg
+
+
+GEMMA3_MULTIMODAL = "Gemma3ForConditionalGeneration"
+# Where its text tensors live: transformers 5, then the Hub's older layout.
+_GEMMA3_TEXT_PREFIXES = (("model.", "model.language_model."),
+                         ("model.", "language_model.model."))
+
+
+def is_gemma3_multimodal_config(hf: Mapping[str, Any]) -> bool:
+  """A `Gemma3ForConditionalGeneration` (model_type gemma3) config.json."""
+  archs = hf.get("architectures") or []
+  return (GEMMA3_MULTIMODAL in archs
+          or (not archs and hf.get("model_type") == "gemma3"))
+
+
+def _gemma3_language_model(hf: Mapping[str, Any], path: str
+                           ) -> tuple[dict[str, Any], Callable[[str], str]]:
+  """(the `Gemma3ForCausalLM` config of its `text_config`, HF text tensor
+  name -> the name in this checkpoint's files) of a Gemma 3 multimodal
+  checkpoint; warns that its vision tower is not loaded."""
+  where = os.path.join(path, CONFIG_FILE)
+  text = dict(hf.get("text_config") or {})
+  if not text.get("hidden_size"):
+    raise ValueError(f"{where}: {GEMMA3_MULTIMODAL} without a text_config "
+                     "(hidden_size missing)")
+  text.update(architectures=[GEMMA3], model_type="gemma3_text")
+  # The embedding tie is the outer config's (transformers reads it there).
+  text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", True))
+  names = set(_weight_files(path))
+  prefixes = [p for p in _GEMMA3_TEXT_PREFIXES
+              if f"{p[1]}embed_tokens.weight" in names]
+  if not prefixes:
+    raise ValueError(
+        f"{path}: no Gemma 3 language-model tensors (looked for "
+        + " or ".join(f"{p[1]}embed_tokens.weight"
+                      for p in _GEMMA3_TEXT_PREFIXES) + ")")
+  ours, theirs = prefixes[0]
+  warnings.warn(f"{path}: {GEMMA3_MULTIMODAL}: loading its language model "
+                "only (Gemma3ForCausalLM); the vision tower and projector "
+                "are not read", stacklevel=3)
+
+  def rename(name: str) -> str:
+    return theirs + name[len(ours):] if name.startswith(ours) else name
+  return text, rename
 
 
 def tensor_shapes(cfg: decoder_lib.DecoderConfig, *,

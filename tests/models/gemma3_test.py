@@ -325,3 +325,79 @@ class Gemma3ParityTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class Gemma3MultimodalCheckpointTest(absltest.TestCase):
+  """A `Gemma3ForConditionalGeneration` checkpoint (Gemma 3 4B and up) loads
+  its language model: text-only logits equal transformers' multimodal
+  model's, from transformers 5's tensor names and the Hub's older ones.
+  (No final soft-cap in this config: transformers' multimodal class does not
+  apply `final_logit_softcapping`, its CausalLM does; released Gemma 3
+  checkpoints set it to null.)"""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    from transformers import Gemma3Config  # pylint: disable=g-import-not-at-top
+    from transformers import Gemma3ForConditionalGeneration  # pylint: disable=g-import-not-at-top
+    from transformers import SiglipVisionConfig  # pylint: disable=g-import-not-at-top
+    torch.manual_seed(3)
+    config = Gemma3Config(
+        text_config=_hf_config(num_hidden_layers=6, sliding_window_pattern=3,
+                               rope_scaling={"rope_type": "linear",
+                                             "factor": 2.0}),
+        vision_config=SiglipVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, image_size=28, patch_size=14),
+        mm_tokens_per_image=4, image_token_index=VOCAB - 1,
+        boi_token_index=VOCAB - 2, eoi_token_index=VOCAB - 3)
+    cls.ref = Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+      for _, p in cls.ref.named_parameters():
+        p.normal_(0.0, 0.15)
+    cls.dir = tempfile.mkdtemp()
+    cls.ref.save_pretrained(cls.dir)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.dir, ignore_errors=True)
+    super().tearDownClass()
+
+  def test_text_logits_match_the_multimodal_model(self):
+    with self.assertWarnsRegex(UserWarning, "language model only"):
+      model, cfg = hf.load(self.dir)
+    self.assertIsInstance(model, decoder_lib.Decoder)
+    self.assertEqual(cfg.num_layers, 6)
+    self.assertEqual(cfg.sliding_window, WINDOW)
+    self.assertEqual(cfg.rope_scaling["factor"], 2.0)
+    ids = np.minimum(_ids(seed=4), VOCAB - 4)  # no image / boi / eoi ids
+    want = _hf_logits(self.ref, ids)
+    self.assertLess(_max_err(model(jnp.asarray(ids)), want), TOL)
+
+  def test_hub_tensor_names_load_the_same(self):
+    # The Hub's transformers-4 files: language_model.model.*, vision_tower.*
+    import safetensors.numpy as stn  # pylint: disable=g-import-not-at-top
+    old = os.path.join(self.dir, "hub")
+    os.makedirs(old, exist_ok=True)
+    shutil.copy(os.path.join(self.dir, "config.json"), old)
+    tensors = stn.load_file(os.path.join(self.dir, "model.safetensors"))
+    renamed = {}
+    for k, v in tensors.items():
+      if k.startswith("model.language_model."):
+        k = "language_model.model." + k[len("model.language_model."):]
+      elif k.startswith("model."):
+        k = k[len("model."):]
+      renamed[k] = v
+    self.assertIn("language_model.model.embed_tokens.weight", renamed)
+    stn.save_file(renamed, os.path.join(old, "model.safetensors"))
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      a, _ = hf.load(self.dir)
+      b, _ = hf.load(old)
+    ids = jnp.asarray(np.minimum(_ids(seed=5), VOCAB - 4))
+    np.testing.assert_array_equal(np.asarray(a(ids)), np.asarray(b(ids)))
+    os.remove(os.path.join(old, "model.safetensors"))
+    stn.save_file({"x": np.zeros(2, np.float32)},
+                  os.path.join(old, "model.safetensors"))
+    with self.assertRaisesRegex(ValueError, "no Gemma 3 language-model"):
+      hf.load(old)
