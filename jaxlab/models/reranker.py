@@ -24,9 +24,12 @@ within a frame, so this equals encoding the batch's images together -- and
 its `language_model` reads the features scattered into the placeholders at
 the M-RoPE positions); `jaxlab.io.hf.save(model.vl, cfg.vl, path)` exports
 the (LoRA-merged or not) backbone as a Qwen2.5-VL checkpoint. Prompts have
-no `<|vision_start|>` tokens (the byte tokenizer has none): jaxlab's
-`rope_index` does not need them, transformers' `get_rope_index` finds
-images by them. The heads below read `language_model` the same way in both
+no `<|vision_start|>` tokens (the byte tokenizer has none): neither
+jaxlab's `rope_index` nor transformers 5's `get_rope_index` needs them
+(the latter reads `mm_token_type_ids` = (ids == image id); a test runs the
+exported backbone in transformers on the collated batch and gets the
+heads' logits; transformers 4's older `get_rope_index` looked for the
+vision-start token instead). The heads below read `language_model` the same way in both
 architectures.
 
     tok = rerank_tokens.make_tokenizer(...)   # jaxlab.data: <image>, labels

@@ -164,6 +164,50 @@ class QwenVLRerankerTest(absltest.TestCase):
     np.testing.assert_allclose(b.logits, a.logits, rtol=1e-6, atol=1e-6)
 
 
+  def test_exported_reranker_in_transformers_scores_the_same(self):
+    """The exported backbone in transformers'
+    `Qwen2_5_VLForConditionalGeneration`, given the collated batch (right
+    padding, rows of 2 and 1 images) with `mm_token_type_ids` = (ids ==
+    image id), computes its own M-RoPE positions (`get_rope_index`) and
+    gives the heads' logits at the answer positions: the prompts need no
+    `<|vision_start|>` tokens in transformers 5."""
+    try:
+      import torch  # pylint: disable=g-import-not-at-top
+      import transformers  # pylint: disable=g-import-not-at-top
+    except ImportError:  # pragma: no cover
+      self.skipTest("needs torch + transformers")
+    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+    from jaxlab.testing import hf_fixtures  # pylint: disable=g-import-not-at-top
+    cleanup = hf_fixtures.inductor_cleanup()
+    self.addCleanup(cleanup)
+    ids = self.batch["input_ids"][0]                      # [G, T]
+    mask = self.batch["attention_mask"][0]
+    pv, grids = _pixel_values([im for row in self.row_images for im in row])
+    with tempfile.TemporaryDirectory() as d:
+      hf.save(self.model.vl, self.cfg.vl, d)
+      ref = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(
+          d, attn_implementation="eager").eval()
+      inputs = dict(input_ids=torch.tensor(ids, dtype=torch.long),
+                    attention_mask=torch.tensor(mask, dtype=torch.long),
+                    pixel_values=torch.tensor(pv),
+                    image_grid_thw=torch.tensor(np.asarray(grids)))
+      with torch.no_grad():
+        logits = ref(**inputs, mm_token_type_ids=torch.tensor(
+            (ids == self.cfg.image_token_id).astype(np.int64))).logits.numpy()
+        plain = ref(**inputs).logits.numpy()  # 1-D positions: differs
+    heads = self.model.score_heads(
+        {k: jnp.asarray(v) for k, v in self.batch.items()})
+    cfg = self.cfg
+    for g in range(2):
+      z = logits[g, int(self.batch["answer_index"][0, g])]
+      tol = 2 ** 8 * np.finfo(np.float32).eps * max(1.0, np.abs(z).max())
+      np.testing.assert_allclose(
+          [float(heads.z_yes[0, g]), float(heads.z_no[0, g])],
+          z[[cfg.yes_id, cfg.no_id]], rtol=0, atol=tol)
+    a = int(self.batch["answer_index"][0, 0])
+    self.assertGreater(np.abs(plain[0, a] - logits[0, a]).max(), 1e-3)
+
+
 class QwenVLRerankExperimentTest(absltest.TestCase):
 
   def test_vl_smoke_run(self):
