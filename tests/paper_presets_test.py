@@ -9,6 +9,7 @@ from absl.testing import parameterized
 from jaxlab.configs import _scale as scale
 from jaxlab.experiments.bench import tpu_presets
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import qwen2_vl_prefix
 from jaxlab.models import registry
 
 # Parameter counts of the released checkpoints (safetensors totals on their
@@ -66,8 +67,12 @@ class PaperPresetsTest(parameterized.TestCase):
         self.assertIn(":", c.scale.topology)
         self.assertTrue(c.scale.paper)
         # The model section is exactly the released shape (+ overrides) in
-        # bf16 over fp32 master weights, scanned, remat'd.
-        dcfg = registry.decoder_config(c.model)
+        # bf16 over fp32 master weights, scanned, remat'd (a vision preset:
+        # its language model).
+        if "vision" in mod.PAPER:
+          dcfg = qwen2_vl_prefix.config_from_dict(c.model)[0].text
+        else:
+          dcfg = registry.decoder_config(c.model)
         for k, v in scale.SHAPES[c.scale.shape].items():
           if k not in mod.PAPER.get("model_overrides", {}):
             self.assertEqual(getattr(dcfg, k), v, (name, k))
@@ -75,6 +80,89 @@ class PaperPresetsTest(parameterized.TestCase):
                          ("bfloat16", "float32", True))
         self.assertEqual(c.train.batch_size % c.optim.grad_accum, 0)
         self.assertEqual(c.mesh.fsdp, -1)
+
+
+# Qwen2.5-VL-3B / -7B `vision_config` (config.json of the released
+# checkpoints); out_hidden_size is the language model's width.
+QWEN25_VL_TOWER = dict(depth=32, hidden_size=1280, intermediate_size=3420,
+                       num_heads=16, patch_size=14, spatial_merge_size=2,
+                       temporal_patch_size=2, window_size=112,
+                       fullatt_block_indexes=(7, 15, 23, 31),
+                       tokens_per_second=2, hidden_act="silu", in_channels=3)
+# name -> (kind, (H, W), frames, loss, merged vision tokens by hand:
+# (H / 28) * (W / 28) * ceil(frames / 2)).
+VISION_PRESETS = {
+    "chart_to_code": ("image", (1008, 1008), 1, "prefix_lm_nll", 36 * 36),
+    "trust_grpo": ("image", (448, 448), 1, "prefix_lm_nll", 16 * 16),
+    "video_reason": ("video", (448, 448), 32, "video_lm", 16 * 16 * 16),
+    "vudg": ("video", (336, 420), 16, "video_lm", 12 * 15 * 8),
+}
+
+
+class VisionPresetsTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(k, k) for k in VISION_PRESETS])
+  def test_vision_preset_is_the_whole_qwen2_5_vl(self, name):
+    kind, size, frames, loss, tokens = VISION_PRESETS[name]
+    c = importlib.import_module(f"jaxlab.configs.{name}").get_config("paper")
+    self.assertEqual(c.model.name, "qwen2_5_vl_prefix")
+    for k, v in QWEN25_VL_TOWER.items():
+      self.assertEqual(c.model.vision[k], v, (name, k))
+    self.assertEqual(c.model.vision.out_hidden_size, 3584)  # the 7B's LM
+    self.assertEqual((c.model.vision.dtype, c.model.vision.param_dtype),
+                     ("bfloat16", "float32"))
+    self.assertEqual((c.model.prefix.kind, tuple(c.model.prefix.image_size),
+                      c.model.prefix.num_frames), (kind, size, frames))
+    self.assertEqual(c.scale.loss, loss)
+    self.assertEqual(c.scale.vision.vision_tokens, tokens)
+    self.assertEqual(c.scale.vision.positions,
+                     tokens + 2 + c.train.seq_len)
+    self.assertIn("vision tower included", c.scale.note)
+    # The model builds: the released vocabulary keeps Qwen's vision ids.
+    vl_cfg, prefix = qwen2_vl_prefix.config_from_dict(c.model)
+    self.assertEqual(vl_cfg.text.vocab_size, 152064)
+    self.assertEqual((vl_cfg.image_token_id, vl_cfg.video_token_id,
+                      vl_cfg.vision_start_token_id,
+                      prefix.vision_end_token_id),
+                     (151655, 151656, 151652, 151653))
+    self.assertEqual(prefix.task_vocab_size, 0)
+
+  def test_tower_params_are_the_released_count(self):
+    # Qwen2.5-VL-7B's `visual.*` tensors, by hand: patch embedding 1176 x
+    # 1280; 32 blocks of 2 RMSNorms, qkv (1280 x 3840 + 3840), proj (1280^2
+    # + 1280), SwiGLU (3 x 1280 x 3420 + 2 x 3420 + 1280); the merger's
+    # ln_q, 5120^2 + 5120 and 5120 x 3584 + 3584.
+    block = (2 * 1280 + 1280 * 3840 + 3840 + 1280 * 1280 + 1280
+             + 3 * 1280 * 3420 + 2 * 3420 + 1280)
+    want = (1176 * 1280 + 32 * block + 1280 + 5120 * 5120 + 5120
+            + 5120 * 3584 + 3584)
+    c = importlib.import_module("jaxlab.configs.chart_to_code").get_config(
+        "paper")
+    self.assertEqual(c.scale.vision.params, want)
+    # The LM alone is the released Qwen2.5-7B count (RELEASED_PARAMS).
+    vl_cfg, _ = qwen2_vl_prefix.config_from_dict(c.model)
+    self.assertEqual(vl_cfg.text.num_params(), RELEASED_PARAMS["qwen2_5_7b"])
+
+  def test_rerank_stays_the_language_model(self):
+    c = importlib.import_module("jaxlab.configs.rerank").get_config("paper")
+    self.assertEqual(c.model.name, "decoder")
+    self.assertNotIn("vision", c.scale)
+    self.assertIn("not in the compiled program", c.scale.note)
+
+  def test_bad_vision_arguments_are_named(self):
+    from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
+    kw = dict(shape="qwen2_5_7b", topology="v5e:2x2", seq_len=8,
+              batch_size=1, paper="-")
+    for vision, msg in (
+        (dict(kind="audio", image_size=448), "vision kind='audio'"),
+        (dict(kind="image"), "needs image_size"),
+        (dict(kind="video", image_size=448), "needs num_frames"),
+        (dict(kind="image", image_size=450), "multiples of"),
+        (dict(kind="image", image_size=448, shape="clip"),
+         "unknown vision shape 'clip'"),
+        (dict(kind="image", image_size=448, fps=2), "unknown keys")):
+      with self.assertRaisesRegex(ValueError, msg):
+        scale.apply(common.base_config(), vision=vision, **kw)
 
 
 if __name__ == "__main__":

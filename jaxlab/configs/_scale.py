@@ -15,10 +15,27 @@ TPU defaults MaxText uses), `config.train` to the paper's batch and length,
 `config.scale.program` says which program stands for the paper's cost:
 "train" (the step that trains the model: SFT, unlearning, the reranker's
 fine-tuning, GRPO's learner update) and, when `sampler` is given, the
-sampler's prefill and decode at the rollout / evaluation batch. For the
-vision-language papers (A, F, G, R, S) the shape is Qwen2.5-VL's language
-model; its 0.67B-parameter vision tower is not in the compiled program
-(`config.scale.note` says so), so the figures are a lower bound for them.
+sampler's prefill and decode at the rollout / evaluation batch.
+
+Vision-language papers. With `vision=` (F, G: images; R, S: clips) the
+model is the whole Qwen2.5-VL (`jaxlab.models.qwen2_vl_prefix`, name
+"qwen2_5_vl_prefix": the language model of `shape` plus the released
+0.67B-parameter vision tower of `VISION_SHAPES`), so the compiled step
+holds the tower's weights, optimizer state, activations and FLOPs too. Its
+batch is the prefix-LM loss's (`prefix_lm_nll`: images `[B, H, W, 3]`,
+ids, mask; `video_lm` for clips: frames `[B, F, H, W, 3]`, inputs,
+targets, loss_mask). `seq_len` counts the text tokens after the vision
+prefix; the language model runs over `scale.vision.positions` = prefix +
+text positions, the prefix being <|vision_start|>, the merged vision
+tokens and <|vision_end|> (a 448 x 448 image: 32 x 32 patches of 14 =
+1024 patches, 2 x 2-merged to 256 tokens, + 2 = 258 positions). The
+sampler's programs (prefill, decode) are the language model's alone: the
+tower runs once per prompt before prefill, and the sampler's prompt length
+counts the vision tokens. Paper A (rerank) stays LM-only (`VLM_NOTE`): its
+step is the `rerank` loss of `jaxlab.models.reranker` (score heads over
+groups of query / document prompts whose images have their own sizes), a
+model and batch this compile path does not build, so its preset compiles
+the next-token step of the language model as the stand-in (a lower bound).
 The weights are never materialised: on a CPU host the preset is for
 compiling, on a TPU VM it is the run itself (for the experiments whose
 model is `config.model`).
@@ -32,6 +49,7 @@ from __future__ import annotations
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 # name -> DecoderConfig fields (jaxlab.models.decoder), from each released
 # checkpoint's config.json.
@@ -100,13 +118,94 @@ SHAPES: dict[str, dict[str, Any]] = {
                        max_position_embeddings=32768),
 }
 
-# Shapes released as vision-language models: only their language model is
-# compiled (see the module docstring).
+# name -> VisionConfig fields (jaxlab.models.qwen2_vl) of a released vision
+# tower, from the checkpoint's config.json `vision_config`; out_hidden_size
+# is the language model's width (set by `apply`).
+VISION_SHAPES: dict[str, dict[str, Any]] = {
+    # Qwen/Qwen2.5-VL-3B-Instruct and -7B-Instruct (the same tower)
+    "qwen2_5_vl": dict(depth=32, hidden_size=1280, intermediate_size=3420,
+                       num_heads=16, in_channels=3, patch_size=14,
+                       spatial_merge_size=2, temporal_patch_size=2,
+                       window_size=112, fullatt_block_indexes=(7, 15, 23, 31),
+                       tokens_per_second=2, hidden_act="silu",
+                       variant="qwen2_5_vl"),
+}
+# Qwen2.5-VL's special tokens (in the released vocabularies of the 3B and
+# 7B: tokenizer_config.json added tokens; config.json token ids).
+QWEN_VL_TOKENS = dict(vision_start_token_id=151652, image_token_id=151655,
+                      video_token_id=151656)
+QWEN_VL_VISION_END = 151653
+VISION_KINDS = ("image", "video")
+# The loss of the step a vision preset compiles, per prefix kind.
+VISION_LOSSES = {"image": "prefix_lm_nll", "video": "video_lm"}
+_VISION_KEYS = ("shape", "kind", "image_size", "num_frames",
+                "seconds_per_grid")
+
 PROGRAMS = ("train", "eval")
 
+# The note of a preset compiled on Qwen2.5-VL's language model alone (paper
+# A, whose loss takes no images; see the module docstring).
 VLM_NOTE = ("language model of Qwen2.5-VL-{size}; the vision tower (0.67B "
             "params, a few hundred image tokens per sample) is not in the "
             "compiled program, so memory and FLOPs are lower bounds")
+# The note of a `vision=` preset.
+VL_NOTE = ("the whole Qwen2.5-VL-{size} (vision tower included); seq_len "
+           "counts the text tokens after the vision prefix")
+
+
+def _vision_model(fields: dict[str, Any], vision: dict[str, Any]
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(the vision + prefix sections and token ids of `config.model`, the
+  `scale.vision` record) of a `vision=` argument (see `apply`)."""
+  # Imported here: configs may import models, but a plain LM preset need
+  # not load the VLM modules.
+  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import qwen2_vl_prefix  # pylint: disable=g-import-not-at-top
+  unknown = sorted(set(vision) - set(_VISION_KEYS))
+  if unknown:
+    raise ValueError(f"scale.apply: vision has unknown keys {unknown}; "
+                     f"valid: {', '.join(_VISION_KEYS)}")
+  shape = vision.get("shape", "qwen2_5_vl")
+  if shape not in VISION_SHAPES:
+    raise ValueError(f"scale.apply: unknown vision shape {shape!r}; valid: "
+                     f"{', '.join(sorted(VISION_SHAPES))}")
+  kind = vision.get("kind")
+  if kind not in VISION_KINDS:
+    raise ValueError(f"scale.apply: vision kind={kind!r}; valid: "
+                     f"{', '.join(VISION_KINDS)}")
+  if "image_size" not in vision:
+    raise ValueError("scale.apply: vision needs image_size (pixels, one int "
+                     "or (H, W))")
+  if kind == "image" and int(vision.get("num_frames", 1)) != 1:
+    raise ValueError("scale.apply: vision num_frames is for kind='video'")
+  if kind == "video" and "num_frames" not in vision:
+    raise ValueError("scale.apply: vision kind='video' needs num_frames")
+  tower = dict(VISION_SHAPES[shape], out_hidden_size=fields["dim"],
+               dtype="bfloat16", param_dtype="float32")
+  size = vision["image_size"]
+  size = (int(size),) * 2 if isinstance(size, (int, float)) else tuple(
+      int(x) for x in size)
+  prefix = dict(kind=kind, image_size=size,
+                num_frames=int(vision.get("num_frames", 1)),
+                vision_end_token_id=QWEN_VL_VISION_END)
+  if "seconds_per_grid" in vision:
+    prefix["seconds_per_grid"] = float(vision["seconds_per_grid"])
+  vcfg = qwen2_vl.VisionConfig(**tower)
+  pcfg = qwen2_vl_prefix.PrefixConfig(**prefix)  # checks kind / frames
+  unit = vcfg.patch_size * vcfg.spatial_merge_size
+  if size[0] % unit or size[1] % unit:
+    raise ValueError(f"scale.apply: vision image_size={size}: H and W must "
+                     f"be multiples of patch_size * spatial_merge_size = "
+                     f"{unit}")
+  grid = qwen2_vl_prefix.prefix_grid(vcfg, pcfg)
+  tokens = int(np.prod(grid)) // vcfg.spatial_merge_size ** 2
+  record = dict(shape=shape, kind=kind, image_size=list(size),
+                num_frames=pcfg.num_frames, grid_thw=list(grid),
+                patches=int(np.prod(grid)), vision_tokens=tokens,
+                prefix_tokens=tokens + 2,
+                params=qwen2_vl_prefix.vision_num_params(vcfg))
+  sections = dict(QWEN_VL_TOKENS, vision=tower, prefix=prefix)
+  return sections, record
 
 
 def apply(c: ml_collections.ConfigDict, *, shape: str, topology: str,
@@ -114,7 +213,8 @@ def apply(c: ml_collections.ConfigDict, *, shape: str, topology: str,
           sampler: tuple[int, int, int] | None = None, grad_accum: int = 1,
           remat: Any = "full", chunk_size: int = 1024, note: str = "",
           program: str = "train", lora_rank: int = 0,
-          model_overrides: dict[str, Any] | None = None
+          model_overrides: dict[str, Any] | None = None,
+          vision: dict[str, Any] | None = None
           ) -> ml_collections.ConfigDict:
     """Sets `c` to the paper's scale (see the module docstring); returns it.
 
@@ -136,6 +236,17 @@ def apply(c: ml_collections.ConfigDict, *, shape: str, topology: str,
       lora_rank: > 0: the step trains LoRA factors of this rank on every
         linear layer (`config.lora`), the base weights frozen.
       model_overrides: further DecoderConfig fields (e.g. a RoPE scaling).
+      vision: None (a language model), or the vision tower and the prefix of
+        a Qwen2.5-VL model: {"shape": a key of `VISION_SHAPES` (default
+        "qwen2_5_vl"), "kind": "image" | "video", "image_size": pixels (int
+        or (H, W), multiples of 28), "num_frames": a clip's frames (video),
+        "seconds_per_grid": seconds per temporal patch (video; optional)}.
+        `config.model` is then the prefix LM "qwen2_5_vl_prefix" (this
+        shape's language model, the tower in bf16 over fp32 weights),
+        `scale.loss` the prefix-LM loss of the kind (`VISION_LOSSES`),
+        `scale.vision` its sizes (grid, patches, prefix tokens, tower
+        params, `positions` = prefix + seq_len); `seq_len` counts the text
+        tokens after the prefix.
     """
     if program not in PROGRAMS:
       raise ValueError(f"scale.apply: program={program!r}; valid: "
@@ -147,6 +258,16 @@ def apply(c: ml_collections.ConfigDict, *, shape: str, topology: str,
     model = ml_collections.ConfigDict({"name": "decoder"})
     for k, v in fields.items():
       model[k] = v
+    record = None
+    if vision is not None:
+      if not fields.get("causal", True):
+        raise ValueError(f"scale.apply: vision needs a causal language "
+                         f"model; shape {shape!r} is bidirectional")
+      sections, record = _vision_model(fields, dict(vision))
+      model.name = "qwen2_5_vl_prefix"
+      for k, v in sections.items():
+        model[k] = v
+      record["positions"] = record["prefix_tokens"] + int(seq_len)
     model.dtype = "bfloat16"
     model.param_dtype = "float32"
     model.remat = remat
@@ -166,6 +287,10 @@ def apply(c: ml_collections.ConfigDict, *, shape: str, topology: str,
         # The step compiled: next-token CE, or LLaDA's masked-diffusion loss
         # for a bidirectional model (over the LM pipeline's batch layout).
         "loss": "lm" if fields.get("causal", True) else "llada"})
+    if record is not None:
+      # The prefix LM's loss over its batch (images / clips + text).
+      c.scale.loss = VISION_LOSSES[record["kind"]]
+      c.scale.vision = record
     if lora_rank:
       c.lora.rank = int(lora_rank)
       c.lora.alpha = float(2 * lora_rank)

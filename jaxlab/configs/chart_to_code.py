@@ -45,11 +45,18 @@ def _adam(lr: float) -> ml_collections.ConfigDict:
 
 # Paper scale (spec F): MSRL on Qwen2.5-VL-7B-Instruct, GRPO with groups of
 # 8 over 16 prompts a step (spec G's recipe; [inferred] for F), code
-# responses up to 1024 tokens after a ~1024-token chart prompt.
+# responses up to 1024 tokens. Charts at the README's min_pixels
+# (1280 * 28 * 28) as a square of 28-pixel units: 1008 x 1008 = 36 x 36
+# merged tokens (1296 >= 1280; 5184 patches), 1298 prefix positions before
+# the 2048 text tokens of the train step (the length of the LM-only
+# preset, kept); the rollout prompt (the prefix + the instruction) is the
+# sampler's 2048 bucket.
 PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=2048,
-             batch_size=128, grad_accum=8, sampler=(128, 1024, 1024),
-             note=scale.VLM_NOTE.format(size="7B"),
-             paper="spec F: Qwen2.5-VL-7B GRPO, 16 prompts x 8")
+             batch_size=128, grad_accum=8, sampler=(128, 2048, 1024),
+             vision=dict(kind="image", image_size=1008),
+             note=scale.VL_NOTE.format(size="7B"),
+             paper="spec F: Qwen2.5-VL-7B GRPO, 16 prompts x 8; charts at "
+                   "min_pixels 1280*28*28 [code README]")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, tiny=False, paper=False, vl=False)

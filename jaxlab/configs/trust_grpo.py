@@ -44,10 +44,13 @@ from jaxlab.configs import common
 # Paper scale (spec G): SophiaVL-R1-7B = Qwen2.5-VL-7B-Instruct, GRPO with
 # rollout n = 8 over 16 prompts, max response 1024, prompts up to 8192
 # (2048 typical [inferred]), vision tower trained.
+# The spec states no image resolution: [inferred] 448 x 448 (256 tokens).
 PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=3072,
              batch_size=128, grad_accum=8, sampler=(128, 2048, 1024),
-             note=scale.VLM_NOTE.format(size="7B"),
-             paper="spec G: Qwen2.5-VL-7B GRPO, 16 prompts x 8, 1024 new")
+             vision=dict(kind="image", image_size=448),
+             note=scale.VL_NOTE.format(size="7B"),
+             paper="spec G: Qwen2.5-VL-7B GRPO, 16 prompts x 8, 1024 new; "
+                   "images 448 x 448 [inferred]")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,

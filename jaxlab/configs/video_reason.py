@@ -36,10 +36,15 @@ from jaxlab.configs import common
 # Paper scale (spec R): VideoReasonBench evaluates Qwen2.5-VL-7B (and
 # larger) with thinking up to 1024 tokens; ~8k video + question tokens
 # [inferred]. An evaluation: the forward pass and the sampler.
+# Open-source models see 32 uniformly sampled frames (App. C.1, the
+# "efficient" setting); the frame size is not stated: [inferred] 448 x 448
+# (16 temporal patches x 256 = 4096 tokens per clip).
 PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=8192,
              batch_size=16, program="eval", sampler=(16, 8192, 1024),
-             note=scale.VLM_NOTE.format(size="7B"),
-             paper="spec R: Qwen2.5-VL-7B evaluation, 1024 thinking tokens")
+             vision=dict(kind="video", image_size=448, num_frames=32),
+             note=scale.VL_NOTE.format(size="7B"),
+             paper="spec R: Qwen2.5-VL-7B evaluation, 1024 thinking tokens; "
+                   "32 frames (App. C.1), 448 x 448 [inferred]")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,

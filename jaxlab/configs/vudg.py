@@ -38,10 +38,16 @@ from jaxlab.configs import _scale as scale
 # Paper scale (spec S): Qwen2.5-VL-7B evaluated at fps 1, max_pixels
 # 360x420, max_new_tokens 16 (MCQ); fine-tuning a 7B LVLM on the domains.
 # About 2k visual tokens per video + the question [inferred].
+# Frames at max_pixels = 360 * 420 (Qwen's smart_resize of 360 x 420:
+# 336 x 420, 12 x 15 merged tokens); fps 1 (2 s per temporal patch); the
+# clip length is not stated: [inferred] 16 frames (8 x 180 = 1440 tokens).
 PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=4096,
              batch_size=32, sampler=(64, 4096, 16),
-             note=scale.VLM_NOTE.format(size="7B"),
-             paper="spec S: Qwen2.5-VL-7B, fps 1, 16 new tokens")
+             vision=dict(kind="video", image_size=(336, 420), num_frames=16,
+                         seconds_per_grid=2.0),
+             note=scale.VL_NOTE.format(size="7B"),
+             paper="spec S: Qwen2.5-VL-7B, fps 1, max_pixels 360*420, 16 "
+                   "new tokens; 16 frames [inferred]")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False, seed=-1,

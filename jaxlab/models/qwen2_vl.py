@@ -78,6 +78,7 @@ from jaxlab import registry as jregistry
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.nn import attention as attention_lib
 from jaxlab.nn import norm as norm_lib
+from jaxlab.nn import partitioning as pt
 from jaxlab.nn import patches
 from jaxlab.nn import rope as rope_lib
 from jaxlab.nn import splash
@@ -261,9 +262,16 @@ def segment_ids(cu_seqlens: np.ndarray, n: int) -> np.ndarray:
 # -- vision tower ------------------------------------------------------------
 
 
-def _linear(din, dout, rngs, pdt, bias=True):
-  return nnx.Linear(din, dout, use_bias=bias, param_dtype=pdt, rngs=rngs,
-                    kernel_init=nnx.initializers.normal(0.02))
+def _linear(din, dout, rngs, pdt, axes, bias=True):
+  """`nnx.Linear` whose kernel `[din, dout]` (and bias `[dout]`) carry the
+  logical `axes` (`jaxlab.nn.partitioning`: under FSDP "embed" shards over
+  fsdp, as the decoder's weights do; "mlp" / "heads" over tensor)."""
+  lin = nnx.Linear(din, dout, use_bias=bias, param_dtype=pdt, rngs=rngs,
+                   kernel_init=nnx.initializers.normal(0.02))
+  lin.kernel = pt.param(lin.kernel[...], axes)
+  if bias:
+    lin.bias = pt.param(lin.bias[...], axes[1:])
+  return lin
 
 
 def _norm(cfg: VisionConfig, d: int, pdt):
@@ -284,15 +292,15 @@ class VisionBlock(nnx.Module):
     self.cfg = cfg
     self.norm1 = _norm(cfg, d, pdt)
     self.norm2 = _norm(cfg, d, pdt)
-    self.qkv = _linear(d, 3 * d, rngs, pdt)
-    self.proj = _linear(d, d, rngs, pdt)
+    self.qkv = _linear(d, 3 * d, rngs, pdt, (pt.EMBED, pt.HEADS))
+    self.proj = _linear(d, d, rngs, pdt, (pt.HEADS, pt.EMBED))
     if cfg.variant == "qwen2_vl":
-      self.fc1 = _linear(d, f, rngs, pdt)
-      self.fc2 = _linear(f, d, rngs, pdt)
+      self.fc1 = _linear(d, f, rngs, pdt, (pt.EMBED, pt.MLP))
+      self.fc2 = _linear(f, d, rngs, pdt, (pt.MLP, pt.EMBED))
     else:
-      self.gate_proj = _linear(d, f, rngs, pdt)
-      self.up_proj = _linear(d, f, rngs, pdt)
-      self.down_proj = _linear(f, d, rngs, pdt)
+      self.gate_proj = _linear(d, f, rngs, pdt, (pt.EMBED, pt.MLP))
+      self.up_proj = _linear(d, f, rngs, pdt, (pt.EMBED, pt.MLP))
+      self.down_proj = _linear(f, d, rngs, pdt, (pt.MLP, pt.EMBED))
 
   def mlp(self, y):
     act = _ACTIVATIONS[self.cfg.hidden_act]
@@ -339,8 +347,9 @@ class PatchMerger(nnx.Module):
     d = cfg.hidden_size * cfg.spatial_merge_size ** 2
     self.cfg = cfg
     self.ln_q = _norm(cfg, cfg.hidden_size, pdt)
-    self.fc1 = _linear(d, d, rngs, pdt)
-    self.fc2 = _linear(d, cfg.out_hidden_size, rngs, pdt)
+    self.fc1 = _linear(d, d, rngs, pdt, (pt.EMBED, pt.MLP))
+    self.fc2 = _linear(d, cfg.out_hidden_size, rngs, pdt,
+                       (pt.MLP, pt.EMBED))
 
   def __call__(self, x_nd):
     unit = self.cfg.spatial_merge_size ** 2
@@ -354,8 +363,9 @@ class VisionTower(nnx.Module):
   def __init__(self, cfg: VisionConfig, *, rngs: nnx.Rngs):
     pdt = decoder_lib.to_dtype(cfg.param_dtype)
     self.cfg = cfg
+    # The input dim (C*T*P*P, 1176 for Qwen's) is left unsharded.
     self.patch_embed = _linear(cfg.patch_dim, cfg.hidden_size, rngs, pdt,
-                               bias=False)
+                               (None, pt.EMBED), bias=False)
     self.blocks = nnx.List([VisionBlock(cfg, rngs=rngs)
                             for _ in range(cfg.depth)])
     self.merger = PatchMerger(cfg, rngs=rngs)

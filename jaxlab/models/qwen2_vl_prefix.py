@@ -55,6 +55,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from flax.core import spmd
+from jax.sharding import PartitionSpec as P
 
 from jaxlab import registry as jregistry
 from jaxlab.models import decoder as decoder_lib
@@ -151,9 +153,7 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
     self.cfg = cfg
     self.prefix = prefix
     self.vl = qwen2_vl.Qwen2VL(cfg, rngs=rngs)
-    frames = 1 if prefix.kind == "image" else prefix.num_frames
-    tp = vcfg.temporal_patch_size
-    self.grid = (-(-frames // tp), h // vcfg.patch_size, w // vcfg.patch_size)
+    self.grid = prefix_grid(vcfg, prefix)
     self.num_vision = int(np.prod(self.grid)) // vcfg.spatial_merge_size ** 2
     self.num_prefix = self.num_vision + 2
     pad = cfg.image_token_id if prefix.kind == "image" else (
@@ -206,10 +206,33 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
 
   def prefix_embeds(self, prefix_inputs: jax.Array) -> jax.Array:
     """Inputs -> embeddings `[B, n + 2, D]` of [vision start; the n
-    merged vision features; vision end]."""
+    merged vision features; vision end].
+
+    The tower runs on each item alone (`jax.vmap` over the batch: every
+    item has the same grid and the tower mixes no items, so this equals
+    one call over the concatenated patches). Under a mesh whose batch axes
+    divide B, the vmapped axis is sharded over them (`spmd_axis_name`) and
+    each item's patches and features are pinned to its shard (a sharding
+    constraint), so each chip runs the tower on its own items (the splash
+    kernel's `shard_map` included) with the FSDP weights all-gathered.
+    Without the pin GSPMD split the tower's matmuls over their sharded
+    contracting dim and all-reduced whole-batch activations: the AOT
+    compile of chart_to_code:paper (v5p:2x2x4) had 86.8 GiB of
+    temporaries and 1,217 GiB of all-reduce per step, 26.4 GiB and
+    0.01 GiB with it."""
+    self._check(prefix_inputs)
+    grid = np.array([self.grid])
+    axes = _batch_mesh_axes(prefix_inputs.shape[0])
+    # Under vmap with spmd_axis_name, P() pins an item's arrays to its
+    # batch shard (replicated over the other mesh axes).
+    pin = ((lambda a: a) if axes is None else
+           (lambda a: jax.lax.with_sharding_constraint(a, P())))
+
+    def one(x):  # one image `[H, W, C]` or clip `[F, H, W, C]`
+      return pin(self.vl.visual(pin(self.pixel_values(x[None])), grid))
+
+    feats = jax.vmap(one, spmd_axis_name=axes)(prefix_inputs)
     b = prefix_inputs.shape[0]
-    feats = self.vl.visual(self.pixel_values(prefix_inputs),
-                           np.array([self.grid] * b))
     ends = self.decoder.embed(jnp.asarray(
         [self.prefix_ids[0], self.prefix_ids[-1]], jnp.int32))
     feats = feats.reshape(b, self.num_vision, -1).astype(ends.dtype)
@@ -316,6 +339,103 @@ def _pixel_values_jit(model: Qwen2VLPrefixLM, x: jax.Array) -> jax.Array:
   return model.pixel_values(x)
 
 
+def _batch_mesh_axes(batch: int) -> tuple[str, ...] | None:
+  """The set mesh's axes of the logical "batch" axis (the active rules,
+  else `jaxlab.parallel.mesh.DEFAULT_RULES`' data + fsdp) when they divide
+  `batch`; None without a mesh or when they do not divide it."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return None
+  rules = spmd.get_logical_axis_rules() or (("batch", ("data", "fsdp")),)
+  axes = dict(rules).get("batch")
+  if axes is None:
+    return None
+  names = tuple(a for a in ((axes,) if isinstance(axes, str) else axes)
+                if a in mesh.shape)
+  shards = int(np.prod([mesh.shape[a] for a in names])) if names else 1
+  if shards == 1 or batch % shards:
+    return None
+  return names
+
+
+# -- sizes and FLOPs -----------------------------------------------------------
+
+
+def prefix_grid(vcfg: qwen2_vl.VisionConfig, prefix: PrefixConfig
+                ) -> tuple[int, int, int]:
+  """(t, h, w) patch grid of one image / clip of `prefix`: t temporal
+  patches (an image: 1; a clip: ceil(F / temporal_patch_size)) of
+  (H / patch_size) x (W / patch_size) patches."""
+  h, w = prefix.image_size
+  frames = 1 if prefix.kind == "image" else prefix.num_frames
+  return (-(-frames // vcfg.temporal_patch_size), h // vcfg.patch_size,
+          w // vcfg.patch_size)
+
+
+def vision_num_params(vcfg: qwen2_vl.VisionConfig) -> int:
+  """Parameters of the vision tower (`qwen2_vl.VisionTower`): the patch
+  embedding (no bias), `depth` blocks (two norms, fused qkv and output
+  projection with biases, the MLP with biases) and the merger (ln_q, two
+  linears with biases). Qwen2.5-VL-7B's: 676,550,144 (+ its language model
+  7,615,616,512 = the released 8,292,166,656)."""
+  d, f, m = vcfg.hidden_size, vcfg.intermediate_size, (
+      vcfg.hidden_size * vcfg.spatial_merge_size ** 2)
+  norm = d if vcfg.variant == "qwen2_5_vl" else 2 * d  # RMS / LayerNorm
+  if vcfg.variant == "qwen2_5_vl":
+    mlp = 3 * d * f + 2 * f + d   # gate, up, down
+  else:
+    mlp = 2 * d * f + f + d       # fc1, fc2
+  block = 2 * norm + (3 * d * d + 3 * d) + (d * d + d) + mlp
+  merger = norm + (m * m + m) + (m * vcfg.out_hidden_size
+                                 + vcfg.out_hidden_size)
+  return vcfg.patch_dim * d + vcfg.depth * block + merger
+
+
+def vision_forward_flops(vcfg: qwen2_vl.VisionConfig,
+                         grid_thw: Sequence[int]) -> float:
+  """Forward FLOPs of the tower on one item of patch grid `grid_thw`.
+
+  2 per matmul weight per row (N patches through the patch embedding and
+  the blocks, N / merge^2 units through the merger; biases and norms not
+  counted), plus 4 * hidden_size per attended (query, key) pair per block
+  (scores and values): sum over the attention segments of length^2, the
+  frames for full-attention blocks and the windows (`window_index`) for
+  the others."""
+  grid = tuple(int(g) for g in grid_thw)
+  n = int(np.prod(grid))
+  d, f = vcfg.hidden_size, vcfg.intermediate_size
+  m = d * vcfg.spatial_merge_size ** 2
+  mlp = (3 if vcfg.variant == "qwen2_5_vl" else 2) * d * f
+  matmul = n * (vcfg.patch_dim * d + vcfg.depth * (4 * d * d + mlp))
+  matmul += n // vcfg.spatial_merge_size ** 2 * (
+      m * m + m * vcfg.out_hidden_size)
+  pairs = lambda cu: float(np.sum(np.diff(np.asarray(cu)) ** 2))
+  full = pairs(qwen2_vl.frame_cu_seqlens([grid]))
+  if vcfg.variant == "qwen2_vl":
+    n_full, window = vcfg.depth, 0.0
+  else:
+    n_full = sum(1 for i in vcfg.fullatt_block_indexes if i < vcfg.depth)
+    window = pairs(qwen2_vl.window_index([grid], vcfg)[1])
+  attn = 4.0 * d * (n_full * full + (vcfg.depth - n_full) * window)
+  return 2.0 * matmul + attn
+
+
+def train_flops_per_token(vl_cfg: qwen2_vl.Qwen2VLConfig,
+                          prefix: PrefixConfig, seq_len: int) -> float:
+  """Training FLOPs per text token of a row [prefix; `seq_len` ids]: the
+  language model's (`registry.decoder_train_flops_per_token`: 6 N +
+  attention) over all P + T positions (prefix included; the logits of
+  every position counted) plus 3x the tower's forward FLOPs of the row's
+  image / clip (`vision_forward_flops`; backward = 2x forward), divided
+  by the T text tokens (the report multiplies by batch x seq_len)."""
+  grid = prefix_grid(vl_cfg.vision, prefix)
+  positions = int(np.prod(grid)) // vl_cfg.vision.spatial_merge_size ** 2
+  positions += 2 + int(seq_len)
+  lm = registry.decoder_train_flops_per_token(vl_cfg.text, positions)
+  tower = 3.0 * vision_forward_flops(vl_cfg.vision, grid)
+  return (lm * positions + tower) / int(seq_len)
+
+
 def config_from_dict(model_cfg: Mapping[str, Any], *,
                      vocab_size: int | None = None,
                      variant: str = "qwen2_5_vl"
@@ -356,7 +476,8 @@ def _builder(variant: str):
                                       variant=variant)
     return registry.ModelSpec(
         factory=lambda: Qwen2VLPrefixLM(vl_cfg, prefix, rngs=nnx.Rngs(seed)),
-        config=vl_cfg)
+        config=vl_cfg,
+        flops_per_token=lambda t: train_flops_per_token(vl_cfg, prefix, t))
   build.__doc__ = (f"`Qwen2VLPrefixLM` ({variant} tower): `config.model` "
                    "decoder fields + `vision` + `prefix` sections.")
   return build

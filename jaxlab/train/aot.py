@@ -12,7 +12,9 @@ compile-only TPU devices for any topology name (`v5e:2x2`, `v5p:2x2x4`,
 `config.mesh` over those devices, the born-sharded state from
 `trainer.build(..., abstract_only=True)`, `trainer.make_train_step` with
 `parallel.batch_sharding`) and lowered with abstract arguments; nothing is
-allocated. The report holds, per chip:
+allocated. The batch is the LM pipeline's, or for a prefix LM (the
+Qwen2.5-VL of a `vision=` paper preset) its loss's images / clips + text
+(`train_example`). The report holds, per chip:
 
 * `memory`: argument / output / alias / temp / total bytes of
   `compiled.memory_analysis()` against the chip's HBM;
@@ -583,6 +585,89 @@ def lm_example(seq_len: int) -> dict[str, np.ndarray]:
   return pipeline._empty(int(seq_len), 0)  # pylint: disable=protected-access
 
 
+# Losses of a prefix LM (`config.model` with a `prefix` section: the
+# Qwen2.5-VL prefix LM, `jaxlab.models.qwen2_vl_prefix`) and their batches.
+PREFIX_LOSSES = ("prefix_lm_nll", "video_lm")
+# `config.model` keys of the prefix LM that its language model has not.
+_VL_KEYS = ("vision", "prefix", "image_token_id", "video_token_id",
+            "vision_start_token_id", "mrope_section")
+
+
+def _loss_name(config) -> str:
+  """The step's loss: a paper-scale preset's `scale.loss`, else
+  `config.loss.name`."""
+  scale = config.get("scale")
+  if scale is not None and scale.get("loss"):
+    return scale.loss
+  return config.loss.name
+
+
+def prefix_example(config, seq_len: int) -> dict[str, np.ndarray] | None:
+  """One example of a prefix LM's loss, None when `config.model` has no
+  `prefix` section or the loss is not one of `PREFIX_LOSSES`.
+
+  `prefix_lm_nll`: images `[H, W, C]` (a clip: `[F, H, W, C]`) float32 in
+  [0, 1], ids `[T]` int32, mask `[T]` float32; `video_lm`: frames
+  `[F, H, W, C]`, inputs / targets `[T]` int32, loss_mask `[T]` float32
+  (no attention_mask: rows unpadded). T = `seq_len`, the text after the
+  vision prefix. Zero-strided arrays: only shapes and dtypes are read.
+  """
+  model = config.model
+  prefix = model.get("prefix")
+  loss = _loss_name(config)
+  if prefix is None or loss not in PREFIX_LOSSES:
+    return None
+  size = prefix.get("image_size", 32)
+  h, w = (int(size),) * 2 if np.ndim(size) == 0 else (int(s) for s in size)
+  ch = int((model.get("vision") or {}).get("in_channels", 3))
+  kind = prefix.get("kind", "image")
+  shape = ((h, w, ch) if kind == "image"
+           else (int(prefix.get("num_frames", 1)), h, w, ch))
+  zeros = lambda shp, dt: np.broadcast_to(np.zeros((), dt), shp)
+  t = (int(seq_len),)
+  if loss == "prefix_lm_nll":
+    return {"images": zeros(shape, np.float32), "ids": zeros(t, np.int32),
+            "mask": zeros(t, np.float32)}
+  if kind != "video":
+    raise ValueError(f"loss video_lm needs model.prefix.kind='video', got "
+                     f"{kind!r}")
+  return {"frames": zeros(shape, np.float32), "inputs": zeros(t, np.int32),
+          "targets": zeros(t, np.int32), "loss_mask": zeros(t, np.float32)}
+
+
+def train_example(config, seq_len: int) -> dict[str, np.ndarray]:
+  """The example the compiled step reads: `prefix_example` for a prefix
+  LM, else the LM pipeline's (`lm_example`)."""
+  ex = prefix_example(config, seq_len)
+  return lm_example(seq_len) if ex is None else ex
+
+
+def language_model_config(model_cfg):
+  """`config.model` of a prefix LM's language model alone (name "decoder",
+  its vision / prefix sections and vision token ids dropped); other
+  configs unchanged. The sampler's programs: the tower runs once per
+  prompt, before them."""
+  if model_cfg.get("prefix") is None:
+    return model_cfg
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  d = {k: v for k, v in model_cfg.to_dict().items() if k not in _VL_KEYS}
+  d["name"] = "decoder"
+  d.setdefault("qkv_bias", True)  # qwen2_vl_prefix's default
+  return ml_collections.ConfigDict(d)
+
+
+def _num_params(cfg) -> int | None:
+  """Parameters of a model config: `num_params()`, or a Qwen2-VL config's
+  language model + vision tower; None when unknown."""
+  if hasattr(cfg, "num_params"):
+    return int(cfg.num_params())
+  if hasattr(cfg, "text") and hasattr(cfg, "vision"):
+    from jaxlab.models import qwen2_vl_prefix  # pylint: disable=g-import-not-at-top
+    return int(cfg.text.num_params()
+               + qwen2_vl_prefix.vision_num_params(cfg.vision))
+  return None
+
+
 def abstract_batch(example: Mapping[str, Any], batch_size: int,
                    sharding: NamedSharding, grad_accum: int = 1) -> Any:
   """ShapeDtypeStructs of a global batch of `example`s (the train layout)."""
@@ -647,7 +732,8 @@ def compile_train_step(config, devices: Sequence[Any], *,
     model / loss_fn: as for `trainer.train` (defaults: `config.model`,
       `losses.get(config.loss.name)`).
     example: one training example (dict of arrays; only shapes and dtypes
-      are used); default: the LM pipeline's example at `train.seq_len`.
+      are used); default: `train_example` at `train.seq_len` (the LM
+      pipeline's example, or a prefix LM's images / clips + text).
     mesh: a mesh to use instead of `config.mesh` over `devices`.
 
   Raises:
@@ -658,9 +744,7 @@ def compile_train_step(config, devices: Sequence[Any], *,
   chip = chip_of(devices[0])
   mesh = mesh or make_mesh(config.mesh, devices)
   # A paper-scale preset (`jaxlab.configs._scale`) names the step's loss.
-  scale = config.get("scale")
-  loss_fn = loss_fn or losses.get(scale.loss if scale is not None
-                                  and scale.get("loss") else config.loss.name)
+  loss_fn = loss_fn or losses.get(_loss_name(config))
   grad_accum = int(config.optim.grad_accum)
   batch_size, seq_len = int(config.train.batch_size), int(config.train.seq_len)
   n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -674,8 +758,8 @@ def compile_train_step(config, devices: Sequence[Any], *,
   batch_sh = parallel.batch_sharding(mesh, ts.rules,
                                      leading=1 if grad_accum > 1 else 0)
   batch = abstract_batch(example if example is not None
-                         else lm_example(seq_len), batch_size, batch_sh,
-                         grad_accum)
+                         else train_example(config, seq_len), batch_size,
+                         batch_sh, grad_accum)
   key = _key_struct(mesh)
   with jax.set_mesh(mesh), nnx.logical_axis_rules(ts.rules):
     step = trainer.make_train_step(ts, loss_fn, config.loss,
@@ -701,9 +785,7 @@ def compile_train_step(config, devices: Sequence[Any], *,
   rep = _program_report(compiled, chip,
                         flops_per_chip=None if flops_step is None
                         else flops_step / n_chips, seconds=compile_s)
-  params = (ts.spec.config.num_params()
-            if ts.spec is not None and hasattr(ts.spec.config, "num_params")
-            else None)
+  params = _num_params(ts.spec.config) if ts.spec is not None else None
   rep.update({
       "program": "train_step", "lower_s": lower_s, **context,
       "tokens_per_step": batch_size * seq_len,
@@ -733,9 +815,7 @@ def compile_eval_step(config, devices: Sequence[Any], *,
   from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
   chip = chip_of(devices[0])
   mesh = mesh or make_mesh(config.mesh, devices)
-  scale = config.get("scale")
-  loss_fn = losses.get(scale.loss if scale is not None and scale.get("loss")
-                       else config.loss.name)
+  loss_fn = losses.get(_loss_name(config))
   batch_size, seq_len = int(config.train.batch_size), int(config.train.seq_len)
   t0 = time.perf_counter()
   rules = parallel.rules_from_config(config.get("sharding_rules"))
@@ -748,7 +828,8 @@ def compile_eval_step(config, devices: Sequence[Any], *,
         lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
         abs_state, shardings)
     batch_sh = parallel.batch_sharding(mesh, rules)
-    batch = abstract_batch(lm_example(seq_len), batch_size, batch_sh)
+    batch = abstract_batch(train_example(config, seq_len), batch_size,
+                           batch_sh)
 
     def step(st, b, rng):
       model = nnx.merge(graphdef, st)
@@ -780,7 +861,7 @@ def compile_eval_step(config, devices: Sequence[Any], *,
       "program": "eval_step", "lower_s": lower_s, **context,
       "tokens_per_step": batch_size * seq_len,
       "tokens_per_chip": batch_size * seq_len // n_chips,
-      "params": cfg.num_params() if hasattr(cfg, "num_params") else None,
+      "params": _num_params(cfg),
       "state_bytes_per_chip": state_bytes_per_chip(state),
       "batch_bytes_per_chip": state_bytes_per_chip(batch),
       "flops_per_step": flops_step, "flops_per_token": flops_tok,
@@ -833,18 +914,20 @@ def compile_sampler(config, devices: Sequence[Any], *, batch: int,
                     greedy: bool = True) -> dict[str, Any]:
   """Compiles the sampler's prefill and decode programs abstractly.
 
-  The model comes from `config.model` (weights sharded per
-  `config.sharding_rules`); prompts `[batch, prompt_len]` are sharded over
-  the batch axes when `batch` divides them (else replicated); the KV cache
-  holds `prompt_len + max_new_tokens` slots. Returns {"prefill": report,
-  "decode": report}.
+  The model comes from `config.model` (a prefix LM: its language model,
+  `language_model_config`, the prompt length counting the vision tokens;
+  weights sharded per `config.sharding_rules`); prompts `[batch,
+  prompt_len]` are sharded over the batch axes when `batch` divides them
+  (else replicated); the KV cache holds `prompt_len + max_new_tokens`
+  slots. Returns {"prefill": report, "decode": report}.
   """
   from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
   from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
   chip = chip_of(devices[0])
   mesh = mesh or make_mesh(config.mesh, devices)
   rules = parallel.rules_from_config(config.sharding_rules)
-  spec = registry.get_spec(config.model, vocab_size=_vocab_size(config),
+  spec = registry.get_spec(language_model_config(config.model),
+                           vocab_size=_vocab_size(config),
                            seed=int(config.seed))
   n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
   row_sh = (parallel.batch_sharding(mesh, rules) if batch % n_batch == 0
@@ -905,6 +988,10 @@ def compile_sampler(config, devices: Sequence[Any], *, batch: int,
         "count)")
   for k in out:
     out[k].update({"program": f"sampler_{k}", **ctx})
+    if config.model.get("prefix") is not None:
+      out[k]["model"] = ("the prefix LM's language model: the vision tower "
+                         "runs once per prompt before prefill; prompt_len "
+                         "counts the vision tokens")
   return out
 
 

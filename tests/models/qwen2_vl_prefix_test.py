@@ -122,6 +122,29 @@ class Qwen2VLPrefixTest(absltest.TestCase):
       np.testing.assert_allclose(ours[mask == 1], ref[mask == 1][:, :V],
                                  rtol=0, atol=_tol(ref))
 
+  def test_sharded_tower_equals_unsharded(self):
+    """Under a mesh whose batch axes (data x fsdp = 4) divide the batch,
+    the tower runs vmapped with the items pinned to their batch shard
+    (`spmd_axis_name`): logits equal the run without a mesh."""
+    if jax.device_count() < 8:
+      self.skipTest("needs 8 (fake) devices")
+    from jaxlab import parallel  # pylint: disable=g-import-not-at-top
+    model = self.image
+    x = self.rng.uniform(size=(4, 16, 16, 3)).astype(np.float32)
+    ids = self.rng.integers(0, V, (4, 6))
+    fwd = lambda i, x: model.forward(i, prefix_inputs=x).logits
+    want = np.asarray(jax.jit(fwd)(ids, x))
+    mesh = jax.make_mesh((1, 4, 2), ("data", "fsdp", "tensor"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(parallel.DEFAULT_RULES):
+      self.assertEqual(qp._batch_mesh_axes(4), ("data", "fsdp"))  # pylint: disable=protected-access
+      self.assertIsNone(qp._batch_mesh_axes(6))  # pylint: disable=protected-access
+      row = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
+          ("data", "fsdp")))
+      got = jax.jit(fwd)(jax.device_put(ids, row), jax.device_put(x, row))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0,
+                               atol=_tol(want))
+
   def test_pixel_values_match_the_host_processor(self):
     """The device normalisation + patchify equals the Qwen2-VL image
     processor (`data.vision_processor`, bit-exact vs transformers) on uint8

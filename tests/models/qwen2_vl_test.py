@@ -538,9 +538,9 @@ class Qwen25VLTest(chex.TestCase):
                       inputs, want=tuned)
 
   def test_mesh_placement(self):
-    """hf.load(mesh=, rules=) on 8 devices: the language model's params
-    sharded by their logical axes (vision tower replicated); logits ==
-    the unsharded model's."""
+    """hf.load(mesh=, rules=) on 8 devices: the language model's and the
+    vision tower's params sharded by their logical axes; logits == the
+    unsharded model's."""
     if jax.device_count() < 8:
       self.skipTest("needs 8 (fake) devices")
     mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
@@ -550,8 +550,14 @@ class Qwen25VLTest(chex.TestCase):
     self.assertEqual(up.sharding.spec, jax.sharding.PartitionSpec(
         "fsdp", "tensor"))
     self.assertEqual(up.addressable_shards[0].data.shape, (32, 48))
+    # The tower's fused qkv [32, 96]: (embed, heads) -> (fsdp, tensor).
     qkv = model.visual.blocks[0].qkv.kernel[...]
-    self.assertTrue(qkv.sharding.is_fully_replicated)
+    self.assertEqual(qkv.sharding.spec, jax.sharding.PartitionSpec(
+        "fsdp", "tensor"))
+    self.assertEqual(qkv.addressable_shards[0].data.shape, (16, 48))
+    down = model.visual.blocks[0].down_proj.kernel[...]
+    self.assertEqual(down.sharding.spec, jax.sharding.PartitionSpec(
+        "tensor", "fsdp"))
     ids = np.array([_prompt()])
     inputs = self._inputs()
     grids = {k: inputs.pop(k) for k in ("image_grid_thw", "video_grid_thw")}
