@@ -122,6 +122,33 @@ class Qwen2VLPrefixTest(absltest.TestCase):
       np.testing.assert_allclose(ours[mask == 1], ref[mask == 1][:, :V],
                                  rtol=0, atol=_tol(ref))
 
+  def test_chunked_prefix_loss_equals_the_plain_one(self):
+    """`prefix_lm_nll` with `chunk_size` (the paper presets' vocabulary-
+    chunked head over the text positions) == over full logits, value and
+    gradient, with a chunk (5) that does not divide the B*(T-1) = 15 rows."""
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    from jaxlab.objectives import prefix_lm as prefix_lm_loss  # pylint: disable=g-import-not-at-top
+    model = self.image
+    batch = {"images": jnp.asarray(self.rng.uniform(
+                 size=(3, 16, 16, 3)).astype(np.float32)),
+             "ids": jnp.asarray(self.rng.integers(0, V, (3, 6)), jnp.int32),
+             "mask": jnp.asarray(np.tile([0, 1, 1, 1, 1, 0], (3, 1)),
+                                 jnp.float32)}
+
+    def loss(m, chunk):
+      cfg = ml_collections.ConfigDict({"chunk_size": chunk})
+      return prefix_lm_loss.prefix_lm_nll(m, batch, config=cfg)[0]
+
+    plain, g_plain = nnx.value_and_grad(lambda m: loss(m, 0))(model)
+    chunked, g_chunked = nnx.value_and_grad(lambda m: loss(m, 5))(model)
+    np.testing.assert_allclose(chunked, plain, rtol=2 ** 8 * EPS)
+    for (path, a), (_, b) in zip(nnx.to_flat_state(g_plain),
+                                 nnx.to_flat_state(g_chunked)):
+      a, b = np.asarray(a.get_value()), np.asarray(b.get_value())
+      np.testing.assert_allclose(b, a, rtol=0, atol=_tol(a),
+                                 err_msg=str(path))
+
   def test_sharded_tower_equals_unsharded(self):
     """Under a mesh whose batch axes (data x fsdp = 4) divide the batch,
     the tower runs vmapped with the items pinned to their batch shard
