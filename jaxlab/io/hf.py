@@ -815,13 +815,15 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
     return load_qwen2_vl(path, dtype=dtype, param_dtype=param_dtype,
                          mesh=mesh, rules=rules, **config_overrides)
   rename = lambda name: name  # pylint: disable=unnecessary-lambda-assignment
+  files = None
   if is_gemma3_multimodal_config(hf_json):
-    hf_json, rename = _gemma3_language_model(hf_json, path)
+    files = _weight_files(path)
+    hf_json, rename = _gemma3_language_model(hf_json, path, files)
   cfg = config_from_hf(hf_json, dtype=dtype,
                        param_dtype=param_dtype,
                        where=os.path.join(path, CONFIG_FILE),
                        **config_overrides)
-  files = _weight_files(path)
+  files = _weight_files(path) if files is None else files
   where_index = os.path.join(path, INDEX_FILE if os.path.exists(
       os.path.join(path, INDEX_FILE)) else SINGLE_FILE)
   handles: dict[str, Any] = {}
@@ -867,11 +869,13 @@ def is_gemma3_multimodal_config(hf: Mapping[str, Any]) -> bool:
           or (not archs and hf.get("model_type") == "gemma3"))
 
 
-def _gemma3_language_model(hf: Mapping[str, Any], path: str
+def _gemma3_language_model(hf: Mapping[str, Any], path: str,
+                           files: Mapping[str, str]
                            ) -> tuple[dict[str, Any], Callable[[str], str]]:
   """(the `Gemma3ForCausalLM` config of its `text_config`, HF text tensor
   name -> the name in this checkpoint's files) of a Gemma 3 multimodal
-  checkpoint; warns that its vision tower is not loaded."""
+  checkpoint whose tensors are `files` (`_weight_files`); warns that its
+  vision tower is not loaded."""
   where = os.path.join(path, CONFIG_FILE)
   text = dict(hf.get("text_config") or {})
   if not text.get("hidden_size"):
@@ -880,9 +884,8 @@ def _gemma3_language_model(hf: Mapping[str, Any], path: str
   text.update(architectures=[GEMMA3], model_type="gemma3_text")
   # The embedding tie is the outer config's (transformers reads it there).
   text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", True))
-  names = set(_weight_files(path))
   prefixes = [p for p in _GEMMA3_TEXT_PREFIXES
-              if f"{p[1]}embed_tokens.weight" in names]
+              if f"{p[1]}embed_tokens.weight" in files]
   if not prefixes:
     raise ValueError(
         f"{path}: no Gemma 3 language-model tensors (looked for "

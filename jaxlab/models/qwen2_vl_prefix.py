@@ -55,7 +55,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from flax.core import spmd
 from jax.sharding import PartitionSpec as P
 
 from jaxlab import registry as jregistry
@@ -63,6 +62,7 @@ from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import prefix_lm
 from jaxlab.models import qwen2_vl
 from jaxlab.models import registry
+from jaxlab.nn import partitioning as pt
 from jaxlab.nn import patches
 
 # OpenAI CLIP's normalisation, the Qwen-VL processors' default (the same
@@ -222,7 +222,7 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
     0.01 GiB with it."""
     self._check(prefix_inputs)
     grid = np.array([self.grid])
-    axes = _batch_mesh_axes(prefix_inputs.shape[0])
+    axes = pt.batch_mesh_axes(prefix_inputs.shape[0])
     # Under vmap with spmd_axis_name, P() pins an item's arrays to its
     # batch shard (replicated over the other mesh axes).
     pin = ((lambda a: a) if axes is None else
@@ -337,25 +337,6 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
 @nnx.jit
 def _pixel_values_jit(model: Qwen2VLPrefixLM, x: jax.Array) -> jax.Array:
   return model.pixel_values(x)
-
-
-def _batch_mesh_axes(batch: int) -> tuple[str, ...] | None:
-  """The set mesh's axes of the logical "batch" axis (the active rules,
-  else `jaxlab.parallel.mesh.DEFAULT_RULES`' data + fsdp) when they divide
-  `batch`; None without a mesh or when they do not divide it."""
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or mesh.size == 1:
-    return None
-  rules = spmd.get_logical_axis_rules() or (("batch", ("data", "fsdp")),)
-  axes = dict(rules).get("batch")
-  if axes is None:
-    return None
-  names = tuple(a for a in ((axes,) if isinstance(axes, str) else axes)
-                if a in mesh.shape)
-  shards = int(np.prod([mesh.shape[a] for a in names])) if names else 1
-  if shards == 1 or batch % shards:
-    return None
-  return names
 
 
 # -- sizes and FLOPs -----------------------------------------------------------

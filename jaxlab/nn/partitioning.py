@@ -46,18 +46,29 @@ def constrain_batch(x: jax.Array) -> jax.Array:
   step, 312 GiB with this constraint per block). A no-op without a mesh, when
   the rules give no batch axes, or when B does not divide over them.
   """
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or x.ndim == 0:
+  names = None if x.ndim == 0 else batch_mesh_axes(x.shape[0])
+  if names is None:
     return x
+  spec = jax.sharding.PartitionSpec(names, *([None] * (x.ndim - 1)))
+  return jax.lax.with_sharding_constraint(x, spec)
+
+
+def batch_mesh_axes(batch: int) -> tuple[str, ...] | None:
+  """The mesh axes the active rules map `batch` to, when a leading axis of
+  size `batch` shards over them: None without a mesh (set by
+  `jax.set_mesh`), when the rules give no batch axes or name one the mesh
+  lacks, or when their product is 1 or does not divide `batch`."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return None
   axes = dict(spmd.get_logical_axis_rules() or ()).get(BATCH)
   if axes is None:
-    return x
+    return None
   names = (axes,) if isinstance(axes, str) else tuple(axes)
   shape = dict(mesh.shape)
   if any(a not in shape for a in names):
-    return x
+    return None
   shards = math.prod(shape[a] for a in names)
-  if shards == 1 or x.shape[0] % shards:
-    return x
-  spec = jax.sharding.PartitionSpec(axes, *([None] * (x.ndim - 1)))
-  return jax.lax.with_sharding_constraint(x, spec)
+  if shards == 1 or batch % shards:
+    return None
+  return names

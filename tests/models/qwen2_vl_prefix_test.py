@@ -12,8 +12,8 @@ from flax import nnx
 
 from jaxlab.data import vision_processor
 from jaxlab.io import hf
-from jaxlab.models import qwen2_vl_prefix as qp
 from jaxlab.models import registry
+from jaxlab.nn import partitioning as pt
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
 from jaxlab.testing import hf_fixtures
 from jaxlab.train import lora as lora_lib
@@ -164,8 +164,8 @@ class Qwen2VLPrefixTest(absltest.TestCase):
     mesh = jax.make_mesh((1, 4, 2), ("data", "fsdp", "tensor"),
                          axis_types=(jax.sharding.AxisType.Auto,) * 3)
     with jax.set_mesh(mesh), nnx.logical_axis_rules(parallel.DEFAULT_RULES):
-      self.assertEqual(qp._batch_mesh_axes(4), ("data", "fsdp"))  # pylint: disable=protected-access
-      self.assertIsNone(qp._batch_mesh_axes(6))  # pylint: disable=protected-access
+      self.assertEqual(pt.batch_mesh_axes(4), ("data", "fsdp"))
+      self.assertIsNone(pt.batch_mesh_axes(6))
       row = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
           ("data", "fsdp")))
       got = jax.jit(fwd)(jax.device_put(ids, row), jax.device_put(x, row))
