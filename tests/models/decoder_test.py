@@ -298,16 +298,28 @@ class RealModelBf16Test(absltest.TestCase):
 
   With logits rounded to bf16 (spacing 0.125 at 16-32) the top two of a
   chat prompt tied at 25.25 and greedy answers changed with left padding.
+  The logits are now float32, so exact ties are gone; the body still
+  rounds its activations to bf16, and left padding changes the order of
+  XLA's float32 sums (attention over more slots, other kernel blockings),
+  so a few activations round to the neighbouring bf16 value. That moves
+  the logits by far less than bf16's relative step 2^-8, and greedy
+  decoding can only change where two tokens are that close.
   """
+
+  QUESTIONS = ("What is 17 times 3?", "What is the capital of France?",
+               "Write a haiku about the sea.",
+               "How many legs does a spider have?")
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     cls.model, _ = pretrained.load(SMOLLM2, dtype="bfloat16", cache=True)
     tok = pretrained.tokenizer(SMOLLM2)
-    cls.ids = list(tok.apply_chat_template(
-        [{"role": "user", "content": "What is 17 times 3?"}],
-        add_generation_prompt=True))
+    cls.prompts = [
+        list(tok.apply_chat_template([{"role": "user", "content": q}],
+                                     add_generation_prompt=True))
+        for q in cls.QUESTIONS]
+    cls.ids = cls.prompts[0]
 
   def test_float32_logits_without_ties(self):
     logits = self.model(jnp.asarray([self.ids]))
@@ -318,11 +330,23 @@ class RealModelBf16Test(absltest.TestCase):
     as_bf16 = np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))
     self.assertLess(np.mean(np.asarray(logits) == as_bf16), 0.05)
 
-  def test_greedy_tokens_do_not_change_with_left_padding(self):
-    # Prompt bucket 48 (9 padding slots) vs 64 (25).
-    runs = [sampler.generate(self.model, [self.ids], max_new_tokens=16,
-                             pad_multiple=m).tokens[0] for m in (48, 64)]
-    self.assertEqual(runs[0], runs[1])
+  def test_left_padding_changes_greedy_tokens_only_at_near_ties(self):
+    # Prompt buckets 48 and 96: 9-13 and 57-61 padding slots.
+    for prompt in self.prompts:
+      runs = [sampler.generate(self.model, [prompt], max_new_tokens=12,
+                               pad_multiple=m).tokens[0] for m in (48, 96)]
+      diff = [j for j, (a, b) in enumerate(zip(*runs)) if a != b]
+      if not diff:
+        continue
+      j = diff[0]
+      # Both choices, scored without padding after the common prefix, must
+      # be within bf16's step 2^-8 of the top logit of each other.
+      logits = np.asarray(self.model(
+          jnp.asarray([prompt + runs[0][:j]]))[0, -1])
+      gap = abs(logits[runs[0][j]] - logits[runs[1][j]])
+      self.assertLess(gap, 2.0**-8 * np.abs(logits).max(),
+                      f"prompt {prompt[-8:]} step {j}: greedy tokens "
+                      f"{runs[0][j]} / {runs[1][j]} differ by {gap:.3f}")
 
 
 if __name__ == "__main__":
