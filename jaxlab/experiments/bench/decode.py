@@ -39,7 +39,11 @@ each decode step reading every weight once; fp32) and jaxlab's decode
 tokens/s as a fraction of it, and jaxlab's whole-call tokens/s
 (B * N / (prefill_s + decode_s)) as a fraction of this machine's roofline,
 from the memory bandwidth and fp32 matmul peak measured in the same run
-(`jaxlab/experiments/bench/roofline.py`), and each phase's fraction; the machine
+(`jaxlab/experiments/bench/roofline.py`), and each phase's fraction; and
+`matmul_floor`: the decode step's weight matmuls alone, timed as one
+jitted chain at the row's batch (`roofline.measure_decode_matmul_floor`),
+jaxlab's step as a fraction of it, and the largest speed-up over
+transformers a step of nothing but those matmuls would reach; the machine
 block records the load average (timings on a shared machine are noisy)
 and the XLA_FLAGS in force. For `--profile` sizes, jaxlab's side of each
 row carries `profile`: where the call's op time goes (LM head, MLP,
@@ -181,6 +185,30 @@ def _roofline_row(cfg, mach, batch, prompt_len, new_tokens, prefill_s,
           "prefill_fraction_of_roofline": roof["prefill_s"] / prefill_s,
           "decode_fraction_of_roofline": roof["decode_s"] / decode_s,
           "prefill_share_of_call": prefill_s / (prefill_s + decode_s)}
+
+
+def _matmul_floor_row(cfg, batch, new_tokens, decode_s, torch_decode_s
+                      ) -> dict[str, float]:
+  """jaxlab's decode step against the time of its weight matmuls alone.
+
+  `roofline.measure_decode_matmul_floor` runs the step's matmuls (same
+  shapes, batch, fp32) as one jitted chain: the fastest this machine's
+  XLA:CPU dot kernels read the weights. `decode_fraction_of_matmul_floor`
+  = floor / jaxlab's step (1 = nothing but matmuls);
+  `max_ratio_over_torch` = the decode speed-up over transformers a step
+  of matmuls alone would give (a ratio target above it needs other
+  kernels, not a better step).
+  """
+  from jaxlab.experiments.bench import roofline  # pylint: disable=g-import-not-at-top
+  floor = roofline.measure_decode_matmul_floor(cfg, batch)
+  step_s = decode_s / (new_tokens - 1)
+  return {"step_s": floor["seconds"], "jaxlab_step_s": step_s,
+          "torch_step_s": torch_decode_s / (new_tokens - 1),
+          "kernel_bytes_per_s": floor["bytes_per_s"],
+          "tokens_per_s": batch / floor["seconds"],
+          "decode_fraction_of_matmul_floor": floor["seconds"] / step_s,
+          "max_ratio_over_torch":
+              torch_decode_s / (new_tokens - 1) / floor["seconds"]}
 
 
 def bench_jaxlab(model, prompts, new_tokens, repeats, stat="median"):
@@ -353,6 +381,8 @@ def main(argv: list[str] | None = None) -> dict:
               np.asarray(j_tokens) == np.asarray(t_tokens), axis=1))),
           "roofline": _roofline_row(cfg, mach, batch, args.prompt_len,
                                     args.new_tokens, j_pre, j_dec),
+          "matmul_floor": _matmul_floor_row(cfg, batch, args.new_tokens,
+                                            j_dec, t_dec),
           "loadavg_1m": os.getloadavg()[0],
       })
   report = {

@@ -61,6 +61,55 @@ def machine(gib: float = 1.0, n: int = 2048) -> dict[str, float]:
           "loadavg": list(os.getloadavg())}
 
 
+def decoder_matmul_shapes(cfg) -> list[tuple[int, int]]:
+  """(in, out) of every weight matmul of one decode step of a decoder
+  config, in execution order: per layer q, k, v, o, gate, up, down, then
+  the LM head (tied or not, it is read once)."""
+  hd = cfg.resolved_head_dim
+  q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+  layer = [(cfg.dim, q), (cfg.dim, kv), (cfg.dim, kv), (q, cfg.dim),
+           (cfg.dim, cfg.mlp_dim), (cfg.dim, cfg.mlp_dim),
+           (cfg.mlp_dim, cfg.dim)]
+  return layer * cfg.num_layers + [(cfg.dim, cfg.vocab_size)]
+
+
+def measure_decode_matmul_floor(cfg, batch: int, repeats: int = 5
+                                ) -> dict[str, float]:
+  """Seconds per decode step of the step's weight matmuls alone.
+
+  One jitted program runs every `decoder_matmul_shapes(cfg)` product, in
+  float32 at `batch` rows, each fed from the previous one's output (so
+  XLA cannot overlap or drop them): no norms, attention, KV cache,
+  residuals or sampling. It is what this machine's XLA:CPU dot kernels
+  take for a step's weights: a decode step cannot be faster than this
+  without other kernels, and jaxlab's step over this floor is the time
+  spent outside the weight matmuls. Returns the seconds (best of
+  `repeats`), the weight bytes read and the bytes/s the kernels reached.
+  """
+  shapes = decoder_matmul_shapes(cfg)
+  keys = jax.random.split(jax.random.key(0), len(shapes))
+  ws = [jax.random.normal(k, s, jnp.float32) * 0.02
+        for k, s in zip(keys, shapes)]
+  x = jnp.ones((batch, cfg.dim), jnp.float32)
+
+  def fit(y, n):  # [B, m] -> [B, n]: a slice or a tile of y
+    if y.shape[1] < n:
+      y = jnp.tile(y, (1, -(-n // y.shape[1])))
+    return y[:, :n] * 1e-2
+
+  def chain(x, ws):
+    y = x
+    for w in ws:
+      y = fit(y, w.shape[0]) @ w
+    return y
+
+  seconds = _best(jax.jit(chain), x, ws, repeats=repeats)
+  nbytes = 4 * sum(a * b for a, b in shapes)
+  del ws
+  return {"seconds": seconds, "weight_bytes": nbytes,
+          "bytes_per_s": nbytes / seconds, "batch": batch}
+
+
 # The model's FLOPs count lives with the model registry (the trainer's
 # ahead-of-time compiler uses it too).
 decoder_forward_flops = model_registry.decoder_forward_flops
