@@ -133,7 +133,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   return c
 
 
-# Real English sentences for the smollm2 preset (seeds sample among them).
+# Real English sentences for the smollm2 preset (each seed takes different
+# ones: `experiments/sipit.py`).
 SENTENCES = (
     "The quick brown fox jumps over the lazy dog near the river bank.",
     "She opened the window and let the cool morning air into the room.",

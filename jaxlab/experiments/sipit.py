@@ -99,7 +99,11 @@ def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
   per_seed = []
   for seed in (int(s) for s in config.seeds):
     rng = np.random.default_rng(seed)
-    pick = rng.choice(len(streams), int(c.num_prompts), replace=False)
+    # Seed s inverts the s-th block of num_prompts sentences of one fixed
+    # shuffle, so seeds 0..len/num_prompts-1 take different sentences.
+    n = int(c.num_prompts)
+    order = np.random.default_rng(0).permutation(len(streams))
+    pick = np.take(order, np.arange(seed * n, seed * n + n), mode="wrap")
     ids = np.array([streams[i][:int(c.prompt_len)] for i in pick], np.int32)
     # known_bos: BOS + the sentence tokens, the BOS given (prefix_len 1).
     bos = bool(c.get("known_bos", False))
