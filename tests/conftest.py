@@ -12,11 +12,24 @@ xdist worker, which inherits the environment set here):
   removed when the run ends: the system temp directory is left as it was
   found, whatever a test, a notebook or a subprocess forgot to delete. What
   was left there is listed at the end of the run, so a leak is seen.
+* The C heap handed back to the system after each test module
+  (`malloc_trim`). XLA's threads allocate from many glibc arenas, and glibc
+  keeps what they free: measured on a 2-core machine, each of the two xdist
+  workers grew to 8.5 GB by the end of the suite without it, 16 GB of the
+  machine's 24 GB; with it the workers peak at 5.7 GB and end at 2.4-3.2 GB.
+  Each worker's peak RSS is printed at the end of the run.
 """
 
+import ctypes
+import ctypes.util
+import gc
 import os
+import resource
 import shutil
+import sys
 import tempfile
+
+import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SCRATCH_ENV = "JAXLAB_TEST_SCRATCH"
@@ -46,9 +59,43 @@ os.environ["TMPDIR"] = os.environ[_SCRATCH_ENV]
 tempfile.tempdir = os.environ[_SCRATCH_ENV]
 
 
+_LIBC = ctypes.util.find_library("c")
+# glibc's malloc_trim: returns freed C-heap pages to the system (absent off
+# glibc, e.g. on macOS or musl, where the hook below does nothing).
+_MALLOC_TRIM = getattr(ctypes.CDLL(_LIBC), "malloc_trim", None) if _LIBC else None
+
+
+def _peak_rss_mb() -> float:
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  # Bytes on macOS, KiB on Linux.
+  return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+  """After a module's last test (and its fixtures' teardown): free the heap."""
+  if nextitem is None or nextitem.path != item.path:
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+      _MALLOC_TRIM(0)
+
+
+_PEAKS = {}
+
+
+def pytest_testnodedown(node, error):
+  del error
+  peak = getattr(node, "workeroutput", {}).get("peak_rss_mb")
+  if peak is not None:
+    _PEAKS[node.gateway.id] = peak
+
+
 def pytest_sessionfinish(session, exitstatus):
   del exitstatus
-  if not _OWNS_SCRATCH or hasattr(session.config, "workerinput"):
+  if hasattr(session.config, "workerinput"):  # an xdist worker
+    session.config.workeroutput["peak_rss_mb"] = _peak_rss_mb()
+    return
+  if not _OWNS_SCRATCH:
     return
   scratch = os.environ[_SCRATCH_ENV]
   # pytest's own tmp_path directories live under pytest-of-<user>.
@@ -61,3 +108,11 @@ def pytest_sessionfinish(session, exitstatus):
           f"tests left {len(left)} entries in the scratch dir (removed): "
           + ", ".join(left[:20]) + (" ..." if len(left) > 20 else ""))
   shutil.rmtree(scratch, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  del exitstatus, config
+  peaks = _PEAKS or {"main": _peak_rss_mb()}
+  terminalreporter.write_line(
+      "peak RSS per test process: " + ", ".join(
+          f"{k} {v / 1024:.1f} GB" for k, v in sorted(peaks.items())))
