@@ -12,12 +12,16 @@ xdist worker, which inherits the environment set here):
   removed when the run ends: the system temp directory is left as it was
   found, whatever a test, a notebook or a subprocess forgot to delete. What
   was left there is listed at the end of the run, so a leak is seen.
-* The C heap handed back to the system after each test module
-  (`malloc_trim`). XLA's threads allocate from many glibc arenas, and glibc
-  keeps what they free: measured on a 2-core machine, each of the two xdist
-  workers grew to 8.5 GB by the end of the suite without it, 16 GB of the
-  machine's 24 GB; with it the workers peak at 5.7 GB and end at 2.4-3.2 GB.
-  Each worker's peak RSS is printed at the end of the run.
+* JAX's in-memory caches cleared and the C heap handed back to the system
+  after each test module (`jax.clear_caches()`, then glibc's
+  `malloc_trim`): the compiled programs of every shape a module ran stay
+  cached by the functions that compiled them, and glibc keeps what XLA's
+  threads free. Without both, each of the two xdist workers grew to 8.8 GB
+  by the end of the suite on a 2-core machine (trimming alone changed
+  nothing); on three test directories in one process, both together cut the
+  peak from 6.3 to 4.6 GB and the end from 5.2 to 1.8 GB. A later module
+  that runs a program again reads it from the persistent cache. Each test
+  process's peak RSS is printed at the end of the run.
 """
 
 import ctypes
@@ -73,8 +77,11 @@ def _peak_rss_mb() -> float:
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-  """After a module's last test (and its fixtures' teardown): free the heap."""
+  """After a module's last test (and its fixtures' teardown): free memory."""
   if nextitem is None or nextitem.path != item.path:
+    jax = sys.modules.get("jax")
+    if jax is not None:
+      jax.clear_caches()
     gc.collect()
     if _MALLOC_TRIM is not None:
       _MALLOC_TRIM(0)
