@@ -90,6 +90,7 @@ def pytest_runtest_teardown(item, nextitem):
 _PEAKS = {}
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook
 def pytest_testnodedown(node, error):
   del error
   peak = getattr(node, "workeroutput", {}).get("peak_rss_mb")
