@@ -48,11 +48,12 @@ same way); `qwen2` / `qwen3` / `dream` use NeoX RoPE and are not permuted.
   blk.i.ffn_gate/up/down     -> layers.i.mlp.gate/up/down_proj
 
 The tokenizer and chat template come from the `tokenizer.ggml.*` /
-`tokenizer.chat_template` metadata through transformers' own GGUF tokenizer
-conversion (`AutoTokenizer.from_pretrained(dir, gguf_file=...)`), saved as a
-normal tokenizer directory and opened with `jaxlab.data.tokenizers.
-from_pretrained`. Only `tokenizer` / `to_hf` need transformers; `load` does
-not.
+`tokenizer.chat_template` metadata, read here with `gguf` and turned into a
+`tokenizers` backend by transformers' own GGUF vocabulary conversion
+(`tokenizer_fields`, `save_tokenizer`): no torch anywhere. It is saved as a
+normal tokenizer directory (written to a temporary directory, then renamed)
+and opened with `jaxlab.data.tokenizers.from_pretrained`. Only `tokenizer` /
+`to_hf` need transformers; `load` does not.
 """
 
 import argparse
@@ -646,22 +647,96 @@ def _gguf_name(hf_tensor: str) -> str:
 # -- tokenizer and HF export ---------------------------------------------------
 
 
+# llama.cpp metadata key (after "tokenizer.") -> the name transformers' GGUF
+# tokenizer conversion reads (its GGUF_TOKENIZER_MAPPING).
+_TOKENIZER_KEYS = {
+    "ggml.model": "tokenizer_type", "ggml.pre": "pre_tokenizer_type",
+    "ggml.tokens": "tokens", "ggml.scores": "scores",
+    "ggml.token_type": "token_type", "ggml.merges": "merges",
+    "ggml.precompiled_charsmap": "precompiled_charsmap",
+    "ggml.bos_token_id": "bos_token_id", "ggml.eos_token_id": "eos_token_id",
+    "ggml.unknown_token_id": "unk_token_id",
+    "ggml.padding_token_id": "pad_token_id",
+    "ggml.add_space_prefix": "add_prefix_space",
+}
+_TOKENIZER_CONFIG_KEYS = {"chat_template": "chat_template",
+                          "ggml.add_bos_token": "add_bos_token",
+                          "ggml.add_eos_token": "add_eos_token"}
+_SPECIAL_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id",
+                   "unk_token": "unknown_token_id",
+                   "pad_token": "padding_token_id"}
+
+
+def tokenizer_fields(path: str | os.PathLike
+                     ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+  """(architecture, tokenizer dict, tokenizer_config) of a GGUF's
+  `tokenizer.*` metadata, read with `gguf` (no torch): what transformers'
+  `get_gguf_tokenizer` returns, without its torch-based reader."""
+  path = os.fspath(path)
+  meta = metadata(_reader(path), vocab=True)
+  if "tokenizer.ggml.model" not in meta:
+    raise ValueError(f"{path}: no tokenizer in the metadata (no "
+                     "'tokenizer.ggml.model')")
+  tok = {name: meta[f"tokenizer.{key}"] for key, name in _TOKENIZER_KEYS.items()
+         if f"tokenizer.{key}" in meta}
+  if isinstance(tok.get("precompiled_charsmap"), list):
+    tok["precompiled_charsmap"] = bytes(tok["precompiled_charsmap"])
+  config = {name: meta[f"tokenizer.{key}"]
+            for key, name in _TOKENIZER_CONFIG_KEYS.items()
+            if f"tokenizer.{key}" in meta}
+  if tok.get("tokenizer_type") == "llama":
+    # llama.cpp adds BOS to a sentencepiece vocabulary that does not say
+    # otherwise (transformers' conversion does the same).
+    config.setdefault("add_bos_token", True)
+  for name, key in _SPECIAL_TOKENS.items():
+    token_id = meta.get(f"tokenizer.ggml.{key}")
+    config[name] = (tok["tokens"][token_id] if token_id is not None
+                    else None)
+  return meta["general.architecture"], tok, config
+
+
+def _convert_tokenizer(architecture: str, tok: dict[str, Any]):
+  """transformers' own GGUF vocabulary -> `tokenizers.Tokenizer` conversion
+  (torch-free: it needs `tokenizers` only); its module moved in v5."""
+  try:
+    from transformers.integrations.gguf import gguf_tokenizer_mapping as conv  # pylint: disable=g-import-not-at-top
+  except ImportError:  # transformers 4.x
+    from transformers.integrations import ggml as conv  # pylint: disable=g-import-not-at-top
+  return conv.convert_gguf_tokenizer(architecture, tok)
+
+
 def save_tokenizer(path: str | os.PathLike, out_dir: str | os.PathLike
                    ) -> str:
   """Writes the GGUF's tokenizer (vocabulary, merges, special tokens, chat
   template from `tokenizer.*` metadata) as HF tokenizer files in `out_dir`.
 
-  Uses transformers' GGUF tokenizer conversion, then `save_pretrained`.
+  No torch: the metadata is read with `gguf` (`tokenizer_fields`), the
+  `tokenizers` backend is built by transformers' GGUF conversion, and the
+  files are written by `PreTrainedTokenizerFast.save_pretrained`. The files
+  go to a temporary sibling directory first, renamed into place when
+  complete, so a failed conversion leaves no half-written `out_dir` (an
+  existing `out_dir`, e.g. `to_hf`'s, only gains the finished files).
   """
+  import shutil  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   path, out_dir = os.fspath(path), os.fspath(out_dir)
-  if "tokenizer.ggml.model" not in metadata(_reader(path)):
-    raise ValueError(f"{path}: no tokenizer in the metadata (no "
-                     "'tokenizer.ggml.model')")
-  tok = transformers.AutoTokenizer.from_pretrained(
-      os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path))
-  os.makedirs(out_dir, exist_ok=True)
-  tok.save_pretrained(out_dir)
+  architecture, tok, config = tokenizer_fields(path)
+  backend, extra = _convert_tokenizer(architecture, tok)
+  config = {k: v for k, v in {**config, **extra}.items() if v is not None}
+  fast = transformers.PreTrainedTokenizerFast(tokenizer_object=backend,
+                                              **config)
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".tokenizer_tmp_", dir=parent)
+  try:
+    fast.save_pretrained(tmp)
+    if not os.path.isdir(out_dir):
+      os.replace(tmp, out_dir)
+    else:
+      for name in os.listdir(tmp):
+        os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
   return out_dir
 
 
