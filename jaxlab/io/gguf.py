@@ -767,22 +767,38 @@ def to_hf(path: str | os.PathLike, out_dir: str | os.PathLike, *,
                      "HF checkpoints use their own config fields and tensor "
                      "names (trust_remote_code); load it with `load`")
   hf_io.config_from_hf(ckpt.config, where=ckpt.path)  # same checks as load
+  if os.path.exists(out_dir) and os.listdir(out_dir):
+    raise ValueError(f"{out_dir}: exists and is not empty; give a new "
+                     "directory to write the HF checkpoint into")
+  import shutil  # pylint: disable=g-import-not-at-top
   target = np.dtype(decoder_lib.to_dtype(dtype))
-  os.makedirs(out_dir, exist_ok=True)
-  tensors = {name: np.ascontiguousarray(ckpt.tensor(name).astype(target))
-             for name in ckpt.names()}
-  safetensors.numpy.save_file(
-      tensors, os.path.join(out_dir, hf_io.SINGLE_FILE),
-      metadata={"format": "pt"})
-  config = dict(ckpt.config, torch_dtype=dtype)
-  with open(os.path.join(out_dir, hf_io.CONFIG_FILE), "w") as fh:
-    json.dump(config, fh, indent=2)
-  generation = {k: config[k] for k in ("bos_token_id", "eos_token_id",
-                                       "pad_token_id") if k in config}
-  with open(os.path.join(out_dir, "generation_config.json"), "w") as fh:
-    json.dump(generation, fh, indent=2)
-  if with_tokenizer and "tokenizer.ggml.model" in ckpt.metadata:
-    save_tokenizer(ckpt.path, out_dir)
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  os.makedirs(parent, exist_ok=True)
+  # Everything goes to a temporary sibling first: a failed conversion leaves
+  # no half-written `out_dir`.
+  tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp_",
+                         dir=parent)
+  try:
+    tensors = {name: np.ascontiguousarray(ckpt.tensor(name).astype(target))
+               for name in ckpt.names()}
+    safetensors.numpy.save_file(
+        tensors, os.path.join(tmp, hf_io.SINGLE_FILE),
+        metadata={"format": "pt"})
+    del tensors
+    config = dict(ckpt.config, torch_dtype=dtype)
+    with open(os.path.join(tmp, hf_io.CONFIG_FILE), "w") as fh:
+      json.dump(config, fh, indent=2)
+    generation = {k: config[k] for k in ("bos_token_id", "eos_token_id",
+                                         "pad_token_id") if k in config}
+    with open(os.path.join(tmp, "generation_config.json"), "w") as fh:
+      json.dump(generation, fh, indent=2)
+    if with_tokenizer and "tokenizer.ggml.model" in ckpt.metadata:
+      save_tokenizer(ckpt.path, tmp)
+    if os.path.isdir(out_dir):
+      os.rmdir(out_dir)  # empty (checked above)
+    os.replace(tmp, out_dir)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
   return out_dir
 
 

