@@ -181,8 +181,29 @@ def outputs_message(workdir: str, result: dict) -> str:
   return "\n".join(lines) or f"Workdir: {workdir}"
 
 
+# Checkpoint fields that were merged into `config.init_from` (issue 42).
+RENAMED_CHECKPOINT_FIELDS = ("pretrained", "fe.pretrained", "checkpoint",
+                             "train.init_from")
+
+
+def _renamed_field_error(argv) -> str | None:
+  """One clear message for an old checkpoint field given as an override."""
+  for a in argv[1:]:
+    field = a.split("=", 1)[0].removeprefix("--config.")
+    if a.startswith("--config.") and field in RENAMED_CHECKPOINT_FIELDS:
+      return (f"--config.{field} is gone: every experiment reads its "
+              "checkpoint from config.init_from (a shipped name, a HF "
+              "directory, a .gguf file, a jaxlab trainer workdir or a Hub "
+              f"id); use --config.init_from=... instead of --config.{field}")
+  return None
+
+
 def _parse_flags(argv):
   """absl flag parsing, turning config-override errors into one line."""
+  renamed = _renamed_field_error(argv)
+  if renamed:
+    print(f"error: {renamed}", file=sys.stderr)
+    sys.exit(2)
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

@@ -88,7 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # short answer (data.short_qa.canonical, the paper's semantic B), the
     # normalised reply string, the exact reply string (surface forms).
     # Correctness = data.short_qa.grade of the plurality class's reply.
-    c.pretrained = "smollm2-135m-instruct"
+    c.init_from = "smollm2-135m-instruct"
     c.seeds = (0, 1, 2, 3, 4)
     c.collapse = "semantic,normalized,exact"
     c.qa = dict(categories="capital,antonym,plural,successor,fact",

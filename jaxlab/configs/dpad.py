@@ -92,7 +92,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.update(steps=2000, batch_size=32, log_every=100)
   # A params.npz to continue training from ("{seed}" is the seed); the
   # optimizer state and schedule start afresh. "" = from scratch.
-  c.train.init_from = ""
+  c.init_from = ""
   c.optim.update(lr=3e-3, warmup_steps=50, weight_decay=0.0,
                  end_lr_frac=0.0)
   c.decode = ml_collections.ConfigDict({
@@ -132,7 +132,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if args.steps:
     c.train.steps = args.steps
   if args.init_from:
-    c.train.init_from = args.init_from
+    c.init_from = args.init_from
   if args.prompts:
     c.decode.prompts = c.decode.batch = args.prompts
   if args.paper:

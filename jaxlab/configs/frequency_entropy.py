@@ -74,9 +74,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "mode": "magnitude",       # magnitude (paper) | angle
       "seed": 0,
       "quantiles": ("spectrum_low", "spectrum_high", "sequence_low"),
-      # With `pretrained` (a `jaxlab.io.pretrained` name) nothing is trained:
-      # the model is probed on `jaxlab.data.prose` (see preset smollm2).
-      "pretrained": "",
       "eval_len": 256,           # tokens of each held-out passage
       "probe_len": 512,          # FE signal length L (probe windows)
       "probe_from": 8,           # passages [probe_from:] are the probe text
@@ -107,7 +104,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if args.smollm2:  # real model, probed and attenuated; nothing is trained
     # fraction 0.025: about the share rule (a) selects in this model (200
     # of 8640 query pairs); rule a+b is rule a here (b selects no pair).
-    c.fe.update(pretrained="smollm2-135m-instruct", frame=128, hop=64,
+    # With `init_from` (any `jaxlab.io.pretrained` checkpoint) nothing is
+    # trained: the model is probed on `jaxlab.data.prose`.
+    c.init_from = "smollm2-135m-instruct"
+    c.fe.update(frame=128, hop=64,
                 alphas=(0.1,), num_eval_seqs=8, seed=0, fraction=0.025,
                 rules=("a", "b", "c"), quantiles=(
                     "spectrum_low", "spectrum_high", "sequence_low",

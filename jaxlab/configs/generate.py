@@ -3,17 +3,19 @@
     python -m jaxlab.main --config=jaxlab/configs/generate.py:tiny \
         --workdir=workdirs/generate
     python -m jaxlab.main --config=jaxlab/configs/generate.py \
-        --workdir=workdirs/gen --config.checkpoint=/path/to/hf_llama_dir \
+        --workdir=workdirs/gen --config.init_from=/path/to/hf_llama_dir \
         --config.tokenizer=none --config.prompt_ids='((1, 450, 4996),)'
 
     python -m jaxlab.main --config=jaxlab/configs/generate.py \
-        --workdir=workdirs/chat --config.checkpoint=/ckpt/Qwen3-0.6B \
+        --workdir=workdirs/chat --config.init_from=/ckpt/Qwen3-0.6B \
         --config.tokenizer=auto --config.chats=conversations.jsonl \
         --config.prompts='()'
 
-`checkpoint` is a Hugging Face Llama/Qwen2/Qwen3/Mistral directory
-(config.json + safetensors) read by `jaxlab.io.hf.load`; empty means a random
-decoder built from `model` (a smoke test of the whole path). Prompts are
+`init_from` is any checkpoint `jaxlab.io.pretrained.load` reads: a shipped
+name, a Hugging Face Llama/Qwen2/Qwen3/Mistral/Gemma 3 directory, a llama.cpp
+`.gguf` file (no torch needed), a jaxlab trainer workdir or a Hub id (online);
+empty means a random decoder built from `model` (a smoke test of the whole
+path). Prompts are
 `prompts` (text, encoded with `tokenizer`: "byte", "auto" = the checkpoint's
 own tokenizer.json, a tokenizer directory, or a sentencepiece `.model` path)
 plus `chats` (a JSONL file of conversations, `{"messages": [{"role", "content"},
@@ -33,7 +35,6 @@ def get_config(arg: str | None = None):
   args = common.parse_arg(arg, tiny=False)
   c = common.base_config()
   c.experiment = "generate"
-  c.checkpoint = ""            # HF checkpoint dir; "" = random `model`
   c.dtype = "float32"          # compute dtype for a loaded checkpoint
   c.tokenizer = "byte"         # byte | auto | none | tokenizer dir | .model
   c.chats = ""                 # JSONL of conversations (needs a chat template)

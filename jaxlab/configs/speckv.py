@@ -131,7 +131,7 @@ def smollm2_config(args) -> ml_collections.ConfigDict:
   """The real-model preset (module docstring); nothing is trained."""
   c = common.base_config()
   c.experiment = "speckv"
-  c.pretrained = "smollm2-135m-instruct"
+  c.init_from = "smollm2-135m-instruct"
   c.draft_layers = 15             # of 30: the draft costs half the target
   c.task = ml_collections.ConfigDict({
       "length": args.length or 1024,  # prompt tokens (chat template included)

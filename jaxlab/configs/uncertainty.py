@@ -71,7 +71,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Seeds = question subsets (a different shuffle of the question set)
     # and sampling keys. Categories chosen so that the greedy accuracy is
     # neither ~0 nor ~1 (measured: docs/papers/uncertainty.md).
-    c.pretrained = "smollm2-135m-instruct"
+    c.init_from = "smollm2-135m-instruct"
     c.qa = dict(categories="capital,antonym,plural,successor,fact",
                 num_questions=24, system="Answer with one word only.")
     c.sampling.update(max_new_tokens=12, batch_size=120, pad_multiple=32)

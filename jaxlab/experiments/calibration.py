@@ -4,7 +4,7 @@ Toy (default), per seed: a tiny LM pre-trained with cross-entropy on
 aleatoric QA; B-calibration (M samples at T = 1, B = the last number) and
 the learnability probe of `base` (direct prompt " A:"), `rl` (GRPO copy,
 reward 1[B(z) = mode]), `dpo` (DPO copy, mode ≻ other) and `cot` (the base
-model prompted " T:"). `config.pretrained` (preset `smollm2`), per seed: a
+model prompted " T:"). `config.init_from` (preset `smollm2`), per seed: a
 subset of `data.short_qa`, M answers sampled through the chat template,
 B-calibration under each collapsing function of `config.collapse`.
 Writes WORKDIR/results.json (table `calibration`) and reliability.png.
@@ -104,8 +104,8 @@ def run_seed(cfg, seed: int, log) -> tuple[dict, dict]:
 
 
 def run_seed_pretrained(cfg, seed: int, log) -> tuple[dict, dict]:
-  model, _ = pretrained.load(cfg.pretrained, cache=True)
-  tok = pretrained.tokenizer(cfg.pretrained)
+  model, _ = pretrained.load(cfg.init_from, cache=True)
+  tok = pretrained.tokenizer(cfg.init_from)
   qs = short_qa.question_set(tuple(cfg.qa.categories.split(",")),
                              num_questions=cfg.qa.num_questions, seed=seed)
   e, m = cfg.eval, cfg.eval.num_samples
@@ -142,10 +142,10 @@ COLUMNS = (
 
 
 def results_tables(per_seed: dict, seeds, cfg=None) -> tuple[list, list]:
-  real = cfg is not None and cfg.get("pretrained")
+  real = cfg is not None and cfg.get("init_from")
   cols = [c for c in COLUMNS if c.key not in (
       ("expected_accuracy", "probe_kl") if real else ("sample_accuracy",))]
-  title = (f"B-calibration of {cfg.pretrained}'s sampled answers (M samples "
+  title = (f"B-calibration of {cfg.init_from}'s sampled answers (M samples "
            "at T = 1, graded against the reference answers)" if real else
            "B-calibration of the tiny LM (B = last number, M samples at T = 1)")
   t = results_lib.Table("calibration", title, cols, row_label=(
@@ -162,7 +162,7 @@ def results_tables(per_seed: dict, seeds, cfg=None) -> tuple[list, list]:
 
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
-  real = config.get("pretrained")
+  real = config.get("init_from")
   field, valid = ("collapse", COLLAPSE) if real else ("variants", VARIANTS)
   names = [v for v in config[field].split(",") if v]
   if set(names) - set(valid):

@@ -51,7 +51,7 @@ def build_model(config, seed: int) -> decoder_lib.Decoder:
 def train_model(config, seed: int) -> tuple[decoder_lib.Decoder, list]:
   """Trains one seed with the loss registry's `config.loss.name`."""
   t = config.task
-  init_from = str(config.train.get("init_from", ""))
+  init_from = str(config.init_from)
   if init_from:  # continued training from a saved params.npz
     model = load_params(config, init_from.format(seed=int(seed)))
   else:
@@ -76,12 +76,12 @@ def save_params(model, path: str) -> None:
 
 # What each stage depends on (`jaxlab.io.stages`). The trained model: the
 # model, the task (the training chains), the loss, the optimizer, training
-# (`train.init_from` included, with the digest of the model it names) and
+# (`init_from` included, with the digest of the model it names) and
 # the seed. Its evaluation (`eval.json`) also: the decode settings, the
 # seeds (held-out prompts exclude every seed's training prompts) and the
 # mesh it decodes on. A run that changes only `decode` decodes the saved
 # model again; one that changes e.g. `optim.b2` trains again.
-TRAIN_FIELDS = ("model", "task", "loss", "optim", "train")
+TRAIN_FIELDS = ("model", "task", "loss", "optim", "train", "init_from")
 EVAL_FIELDS = ("decode", "seeds", "mesh")
 
 
@@ -89,7 +89,7 @@ PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS)
 
 
 def _init_digest(config, seed: int) -> str | None:
-  init_from = str(config.train.get("init_from", ""))
+  init_from = str(config.init_from)
   init = init_from.format(seed=int(seed)) if init_from else ""
   return stages.stored_digest(init) if init else None
 

@@ -5,7 +5,7 @@ continuous token stream, `StreamSource`), computes SpectrumFE / SequenceFE
 of every (layer, head, rotary pair) and pairing on `fe.num_eval_seqs`
 held-out sequences, draws heatmaps, and sweeps the weighted-RoPE alpha over
 the spec's rules and equal-size quantile selections (perplexity). With
-`fe.pretrained` (preset `smollm2`) nothing is trained: `run_pretrained`.
+`init_from` (preset `smollm2`) nothing is trained: `run_pretrained`.
 """
 
 import os
@@ -96,8 +96,8 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
   Seeds: probe windows (FE tables), held-out passages (attenuation; the
   random arm draws afresh per passage, seed `fe.seed + passage`)."""
   t0, c, col = time.time(), config.fe, results_lib.Column
-  model, _ = pretrained.load(c.pretrained, cache=True)
-  tok, texts = pretrained.tokenizer(c.pretrained), prose.passages()
+  model, _ = pretrained.load(config.init_from, cache=True)
+  tok, texts = pretrained.tokenizer(config.init_from), prose.passages()
   probe = prose.token_windows(tok, texts[int(c.probe_from):], int(
       c.probe_len), stream=True, max_windows=int(c.num_probe_seqs))
   ids = prose.token_windows(tok, texts[:int(c.num_eval_seqs)],
@@ -157,7 +157,7 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
 
 
 def run(config, workdir: str) -> dict[str, Any]:
-  if config.fe.get("pretrained"):
+  if config.init_from:
     return run_pretrained(config, workdir)
   t0 = time.time()
   train_src, eval_src = sources(config)

@@ -1,8 +1,9 @@
 """Generation experiment: load a checkpoint, sample continuations, save them.
 
-`run(config, workdir)` (see jaxlab/configs/generate.py) loads a Hugging Face
-checkpoint with `jaxlab.io.hf.load` (or builds a random decoder when
-`config.checkpoint` is empty), encodes the text prompts and renders the chat
+`run(config, workdir)` (see jaxlab/configs/generate.py) loads the checkpoint
+`config.init_from` names with `jaxlab.io.pretrained.load` (a shipped name, a
+HF directory, a .gguf file, a jaxlab trainer workdir or a Hub id; a random
+decoder when it is empty), encodes the text prompts and renders the chat
 conversations (`config.chats`, JSONL) with the checkpoint's chat template,
 generates with `jaxlab.decoding.sampler.generate` (stopping at every eos id
 of the checkpoint's generation config) and writes:
@@ -27,7 +28,7 @@ from flax import nnx
 from jaxlab.data import tokenizers
 from jaxlab.decoding import sampler
 from jaxlab.experiments import results as results_lib
-from jaxlab.io import hf
+from jaxlab.io import pretrained
 from jaxlab.models import decoder as dec
 from jaxlab.models import registry as model_registry
 
@@ -36,9 +37,10 @@ def _tokenizer(config):
   name = config.tokenizer
   if name == "none":
     return None
+  if name == "auto" and config.init_from:
+    return pretrained.tokenizer(config.init_from)  # the checkpoint's own
   if name in ("byte", "auto"):
-    return tokenizers.build(name, checkpoint=config.checkpoint,
-                            field="config.tokenizer")
+    return tokenizers.build(name, checkpoint="", field="config.tokenizer")
   if os.path.isdir(name):  # a checkpoint directory's tokenizer
     return tokenizers.from_pretrained(name)
   if not os.path.exists(name):
@@ -78,8 +80,8 @@ def _prompts(config, tok) -> tuple[list[list[int]], list[Any]]:
 
 
 def _model(config, tok) -> tuple[Any, dec.DecoderConfig]:
-  if config.checkpoint:
-    return hf.load(config.checkpoint, dtype=config.dtype)
+  if config.init_from:
+    return pretrained.load(config.init_from, dtype=config.dtype)
   if not config.model.vocab_size and tok is None:
     raise ValueError("config.model.vocab_size=0 needs a tokenizer; set "
                      "config.model.vocab_size or config.tokenizer")
@@ -133,7 +135,7 @@ def run(config, workdir: str) -> dict[str, Any]:
       fh.write(json.dumps(row) + "\n")
   total = int(sum(res.lengths))
   results = {
-      "checkpoint": config.checkpoint or "random",
+      "checkpoint": config.init_from or "random",
       "params": cfg.num_params(),
       "num_prompts": len(prompt_ids), "num_samples": len(rows),
       "mean_completion_length": total / len(rows),

@@ -343,6 +343,9 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
   res = build(experiment, tables=tables, comparisons=comparisons,
               extra=extra, config=config, start_time=start_time, argv=argv,
               fields=fields)
+  init_from = config.get("init_from", "") if hasattr(config, "get") else ""
+  if init_from and "init_from" not in res:
+    res["init_from"] = checkpoint_provenance(str(init_from))
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "results.json")
   tmp = path + ".tmp"
@@ -351,6 +354,35 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
     f.write("\n")
   os.replace(tmp, path)
   return res
+
+
+def checkpoint_provenance(spec: str) -> dict[str, Any]:
+  """`{"path", "digest"}` of the checkpoint `config.init_from` names.
+
+  `path` is the resolved file or directory (a shipped name's file, a Hub
+  id's snapshot; a trainer workdir's latest `checkpoints/N`); `digest` the
+  sha256 of every file's relative name, size and mtime under it (stable
+  while the files are, changed by any rewrite). An unresolvable `spec`
+  (a per-seed template, a missing path) keeps `spec` with digest None.
+  """
+  import hashlib  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  try:
+    src = pretrained.path(spec)
+    if not src.endswith(".gguf"):
+      src = pretrained.trainer_checkpoint(src) or src
+  except (OSError, ValueError):
+    return {"spec": spec, "path": spec, "digest": None}
+  src = os.path.abspath(src)
+  files = [src] if os.path.isfile(src) else sorted(
+      os.path.join(d, f) for d, dirs, fs in os.walk(src) for f in fs
+      if not f.startswith("."))
+  h = hashlib.sha256()
+  for f in files:
+    st = os.stat(f)
+    h.update(f"{os.path.relpath(f, src)}\0{st.st_size}\0"
+             f"{st.st_mtime_ns}\n".encode())
+  return {"spec": spec, "path": src, "digest": h.hexdigest()}
 
 
 def to_jsonable(o: Any) -> Any:

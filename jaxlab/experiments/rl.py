@@ -79,9 +79,8 @@ def questions(config) -> tuple[list[dict], list[dict]]:
 
 def _model(config, tok):
   if config.init_from:
-    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-    return hf.load(config.init_from, dtype=config.model.dtype,
-                   param_dtype=config.model.param_dtype)
+    return pretrained.load(config.init_from, dtype=config.model.dtype,
+                           param_dtype=config.model.param_dtype)
   vocab = -(-tok.vocab_size // 64) * 64
   cfg = model_registry.decoder_config(config.model, vocab_size=vocab)
   return decoder_lib.Decoder(cfg, rngs=nnx.Rngs(int(config.seed))), cfg
@@ -132,10 +131,11 @@ def run(config, workdir: str) -> dict[str, Any]:
   start_time = time.time()
   os.makedirs(workdir, exist_ok=True)
   rl = config.rl
-  tok = tokenizers.build(config.data.tokenizer,
-                         path=config.data.tokenizer_path,
-                         checkpoint=pretrained.tokenizer_dir(config.init_from)
-                         if config.init_from else "", field="data.tokenizer")
+  tok = (pretrained.tokenizer(config.init_from)  # the checkpoint's own
+         if config.data.tokenizer == "auto" and config.init_from else
+         tokenizers.build(config.data.tokenizer,
+                          path=config.data.tokenizer_path,
+                          field="data.tokenizer"))
   model, mcfg = _model(config, tok)
   if tok.vocab_size > mcfg.vocab_size:
     raise ValueError(f"the tokenizer has {tok.vocab_size} ids but the model "

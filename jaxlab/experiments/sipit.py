@@ -1,7 +1,7 @@
 """Experiment "sipit": inversion and collision tests (paper Q, spec Q.6).
 
 Toy presets: per seed a random-init decoder and a copy trained on a bigram
-text; `config.pretrained` (the `smollm2` preset): a real checkpoint and real
+text; `config.init_from` (the `smollm2` preset): a real checkpoint and real
 sentences. For each: `sipit.inversion_report` (SipIt / BruteForce /
 HardPrompts per layer), `injectivity.collision_report` and the tied-row and
 quantised-state controls. Writes `results.json` and `proposals.png`.
@@ -90,9 +90,9 @@ def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
   """Per seed: a sample of the config's sentences (`prompt_len` tokens)
   inverted at each layer by the model truncated to it; collisions over
   distinct windows of the sentences' tokens."""
-  model, _ = pretrained.load(config.pretrained, cache=True)
+  model, _ = pretrained.load(config.init_from, cache=True)
   vocab = int(model.cfg.vocab_size)
-  tok = pretrained.tokenizer(config.pretrained)
+  tok = pretrained.tokenizer(config.init_from)
   c, cc = config.sipit, config.collision
   layers = tuple(int(l) for l in c.layers)
   streams = [tok.encode(s) for s in config.sentences]
@@ -186,7 +186,7 @@ def _run_toy(config, workdir, log) -> tuple[list, tuple, int]:
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
   log = lambda m: print(f"[sipit {time.time() - t0:6.0f}s] {m}", flush=True)
-  real = bool(config.get("pretrained"))
+  real = bool(config.get("init_from"))
   per_seed, layers, vocab = (_run_pretrained if real else _run_toy)(
       config, workdir, log)
   kinds = ("pretrained",) if real else ("random-init", "trained")

@@ -6,7 +6,7 @@ prompts at each budget C_max (`approx_inference.evaluate`), plus the
 draft/target SpecPC importance correlation. Stages: `seed{N}/{target,
 draft}.npz` under `train_key`, `seed{N}/eval.json` under `eval_key`.
 
-`config.pretrained` (`smollm2` preset): that checkpoint is the target, its
+`config.init_from` (`smollm2` preset): that checkpoint is the target, its
 first `draft_layers` layers the draft (`early_exit.first_layers`), prompts
 chat needles in English haystacks (samples = seeds), scored by
 `approx_inference.evaluate_shared` (one target prefill per prompt for every
@@ -71,7 +71,7 @@ TRAIN_EXCLUDE = ("task.samples",)
 EVAL_FIELDS = ("methods", "task")
 PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE)
 train_key, eval_key = PLAN.train_key, PLAN.eval_key
-PRETRAINED_PLAN = stages.Plan(("pretrained", "draft_layers"),
+PRETRAINED_PLAN = stages.Plan(("init_from", "draft_layers"),
                               ("task", "methods"))
 
 
@@ -136,9 +136,9 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
   t = config.task
 
   def evaluate_all():
-    target, _ = pretrained.load(config.pretrained, cache=True)
+    target, _ = pretrained.load(config.init_from, cache=True)
     draft = early_exit.first_layers(target, int(config.draft_layers))
-    tok = pretrained.tokenizer(config.pretrained)
+    tok = pretrained.tokenizer(config.init_from)
     n = int(t.samples)
     examples = [lc.chat_needle_example(
         tok, length=int(t.length), depth=(i + 0.5) / n, digits=int(t.digits),
@@ -152,7 +152,7 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
   tables, comparisons = _tables(
       config, per_seed, PRETRAINED_COLUMNS,
       lambda b: (f"C_max = {b} of {t.length} prompt tokens, "
-                 f"{config.pretrained} (draft: its first "
+                 f"{config.init_from} (draft: its first "
                  f"{config.draft_layers} layers); seeds = needle samples"),
       lambda rec, name, b: {k: rec[k][name][b] for k in ("correct", "agree")})
   extra = {"seeds": [r["seed"] for r in per_seed], "per_seed": per_seed}
@@ -164,7 +164,7 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
 
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
-  if config.get("pretrained"):
+  if config.get("init_from"):
     return run_pretrained(config, workdir, t0)
   tok = WordTokenizer()
   examples = held_out(tok, config)

@@ -46,7 +46,6 @@ def export(config, ts) -> str:
   """Writes the trained model (LoRA merged) as a HF checkpoint at
   `config.export_dir`, with the checkpoint tokenizer's files (`data.tokenizer`
   auto/hf), so that transformers loads it with the same logits."""
-  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
   from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1:
     raise ValueError("export_dir: exporting from a multi-process run is not "
@@ -55,21 +54,63 @@ def export(config, ts) -> str:
   if cfg is None or not hasattr(cfg, "vocab_size"):
     raise ValueError("export_dir: only decoder models export to a HF "
                      "checkpoint")
+  tok = export_tokenizer(config)  # before writing anything
   path = hf.save(ts.model(), cfg, config.export_dir)
-  if config.data.tokenizer in ("auto", "hf"):
+  if tok is not None:
     from jaxlab.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
-    hf_tokenizer.save(tokenizers.build(
-        config.data.tokenizer, path=config.data.tokenizer_path,
-        checkpoint=config.init_from), path)
+    hf_tokenizer.save(tok, path)
   return path
+
+
+def export_tokenizer(config):
+  """The tokenizer `export` writes beside the weights (`data.tokenizer`
+  auto: the checkpoint's own, a GGUF's converted; hf: `tokenizer_path`),
+  None for the others."""
+  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  if config.data.tokenizer == "auto" and config.init_from:
+    return pretrained.tokenizer(config.init_from)
+  if config.data.tokenizer in ("auto", "hf"):
+    return tokenizers.build(config.data.tokenizer,
+                            path=config.data.tokenizer_path,
+                            field="data.tokenizer")
+  return None
+
+
+def check_export(config) -> None:
+  """Fails fast, before the first step, on what `export` would fail on at
+  the end: the target (a directory that can be created or is empty and
+  writable) and the tokenizer (built now, so a GGUF's converts now)."""
+  if jax.process_count() > 1:
+    raise ValueError("export_dir: exporting from a multi-process run is not "
+                     "supported; export from a single-process restore")
+  out = os.path.abspath(config.export_dir)
+  if os.path.isfile(out):
+    raise ValueError(f"export_dir={config.export_dir!r} is a file; give a "
+                     "directory")
+  parent = out
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.access(parent, os.W_OK):
+    raise ValueError(f"export_dir={config.export_dir!r}: {parent} is not "
+                     "writable")
+  export_tokenizer(config)
 
 
 def run(config, workdir: str) -> dict[str, Any]:
   start_time = time.time()
+  if config.export_dir:
+    check_export(config)
   out = trainer.train(config, workdir)
   ts = out.pop("train_state", None)
+  export_error = None
   if config.export_dir and not out["preempted"] and jax.process_index() == 0:
-    out["exported_to"] = export(config, ts)
+    try:
+      out["exported_to"] = export(config, ts)
+    except Exception as e:  # pylint: disable=broad-except
+      # The trained checkpoint and results.json are kept either way.
+      export_error = e
+      out["export_error"] = f"{type(e).__name__}: {e}"
   rows = metrics_lib.read_metrics(workdir)
   losses = [r["loss"] for r in rows if "loss" in r]
   if losses:
@@ -79,4 +120,12 @@ def run(config, workdir: str) -> dict[str, Any]:
     out["plot"] = plot_loss(workdir)
     results_lib.write(workdir, "train", fields=out, config=config,
                       start_time=start_time)
+  if export_error is not None:
+    raise ValueError(
+        f"training finished but the export to {config.export_dir} failed "
+        f"({out['export_error']}); the trained checkpoint is in "
+        f"{out.get('checkpoint_dir')} and results.json in {workdir}. Export "
+        "again with jaxlab.io.pretrained.load(WORKDIR) and jaxlab.io.hf.save, "
+        "or fix the cause and re-run the same command (it resumes at the "
+        "end and exports)") from export_error
   return out

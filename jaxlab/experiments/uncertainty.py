@@ -3,7 +3,7 @@
 Per seed: one greedy answer per question decides correctness, R answers
 sampled at T = 1 give log-likelihoods and clusters (`evals.uncertainty`),
 every estimator (`analysis.hallucination`) is scored by AUROC / AURAC. Toy:
-a tiny LM trained on `data.synthetic.facts`; `config.pretrained` (preset
+a tiny LM trained on `data.synthetic.facts`; `config.init_from` (preset
 `smollm2`): a chat model on `data.short_qa`. Writes results.json, a plot.
 """
 
@@ -68,9 +68,9 @@ def toy_questions(cfg, seed: int, log):
 
 
 def pretrained_questions(cfg, seed: int, log):
-  """The same for `cfg.pretrained` on `data.short_qa` (chat template)."""
-  model, _ = pretrained.load(cfg.pretrained, cache=True)
-  tok = pretrained.tokenizer(cfg.pretrained)
+  """The same for `cfg.init_from` on `data.short_qa` (chat template)."""
+  model, _ = pretrained.load(cfg.init_from, cache=True)
+  tok = pretrained.tokenizer(cfg.init_from)
   qs = short_qa.question_set(tuple(cfg.qa.categories.split(",")),
                              num_questions=cfg.qa.num_questions, seed=seed)
   return (model, tok, short_qa.encode_chat(tok, qs, cfg.qa.system),
@@ -80,7 +80,7 @@ def pretrained_questions(cfg, seed: int, log):
 
 
 def run_seed(cfg, seed: int, log) -> dict:
-  build = pretrained_questions if cfg.get("pretrained") else toy_questions
+  build = pretrained_questions if cfg.get("init_from") else toy_questions
   model, tok, prompts, info, keys, grade, setup = build(cfg, seed, log)
   s, key = cfg.sampling, jax.random.key(10_000 + seed)
   out = unc.sample_and_cluster(
@@ -113,7 +113,7 @@ SETUP_COLUMNS = (
 
 
 def results_tables(per_seed: list, cfg) -> tuple[list, list]:
-  real = cfg.get("pretrained")
+  real = cfg.get("init_from")
   est = results_lib.Table(
       "estimators", f"Hallucination detection on {real or 'the tiny facts LM'}"
       " (positive = greedy answer incorrect)",

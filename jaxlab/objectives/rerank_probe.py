@@ -113,8 +113,8 @@ def make_model(config, rcfg: rr.RerankerConfig, seed: int, *,
   """
   if not config.init_from:
     return lambda: rr.Reranker(rcfg, rngs=nnx.Rngs(seed))
-  from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-  dec, _ = hf.load(config.init_from)
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  dec, _ = pretrained.load(config.init_from)
   model = rr.Reranker(rcfg, rngs=nnx.Rngs(seed))
   if model.vl is not None:  # Qwen2.5-VL: the LM imported, the tower random
     model.vl.language_model = dec

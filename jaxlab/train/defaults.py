@@ -95,7 +95,9 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "train"
   c.seed = 0
-  c.init_from = ""            # HF dir, .gguf or shipped name (io.pretrained); "" = scratch
+  # The one checkpoint field of every experiment (io.pretrained.load): a
+  # shipped name, HF dir, .gguf, jaxlab trainer workdir or Hub id; "" = scratch
+  c.init_from = ""
   # Experiment "train": at the end, write the merged model (LoRA folded in)
   # as a HF checkpoint here, with the tokenizer files of data.tokenizer.
   c.export_dir = ""

@@ -96,8 +96,8 @@ class SmolLM2PresetTest(absltest.TestCase):
     from jaxlab.configs import frequency_entropy as fe_config  # pylint: disable=g-import-not-at-top
     from jaxlab.data import prose  # pylint: disable=g-import-not-at-top
     c = fe_config.get_config("smollm2")
-    self.assertEqual(c.fe.pretrained, "smollm2-135m-instruct")
-    self.assertEqual(fe_config.get_config(None).fe.pretrained, "")
+    self.assertEqual(c.init_from, "smollm2-135m-instruct")
+    self.assertEqual(fe_config.get_config(None).init_from, "")
     # 7 STFT frames over the probe signal, as the paper's 4096/1024/512.
     self.assertEqual(1 + (c.fe.probe_len - c.fe.frame) // c.fe.hop, 7)
     # held-out and probe passages do not overlap
