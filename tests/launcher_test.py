@@ -65,7 +65,7 @@ class LauncherTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 0, proc.stderr)
     self.assertIn("Presets (--config=generate:P1,P2,...): tiny", proc.stdout)
     self.assertIn("\n  max_new_tokens=24\n", proc.stdout)
-    self.assertIn("\n  checkpoint=''\n", proc.stdout)
+    self.assertIn("\n  init_from=''\n", proc.stdout)
     proc = self._launch("--helpshort")
     self.assertEqual(proc.returncode, 0, proc.stderr)
     self.assertIn("--workdir", proc.stdout)

@@ -5,7 +5,7 @@ of the checkout (pyproject.toml, README.md, jaxlab/), installed into a fresh
 virtualenv, and from an empty directory the test runs
 
     python -m jaxlab.main --config=lm_tiny:tiny --workdir=W
-    jaxlab --config=generate --config.checkpoint=CKPT --config.chats=... ...
+    jaxlab --config=generate --config.init_from=CKPT --config.chats=... ...
 
 (configs by name; the second through the console script) on a tiny
 Qwen3-shaped Hugging Face checkpoint with a ChatML template that the test
@@ -295,7 +295,7 @@ class WheelInstallTest(absltest.TestCase):
     gen = os.path.join(self.tmp, "G")
     out, modules = self._launch("generate", [
         os.path.join(self.venv, "bin", "jaxlab"), "--config=generate",
-        f"--workdir={gen}", f"--config.checkpoint={self.ckpt}",
+        f"--workdir={gen}", f"--config.init_from={self.ckpt}",
         "--config.tokenizer=auto", f"--config.chats={self.chats}",
         "--config.prompts=()", "--config.max_new_tokens=4",
         "--config.samples_per_prompt=1"])

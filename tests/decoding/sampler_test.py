@@ -110,7 +110,7 @@ class HFParityTest(parameterized.TestCase):
       model, _ = hf.load(path)
       # The generate experiment on the same checkpoint (greedy, ids in).
       config = configs_generate.get_config()
-      config.update(checkpoint=path, tokenizer="none", max_new_tokens=n_new,
+      config.update(init_from=path, tokenizer="none", max_new_tokens=n_new,
                     prompt_ids=tuple(map(tuple, PROMPTS)))
       experiments_generate.run(config, os.path.join(tmp, "work"))
       with open(os.path.join(tmp, "work", "samples.jsonl")) as fh:

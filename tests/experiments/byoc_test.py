@@ -110,7 +110,7 @@ class FinetuneExportTest(absltest.TestCase):
     ckpt = os.path.join(self.root, "gen_ckpt")
     shutil.copytree(self.ckpt, ckpt)
     cfg = generate_cfg.get_config()
-    cfg.update(checkpoint=ckpt, tokenizer="auto", chats=chats, prompts=(),
+    cfg.update(init_from=ckpt, tokenizer="auto", chats=chats, prompts=(),
                max_new_tokens=6, temperature=0.0, samples_per_prompt=1)
 
     def generate(name):

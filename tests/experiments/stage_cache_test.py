@@ -320,7 +320,7 @@ class ExperimentStagesTest(parameterized.TestCase):
     base, cont = _tempdir(self), _tempdir(self)
     _dpad_run(dpad_config.get_config("smoke"), base)
     c = dpad_config.get_config("smoke")
-    c.train.init_from = os.path.join(base, "seed{seed}", "params.npz")
+    c.init_from = os.path.join(base, "seed{seed}", "params.npz")
     key = dpad.train_key(c, 0)
     self.assertIsNotNone(key["init_from_digest"])
     self.assertEqual(_dpad_run(c, cont).train, 1)
