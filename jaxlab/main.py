@@ -142,10 +142,10 @@ def main(argv):
   from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
   workdir = trainer.check_workdir(_WORKDIR.value)
   if not multi:
-    result = run_experiment(config, workdir)
+    result = _run_preemptible(config, workdir)
   else:
     try:
-      result = run_experiment(config, workdir)
+      result = _run_preemptible(config, workdir)
     except (ValueError, FileNotFoundError, FloatingPointError) as e:
       # A user error or a non-finite loss: every process usually hits the
       # same one. Exit now rather than wait in JAX's shutdown barrier.
@@ -161,23 +161,66 @@ def main(argv):
             if isinstance(v, (int, float, str, bool, type(None)))}
   print(json.dumps(result, indent=2, sort_keys=True), flush=True)
   if result.get("preempted"):
-    print(f"Preempted; re-run the same command to resume from "
-          f"{result.get('checkpoint_dir')}.", flush=True)
+    from jaxlab.experiments import results as results_lib  # pylint: disable=g-import-not-at-top
+    where = (f" at step {result['checkpoint_step']}"
+             if result.get("checkpoint_step") is not None else "")
+    print(f"Preempted ({result.get('preempted_by') or 'signal'}): saved"
+          f"{where} in {result.get('checkpoint_dir') or workdir}; resume "
+          f"with: {results_lib.command_line()}", flush=True)
   else:
     print(outputs_message(workdir, result), flush=True)
 
 
+def _run_preemptible(config, workdir: str) -> dict:
+  """`run_experiment` with Ctrl-C / SIGTERM as a preemption.
+
+  The first signal sets `parallel.preemption`'s flag: the trainer saves a
+  checkpoint at its next step boundary and returns `preempted`; stage loops
+  (`io.stages`) raise `Preempted` at their next boundary. Either way the run
+  ends here with `preempted` set (exit 0; re-running resumes). A run whose
+  experiment finished anyway after the signal gets `"preempted": true` added
+  to its results.json (its numbers may come from a model cut short).
+  """
+  from jaxlab.parallel import preemption  # pylint: disable=g-import-not-at-top
+  with preemption.handling():
+    try:
+      result = dict(run_experiment(config, workdir) or {})
+    except preemption.Preempted:
+      result = {"preempted": True, "workdir": workdir}
+    if preemption.requested():
+      result["preempted"] = True
+      result["preempted_by"] = preemption.reason()
+      _mark_results_preempted(workdir, preemption.reason())
+  return result
+
+
+def _mark_results_preempted(workdir: str, why: str | None) -> None:
+  """Adds `"preempted": true` to WORKDIR/results.json when it exists."""
+  from jaxlab.io import paths  # pylint: disable=g-import-not-at-top
+  path = paths.join(workdir, "results.json")
+  if not paths.exists(path):
+    return
+  res = json.loads(paths.read_text(path))
+  if res.get("preempted") is True:
+    return
+  res["preempted"] = True
+  res["preempted_by"] = why
+  paths.write_text(path, json.dumps(res, indent=1, ensure_ascii=False)
+                   + "\n")
+
+
 def outputs_message(workdir: str, result: dict) -> str:
   """The run's output files, one per line: only those that exist."""
+  from jaxlab.io import paths  # pylint: disable=g-import-not-at-top
   ckpt = result.get("checkpoint_dir")
-  tb = os.path.join(workdir, "tensorboard")
-  rows = [("Results", os.path.join(workdir, "results.json"), ""),
-          ("Samples", os.path.join(workdir, "samples.jsonl"), ""),
-          ("Metrics", os.path.join(workdir, "metrics.jsonl"),
-           f" (TensorBoard: {tb})" if os.path.isdir(tb) else ""),
+  tb = paths.join(workdir, "tensorboard")
+  rows = [("Results", paths.join(workdir, "results.json"), ""),
+          ("Samples", paths.join(workdir, "samples.jsonl"), ""),
+          ("Metrics", paths.join(workdir, "metrics.jsonl"),
+           f" (TensorBoard: {tb})" if paths.epath_of(tb).is_dir() else ""),
           ("Checkpoints", ckpt if isinstance(ckpt, str) else "", "")]
   lines = [f"{name}: {path}{extra}" for name, path, extra in rows
-           if path and os.path.exists(path)]
+           if path and paths.exists(path)]
   return "\n".join(lines) or f"Workdir: {workdir}"
 
 

@@ -22,12 +22,16 @@ every seed" (the differences do not vary, so the interval has zero width).
     python -m jaxlab.experiments.report --check         # exit 1 if a doc is stale
     python -m jaxlab.experiments.report --add NAME WORKDIR [WORKDIR ...]
     python -m jaxlab.experiments.report --verify NAME [--threshold 3]
+    python -m jaxlab.experiments.report --workdir=DIR     # one run's tables
 
 `--add` copies WORKDIR/results.json to docs/results/NAME.json; several
 workdirs (e.g. one run per seed) are merged: cells concatenate their seeds,
-`commands` lists every run's command. `--verify` reruns the committed
-command(s) into a temporary workdir (same config: the command carries the
-config file, preset and overrides) and prints every cell's shift from the
+`commands` lists every run's command; a preempted run (`"preempted": true`)
+is refused. `--workdir` prints one run's tables (a local directory or a
+gs:// URL) the way the docs render them, without writing anything.
+`--verify` reruns the committed command(s) into a temporary workdir (same
+config: the command carries the config name, preset and overrides; the
+old `--config=configs/X.py` form is replayed as `--config=X`) and prints every cell's shift from the
 committed value in standard errors,
 
     shift = (mean_new − mean_old) / sqrt(s_old² / n_old + s_new² / n_new),
@@ -58,6 +62,7 @@ import numpy as np
 from scipy import stats
 
 from jaxlab.experiments import results as results_lib
+from jaxlab.io import paths
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS_DIR = os.path.join("docs", "results")
@@ -549,17 +554,61 @@ def merge(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def read_run(workdir: str) -> dict[str, Any]:
-  path = os.path.join(workdir, "results.json")
-  with open(path) as f:
-    res = json.load(f)
+  """WORKDIR/results.json (a local directory or a gs:// URL)."""
+  path = paths.join(workdir, "results.json")
+  if not paths.exists(path):
+    raise FileNotFoundError(f"no results.json in {workdir} (the run has not "
+                            "finished, or this is not a run's workdir)")
+  res = json.loads(paths.read_text(path))
   if "tables" not in res or "schema" not in res:
     raise ReportError(f"{path} is not in the jaxlab/experiments/results.py schema "
                       "(no 'schema'/'tables')")
   return res
 
 
+# Top-level keys of results.json that are provenance, not results.
+_PROVENANCE = frozenset({
+    "schema", "experiment", "command", "commands", "argv", "config", "git",
+    "packages", "machine", "started", "finished", "wall_time_s", "tables",
+    "comparisons", "extra", "runs", "workdir", "checkpoint_dir", "plot"})
+
+
+def render_workdir(workdir: str) -> str:
+  """Every table of WORKDIR/results.json as the docs show it (markdown).
+
+  A run without tables (`train`, `generate`: final values at the top level)
+  shows them as a two-column table. Nothing is written.
+  """
+  res = read_run(workdir)
+  source = paths.join(workdir, "results.json")
+  head = f"# {res.get('experiment', '?')}: {source}\n"
+  if res.get("preempted"):
+    head += ("\n**Preempted** (stopped by a signal before the end; re-run its "
+             "command to resume): the numbers are partial.\n")
+  blocks = [render_table(res, t["id"], source=source, name=t["id"])
+            for t in res.get("tables", [])]
+  if not blocks:
+    flat = [(k, v) for k, v in res.items() if k not in _PROVENANCE
+            and isinstance(v, (int, float, str, bool)) and v is not None]
+    if flat:
+      rows = [f"| {_md_escape(k)} | "
+              f"{fmt_num(v, 4) if isinstance(v, float) else _md_escape(v)} |"
+              for k, v in flat]
+      blocks.append("\n".join(["| field | value |", "|---|---|", *rows])
+                    + "\n")
+    else:
+      blocks.append("(no tables and no values)\n")
+  return "\n".join([head, *blocks])
+
+
 def add(name: str, workdirs: Sequence[str], repo: str = REPO) -> str:
-  res = merge([read_run(w) for w in workdirs])
+  runs = [read_run(w) for w in workdirs]
+  cut = [w for w, r in zip(workdirs, runs) if r.get("preempted")]
+  if cut:
+    raise ReportError(f"{', '.join(cut)}: the run was preempted (results.json "
+                      "says \"preempted\": true); re-run its command to finish "
+                      "it before adding its numbers")
+  res = merge(runs)
   os.makedirs(os.path.join(repo, RESULTS_DIR), exist_ok=True)
   path = os.path.join(repo, RESULTS_DIR, f"{name}.json")
   with open(path, "w") as f:
@@ -621,9 +670,22 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Shift]:
   return out
 
 
+_LAUNCHERS = ("jaxlab.main", "experiments.main")
+
+
 def rerun_command(command: str, workdir: str) -> list[str]:
-  """`command` as argv with its --workdir replaced (python = this one)."""
+  """`command` as argv with its --workdir replaced (python = this one).
+
+  A launcher command (`python -m jaxlab.main`, or its old alias
+  `experiments.main`) runs as `python -m jaxlab.main` with its `--config`
+  given by name (`results.config_name`): commands recorded before the
+  configs moved into the package (`--config=configs/X.py`) or with another
+  checkout's absolute path replay on this one.
+  """
   argv = shlex.split(command)
+  if (len(argv) > 2 and os.path.basename(argv[0]).startswith("python")
+      and argv[1] == "-m" and argv[2] in _LAUNCHERS):
+    argv = argv[:2] + ["jaxlab.main"] + results_lib.config_names(argv[3:])
   out, i, seen = [], 0, False
   while i < len(argv):
     a = argv[i]
@@ -691,10 +753,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "docs/results/NAME.json")
   g.add_argument("--verify", metavar="NAME",
                  help="rerun NAME's command and print each cell's shift")
+  g.add_argument("--workdir", metavar="DIR",
+                 help="print DIR/results.json's tables (markdown, as the "
+                 "docs show them); writes nothing")
   p.add_argument("--threshold", type=float, default=3.0)
   p.add_argument("--repo", default=REPO, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   try:
+    if args.workdir:
+      print(render_workdir(args.workdir), end="")
+      return 0
     if args.add:
       if len(args.add) < 2:
         p.error("--add NAME WORKDIR [WORKDIR ...]")

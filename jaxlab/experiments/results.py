@@ -82,6 +82,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from jaxlab.io import paths
+
 SCHEMA_VERSION = 1
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy",
             "scipy", "ml_collections", "grain", "transformers", "torch")
@@ -257,13 +259,55 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return ""
   head = argv[0].replace(os.sep, "/")
   if head.endswith(("jaxlab/main.py", "experiments/main.py")):
-    return shlex.join(["python", "-m", "jaxlab.main", *argv[1:]])
+    return shlex.join(["python", "-m", "jaxlab.main",
+                       *config_names(argv[1:])])
   if head.endswith(".py"):
     rel = os.path.relpath(os.path.abspath(argv[0]), _REPO)
     mod = rel[:-3].replace(os.sep, ".")
     if not rel.startswith(".."):
       return shlex.join(["python", "-m", mod, *argv[1:]])
   return shlex.join(["python", *argv])
+
+
+def config_name(value: str) -> str:
+  """A `--config` value as the packaged config's name when it is one.
+
+  `--config` values are recorded by name so that a command replays on any
+  checkout: `/abs/jaxlab/configs/pmc.py:tiny` (what the launcher resolves a
+  name to) and the old layouts `configs/pmc.py` and `jaxlab/configs/pmc.py`
+  become `pmc:tiny` and `pmc`. A config file of the user's (not packaged,
+  or another file of the same name) stays a path.
+  """
+  from jaxlab import configs as configs_lib  # pylint: disable=g-import-not-at-top
+  path, sep, arg = value.partition(":")
+  if not path.endswith(".py"):
+    return value
+  name = os.path.basename(path)[:-3]
+  if name not in configs_lib.packaged():
+    return value
+  if os.path.isfile(path):
+    try:
+      same = os.path.samefile(path, configs_lib.resolve(name))
+    except OSError:
+      same = False
+    # The same config of another checkout of jaxlab (e.g. /work/main/...).
+    same = same or path.replace(os.sep, "/").endswith(
+        f"jaxlab/configs/{name}.py")
+    return name + sep + arg if same else value
+  # A path that no longer exists: the configs/ and jaxlab/configs/ layouts.
+  parent = os.path.basename(os.path.dirname(path))
+  return name + sep + arg if parent == "configs" else value
+
+
+def config_names(args: Sequence[str]) -> list[str]:
+  """`args` with every `--config` value passed through `config_name`."""
+  out = list(args)
+  for i, a in enumerate(out):
+    if a.startswith("--config="):
+      out[i] = "--config=" + config_name(a[len("--config="):])
+    elif a == "--config" and i + 1 < len(out):
+      out[i + 1] = config_name(out[i + 1])
+  return out
 
 
 def _config_dict(config: Any) -> Any:
@@ -346,13 +390,10 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
   init_from = config.get("init_from", "") if hasattr(config, "get") else ""
   if init_from and "init_from" not in res:
     res["init_from"] = checkpoint_provenance(str(init_from))
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, "results.json")
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(res, f, indent=1, allow_nan=False, ensure_ascii=False)
-    f.write("\n")
-  os.replace(tmp, path)
+  # A local directory or a URL (gs://...): written whole through epath.
+  paths.write_text(paths.join(workdir, "results.json"),
+                   json.dumps(res, indent=1, allow_nan=False,
+                              ensure_ascii=False) + "\n")
   return res
 
 

@@ -2,18 +2,20 @@
 
 Writes `WORKDIR/results.json` (`jaxlab.experiments.results` schema: command,
 git commit, package versions, machine, config; the final train and eval
-metrics at its top level) and a loss-curve PNG; with `config.export_dir`,
+metrics at its top level; `"preempted": true` and the metrics of the last
+step when Ctrl-C / SIGTERM stopped it) and a loss-curve PNG; with `config.export_dir`,
 also the trained model as a Hugging Face checkpoint (merged LoRA, the
 checkpoint's tokenizer files).
 """
 
-import os
+import io
 import time
 from typing import Any
 
 import jax
 
 from jaxlab.experiments import results as results_lib
+from jaxlab.io import paths
 from jaxlab.train import metrics as metrics_lib
 from jaxlab.train import trainer
 
@@ -36,9 +38,11 @@ def plot_loss(workdir: str) -> str | None:
   ax.set_ylabel("loss (nats/token)")
   ax.legend()
   fig.tight_layout()
-  path = os.path.join(workdir, "loss.png")
-  fig.savefig(path, dpi=100)
+  path = paths.join(workdir, "loss.png")  # a local path or a gs:// URL
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=100)
   plt.close(fig)
+  paths.write_bytes(path, buf.getvalue())
   return path
 
 
@@ -116,8 +120,11 @@ def run(config, workdir: str) -> dict[str, Any]:
   if losses:
     out["first_logged_loss"] = losses[0]
   # Only process 0 writes: every process of a multi-host run shares WORKDIR.
-  if not out["preempted"] and jax.process_index() == 0:
-    out["plot"] = plot_loss(workdir)
+  # A preempted run (Ctrl-C / SIGTERM) writes its metrics so far, with
+  # "preempted": true; re-running resumes and overwrites it.
+  if jax.process_index() == 0:
+    if not out["preempted"]:
+      out["plot"] = plot_loss(workdir)
     results_lib.write(workdir, "train", fields=out, config=config,
                       start_time=start_time)
   if export_error is not None:

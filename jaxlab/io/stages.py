@@ -23,7 +23,10 @@ same trained model):
 The artefacts keep their plain formats (a `jaxlab.io.params` .npz without
 meta, a JSON file holding the value itself), so readers that do not know
 about stages still read them. A file without its digest (e.g. written
-before stages existed) is recomputed. The digest is `jaxlab.io.params`'s
+before stages existed) is recomputed. After Ctrl-C or SIGTERM
+(`jaxlab.parallel.preemption`) `cached` starts no new stage and saves no
+stage that the signal cut short: it raises `preemption.Preempted`, which the
+launcher turns into a clean exit. The digest is `jaxlab.io.params`'s
 `config_key` over the same fields (plus `exclude` and the keywords).
 """
 
@@ -36,6 +39,7 @@ import os
 from typing import Any
 
 from jaxlab.io import params as params_io
+from jaxlab.parallel import preemption
 
 SUFFIX = ".stage.json"
 KINDS = ("json", "npz")
@@ -127,6 +131,16 @@ def _mark(paths, stage_key, info=None) -> None:
                               "info": info}, indent=1, default=str)
 
 
+def _stop_if_cut_short(path: str) -> None:
+  """Raises `preemption.Preempted` without saving when a signal arrived
+  during the stage: its loops may have stopped early (the trainer saves its
+  checkpoint and returns), so the result is not the stage's. A re-run
+  resumes the stage (from the trainer's checkpoint, when it has one)."""
+  if preemption.requested():
+    raise preemption.Preempted(
+        f"{preemption.reason()}: stopped during the stage {path}; not saved")
+
+
 def cached(path: str, stage_key: Mapping[str, Any],
            compute: Callable[[], Any], *, kind: str = "json",
            init: Callable[[], Any] | None = None) -> Any:
@@ -146,6 +160,10 @@ def cached(path: str, stage_key: Mapping[str, Any],
 
   Returns:
     The value (JSON), or `(model, info)` (npz), computed or reloaded.
+
+  Raises:
+    preemption.Preempted: Ctrl-C / SIGTERM arrived (`parallel.preemption`)
+      before the stage, or during it (then nothing is saved for it).
   """
   if kind not in KINDS:
     raise ValueError(f"stages.cached: kind={kind!r}; valid: "
@@ -155,7 +173,9 @@ def cached(path: str, stage_key: Mapping[str, Any],
       with open(path) as f:
         return json.load(f)
     _forget([path])
+    preemption.check()  # Ctrl-C / SIGTERM: stop at this stage boundary
     value = compute()
+    _stop_if_cut_short(path)
     _write_json(path, value, indent=1, default=float)
     _mark([path], stage_key)
     with open(path) as f:  # as a rerun gets it (tuples as lists, ...)
@@ -174,7 +194,9 @@ def cached(path: str, stage_key: Mapping[str, Any],
       params_io.load(skeleton if n is None else skeleton[n], p)
     return skeleton, _read_sidecar(next(iter(files.values())))["info"]
   _forget(files.values())
+  preemption.check()
   model, info = compute()
+  _stop_if_cut_short(path)
   if multi and set(model) != set(files):
     raise ValueError(f"stages.cached: compute() gave models {sorted(model)}, "
                      f"init() {sorted(files)}")

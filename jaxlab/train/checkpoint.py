@@ -12,7 +12,6 @@ abstract state with its shardings, so a checkpoint written on one mesh
 restores onto any other.
 """
 
-import os
 from typing import Any
 
 from absl import logging
@@ -21,6 +20,8 @@ import grain
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from jaxlab.io import paths
 
 
 def _path_str(path) -> str:
@@ -38,12 +39,14 @@ class Checkpointer:
 
   def __init__(self, directory: str, *, keep: int = 3,
                async_save: bool = True):
-    self.directory = os.path.abspath(directory)
+    # A local directory (absolute) or a URL such as gs://BUCKET/run/
+    # checkpoints, handed to orbax as an epath unchanged.
+    self.directory = paths.resolve(directory)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True,
         enable_async_checkpointing=async_save)
     self._mngr = ocp.CheckpointManager(
-        self.directory, options=options,
+        epath.Path(self.directory), options=options,
         item_names=("state", "data", "meta"))
 
   def latest_step(self) -> int | None:
@@ -105,7 +108,7 @@ class Checkpointer:
 
   def _data_file(self, step: int) -> str:
     """This process's grain iterator file within checkpoint `step`."""
-    return os.path.join(self.directory, str(step), "data",
+    return paths.join(self.directory, str(step), "data",
                         f"process_{jax.process_index()}-of-"
                         f"{jax.process_count()}.json")
 

@@ -21,7 +21,6 @@ fine-tune the two differ a lot (e.g. 64 targets in 512 slots):
 
 import functools
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -29,6 +28,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxlab.io import paths
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,26 +70,30 @@ class MetricsWriter:
                tokens_per_step: int = 0, flops_per_step: float | None = None,
                peak_flops: float | None = None, tensorboard: bool = True):
     self.enabled = jax.process_index() == 0
-    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.path = paths.join(workdir, "metrics.jsonl")
+    # Object stores (gs://) cannot append: keep the rows, rewrite the file.
+    self._remote = paths.is_url(self.path)
+    self._lines: list[str] | None = None
     self.total_steps = total_steps
     self.tokens_per_step = tokens_per_step
     self.flops_per_step = flops_per_step
     self.peak_flops = peak_flops
     self._tb = None
-    self._tb_dir = os.path.join(workdir, "tensorboard")
+    self._tb_dir = paths.join(workdir, "tensorboard")
     self._want_tb = tensorboard
     self._t0, self._s0 = None, None
     self._targets = None  # target tokens of the steps after `start`
 
   def truncate_after(self, step: int) -> None:
     """Drops rows newer than `step` (written after the checkpoint we resume)."""
-    if not self.enabled or not os.path.exists(self.path):
+    if not self.enabled or not paths.exists(self.path):
+      self._lines = []
       return
-    with open(self.path) as f:
-      rows = [line for line in f if line.strip()]
+    rows = [line + "\n" for line in paths.read_text(self.path).splitlines()
+            if line.strip()]
     keep = [line for line in rows if json.loads(line)["step"] <= step]
-    with open(self.path, "w") as f:
-      f.writelines(keep)
+    self._lines = keep
+    paths.write_text(self.path, "".join(keep))
 
   def start(self, step: int) -> None:
     """Marks the (re)start of timing after compilation."""
@@ -128,8 +133,17 @@ class MetricsWriter:
     row.update({k: _scalar(v) for k, v in metrics.items()})
     if not self.enabled:
       return row
-    with open(self.path, "a") as f:
-      f.write(json.dumps(row) + "\n")
+    line = json.dumps(row) + "\n"
+    if self._remote:
+      if self._lines is None:
+        self._lines = ([l + "\n" for l in paths.read_text(
+            self.path).splitlines() if l.strip()]
+                       if paths.exists(self.path) else [])
+      self._lines.append(line)
+      paths.write_text(self.path, "".join(self._lines))
+    else:
+      with open(self.path, "a") as f:
+        f.write(line)
     self._write_tb(row)
     if progress:
       self._progress(row)
@@ -140,6 +154,8 @@ class MetricsWriter:
       return
     if self._tb is None:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      if paths.is_url(self._tb_dir):
+        _register_epath_event_writer(self._tb_dir)
       self._tb = SummaryWriter(self._tb_dir)
     for k, v in row.items():
       if k != "step" and isinstance(v, (int, float)):
@@ -170,8 +186,46 @@ class MetricsWriter:
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
+  path = paths.join(workdir, "metrics.jsonl")
+  if not paths.exists(path):
     return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return [json.loads(line) for line in paths.read_text(path).splitlines()
+          if line.strip()]
+
+
+class _EpathEventFile:
+  """A TensorBoard event file on an object store, written through epath.
+
+  Objects cannot be appended to: the records are kept and the whole file is
+  uploaded again on each flush (event files of scalars stay small).
+  """
+
+  def __init__(self, path: str):
+    self._path, self._data = path, bytearray()
+
+  def write(self, data: bytes) -> None:
+    self._data += data
+
+  def flush(self) -> None:
+    paths.write_bytes(self._path, bytes(self._data))
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _EpathEventFactory:
+
+  def open(self, path: str) -> _EpathEventFile:
+    paths.makedirs(path.rsplit("/", 1)[0])
+    return _EpathEventFile(path)
+
+  def directory_check(self, path: str) -> None:
+    paths.makedirs(path)
+
+
+def _register_epath_event_writer(url: str) -> None:
+  """Routes tensorboardX's writes under `url`'s scheme through epath (its
+  own gs:// writer needs google-cloud-storage; epath uses gcsfs / gfile)."""
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  record_writer.register_writer_factory(paths.scheme(url),
+                                        _EpathEventFactory())

@@ -13,7 +13,7 @@ shard via `jax.make_array_from_process_local_data`.
 
 One step = one optimizer update on `train.batch_size` examples (split into
 `optim.grad_accum` micro-batches that a `lax.scan` accumulates). Checkpoints
-(every `train.checkpoint_every` steps, at the end, and on SIGTERM) hold the
+(every `train.checkpoint_every` steps, at the end, and on SIGINT/SIGTERM) hold the
 state, the grain iterator and the RNG, so a resumed run replays exactly the
 steps an uninterrupted run would take. The RNG of step s is
 `fold_in(key(config.seed), s)`.
@@ -25,7 +25,6 @@ import functools
 import json
 import math
 import os
-import signal
 import time
 from typing import Any
 
@@ -38,7 +37,9 @@ import optax
 from flax import nnx
 
 from jaxlab import parallel
+from jaxlab.io import paths
 from jaxlab.models import registry
+from jaxlab.parallel import preemption
 from jaxlab.train import checkpoint as ckpt_lib
 from jaxlab.train import lora as lora_lib
 from jaxlab.train import losses
@@ -82,17 +83,23 @@ class TrainState:
 
 
 def check_workdir(workdir: str) -> str:
-  """Creates `workdir` and checks it is writable; clear error otherwise."""
-  workdir = os.path.abspath(os.path.expanduser(workdir))
+  """Creates `workdir` and checks it is writable; clear error otherwise.
+
+  A local path is made absolute; a URL (`gs://BUCKET/run`, anything epath
+  reaches) is kept as it is, after checking that its filesystem package is
+  installed (`io.paths.check_backend`).
+  """
+  paths.check_backend(workdir)
+  workdir = paths.resolve(workdir)
   try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write_test_{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
+    paths.makedirs(workdir)
+    probe = paths.join(workdir, f".write_test_{os.getpid()}")
+    paths.write_bytes(probe, b"ok")
+    paths.epath_of(probe).unlink()
   except OSError as e:
-    raise ValueError(f"--workdir {workdir} is not writable ({e.strerror}); "
-                     "pick a directory you can write to") from None
+    raise ValueError(f"--workdir {workdir} is not writable "
+                     f"({e.strerror or e}); pick a directory you can write "
+                     "to") from None
   return workdir
 
 
@@ -379,33 +386,6 @@ def _default_sources(config, train_source, eval_source):
 # --------------------------------------------------------------------------
 
 
-class _Preemption:
-  """Turns SIGTERM into a flag checked at step boundaries."""
-
-  def __init__(self):
-    self.requested = False
-    self._old = None
-
-  def __enter__(self):
-    if jax.process_count() > 1:
-      # Leave SIGTERM to JAX's preemption notifier: it makes every process
-      # reach the same sync step (`Checkpointer.reached_preemption`).
-      return self
-    try:
-      self._old = signal.signal(signal.SIGTERM, self._handle)
-    except ValueError:  # not the main thread: rely on orbax's sync point
-      self._old = None
-    return self
-
-  def _handle(self, signum, frame):
-    del signum, frame
-    self.requested = True
-
-  def __exit__(self, *exc):
-    if self._old is not None:
-      signal.signal(signal.SIGTERM, self._old)
-
-
 def train(config, workdir: str, *, model: Any = None,
           loss_fn: Callable | None = None,
           train_source: Sequence[Any] | grain.MapDataset | None = None,
@@ -431,7 +411,8 @@ def train(config, workdir: str, *, model: Any = None,
 
   Returns:
     Final metrics: `step`, `loss`, `grad_norm`, `eval/...`, and
-    `preempted` (True when SIGTERM stopped the run; it then exits cleanly).
+    `preempted` (True when SIGINT / SIGTERM stopped the run after saving a
+    checkpoint at the step reached; the launcher then exits 0).
 
   Raises:
     NonFiniteError: a step's loss or grad norm is NaN/Inf (names the step;
@@ -468,7 +449,7 @@ def train(config, workdir: str, *, model: Any = None,
         f"train.batch_size/optim.grad_accum={batch_size // grad_accum} must be "
         f"divisible by mesh.data*mesh.fsdp={n_batch_shards}")
   ckpt = ckpt_lib.Checkpointer(
-      os.path.join(workdir, "checkpoints"),
+      paths.join(workdir, "checkpoints"),
       keep=int(_field(config, "train.keep_checkpoints")),
       async_save=bool(_field(config, "train.async_checkpoint")))
   latest = ckpt.latest_step()
@@ -556,7 +537,9 @@ def train(config, workdir: str, *, model: Any = None,
     _log(f"Training {steps} steps on mesh ({parallel.mesh.describe(mesh)})"
          + (f" over {jax.process_count()} processes"
             if jax.process_count() > 1 else "") + f"; workdir {workdir}")
-    with _Preemption() as preempt:
+    # SIGINT (Ctrl-C) / SIGTERM set a flag (`parallel.preemption`); the
+    # loop saves and stops at the next step boundary.
+    with preemption.handling():
       for step in range(start + 1, steps + 1):
         local = next(data_iter)
         batch = _global_batch(local, batch_sh, grad_accum)
@@ -592,16 +575,17 @@ def train(config, workdir: str, *, model: Any = None,
           writer.write(step, row)
         if sleep_s:
           time.sleep(sleep_s)
-        # Single process: our SIGTERM flag. Multi-process: orbax's
+        # Single process: the SIGINT/SIGTERM flag. Multi-process: orbax's
         # preemption sync point, so every host stops at the same step.
-        stop = ((preempt.requested and jax.process_count() == 1)
+        stop = ((preemption.requested() and jax.process_count() == 1)
                 or ckpt.reached_preemption(step))
         if (ckpt_every and step % ckpt_every == 0) or step == steps or stop:
           ckpt.save(step, state, data_iter, meta)
           saved_at = step
         if stop:
           preempted = True
-          _log(f"SIGTERM: saved checkpoint at step {step}; exiting.")
+          _log(f"{preemption.reason() or 'SIGTERM'}: saved checkpoint at "
+               f"step {step}; exiting.")
           break
     ckpt.close()
     writer.close()

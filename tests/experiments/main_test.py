@@ -1,5 +1,7 @@
-"""Launcher end to end: SIGTERM + resume == uninterrupted, bad inputs, demo."""
+"""Launcher end to end: SIGTERM / Ctrl-C + resume == uninterrupted, bad inputs,
+demo."""
 
+import io
 import json
 import os
 import shutil
@@ -8,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -15,6 +18,7 @@ import numpy as np
 from jaxlab.configs import generate as generate_cfg
 from jaxlab.configs import lm_tiny
 from jaxlab.experiments import generate as generate_exp
+from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
 from jaxlab.experiments import train as train_exp
 from jaxlab.train import metrics as metrics_lib
@@ -41,7 +45,8 @@ def launch(workdir, *extra, wait=True):
   cmd = [sys.executable, "-m", "jaxlab.main", *RUN_FLAGS,
          f"--workdir={workdir}", *extra]
   proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+                          stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)
   if not wait:
     return proc
   out, err = proc.communicate(timeout=600)
@@ -76,41 +81,127 @@ class MainTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, path, ignore_errors=True)
     return path
 
-  def test_sigterm_then_resume_equals_uninterrupted(self):
+  def test_preemption_then_resume_equals_uninterrupted(self):
+    """SIGTERM to the process, and SIGINT (a terminal's Ctrl-C) to its
+    process group with periodic checkpoints off: each saves a checkpoint at
+    the step reached, writes results.json with `"preempted": true`, exits 0;
+    the relaunch resumes there and ends as an uninterrupted run does."""
     tmp = self._tmp()
     rc, out, err = launch(f"{tmp}/full")
     self.assertEqual(rc, 0, err[-3000:])
     full = metrics_lib.read_metrics(f"{tmp}/full")
-
-    # Slow steps down so SIGTERM lands mid-run, after step 7 is logged.
-    proc = launch(f"{tmp}/cut", "--config.train.debug_step_sleep_s=0.5",
-                  wait=False)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-      rows = metrics_lib.read_metrics(f"{tmp}/cut")
-      if rows and rows[-1]["step"] >= 7:
-        break
-      time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
-    self.assertEqual(proc.returncode, 0, err[-3000:])
-    self.assertIn("SIGTERM: saved checkpoint at step", out)
-    cut_step = int(out.split("saved checkpoint at step ")[1].split(";")[0])
-    self.assertBetween(cut_step, 7, 15)  # really interrupted part-way
-    self.assertNotEqual(cut_step % 5, 0)  # a preemption save, not periodic
-    self.assertFalse(os.path.exists(f"{tmp}/cut/results.json"))
-
-    rc, out, err = launch(f"{tmp}/cut")
-    self.assertEqual(rc, 0, err[-3000:])
-    self.assertIn(f"Resuming from {tmp}/cut/checkpoints/{cut_step}", out)
-    cut = metrics_lib.read_metrics(f"{tmp}/cut")
-    self.assertEqual([r["step"] for r in cut], list(range(1, 17)))
-    self.assertEqual(deterministic(cut), deterministic(full))
     with open(f"{tmp}/full/results.json") as f:
-      want = json.load(f)["loss"]
-    with open(f"{tmp}/cut/results.json") as f:
-      got = json.load(f)["loss"]
-    self.assertAlmostEqual(got, want, delta=1e-6)
+      want = json.load(f)
+    self.assertFalse(want["preempted"])
+    # Recorded by config name, so the command replays on any checkout.
+    self.assertIn(" --config=lm_tiny:tiny ", want["command"])
+
+    for name, sig, extra in [
+        ("SIGTERM", signal.SIGTERM, []),
+        ("SIGINT", signal.SIGINT, ["--config.train.checkpoint_every=0"])]:
+      with self.subTest(name):
+        wd = f"{tmp}/cut_{name}"
+        # Slow steps down so the signal lands mid-run, after step 7 is
+        # logged. A session of its own: the child leads its process group,
+        # as a job started from a terminal does.
+        proc = launch(wd, "--config.train.debug_step_sleep_s=0.5", *extra,
+                      wait=False)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+          rows = metrics_lib.read_metrics(wd)
+          if (rows and rows[-1]["step"] >= 7) or proc.poll() is not None:
+            break
+          time.sleep(0.1)
+        if sig == signal.SIGINT:
+          os.killpg(proc.pid, sig)  # what Ctrl-C does: the whole group
+        else:
+          proc.send_signal(sig)
+        out, err = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 0, err[-3000:])
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("KeyboardInterrupt", err)
+        self.assertIn(f"{name}: saved checkpoint at step", out)
+        cut_step = int(out.split("saved checkpoint at step ")[1].split(";")[0])
+        self.assertBetween(cut_step, 7, 15)  # really interrupted part-way
+        self.assertNotEqual(cut_step % 5, 0)  # a preemption save
+        self.assertIn(f"Preempted ({name}): saved at step {cut_step} in "
+                      f"{wd}/checkpoints; resume with: python -m jaxlab.main "
+                      "--config=lm_tiny:tiny ", out)
+        if sig == signal.SIGINT:  # periodic saves off: only the signal's
+          self.assertEqual(os.listdir(f"{wd}/checkpoints"), [str(cut_step)])
+        with open(f"{wd}/results.json") as f:
+          cut_res = json.load(f)
+        self.assertTrue(cut_res["preempted"])
+        self.assertEqual(cut_res["step"], cut_step)
+        self.assertEqual(cut_res["checkpoint_step"], cut_step)
+        self.assertEqual(cut_res["loss"], full[cut_step - 1]["loss"])
+
+        rc, out, err = launch(wd, *extra)
+        self.assertEqual(rc, 0, err[-3000:])
+        self.assertIn(f"Resuming from {wd}/checkpoints/{cut_step}", out)
+        cut = metrics_lib.read_metrics(wd)
+        self.assertEqual([r["step"] for r in cut], list(range(1, 17)))
+        self.assertEqual(deterministic(cut), deterministic(full))
+        with open(f"{wd}/results.json") as f:
+          got = json.load(f)
+        self.assertFalse(got["preempted"])
+        self.assertAlmostEqual(got["loss"], want["loss"], delta=1e-6)
+
+  def test_verify_replays_a_path_form_command(self):
+    """`report --verify` on a result recorded before the configs moved into
+    the package (`python -m experiments.main --config=configs/X.py`)."""
+    tmp = self._tmp()
+    flags = ["--config.train.steps=3", "--config.train.log_every=1",
+             "--config.train.eval_every=0", "--config.data.num_docs=120",
+             "--config.train.tensorboard=False",
+             "--config.train.peak_flops=1e12"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxlab.main", "--config=lm_tiny:tiny", *flags,
+         f"--workdir={tmp}/run"], cwd=ROOT, env=_env(), capture_output=True,
+        text=True, timeout=600)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(f"{tmp}/run/results.json") as f:
+      res = json.load(f)
+    self.assertTrue(res["command"].startswith(
+        "python -m jaxlab.main --config=lm_tiny:tiny "), res["command"])
+    # As committed by an older checkout: old launcher alias, config path.
+    res["command"] = ("python -m experiments.main "
+                      "--config=configs/lm_tiny.py:tiny "
+                      f"--workdir=workdirs/old {' '.join(flags)}")
+    res["tables"] = [{"id": "final", "title": "Final loss", "columns": [
+        {"key": "loss", "label": "loss", "decimals": 4, "scale": 1.0}],
+                      "rows": [{"label": "lm_tiny", "cells": {"loss": {
+                          "seeds": [0], "values": [res["loss"]]}}}]}]
+    repo = os.path.join(tmp, "repo")
+    os.makedirs(os.path.join(repo, "docs", "results"))
+    with open(os.path.join(repo, "docs", "results", "old.json"), "w") as f:
+      json.dump(res, f)
+
+    run = subprocess.run
+
+    def rerun_adding_the_table(argv, **kw):
+      # The rerun's train results have no table: add the same one.
+      done = run(argv, **kw)
+      wd = [a for a in argv if a.startswith("--workdir=")][0][10:]
+      with open(f"{wd}/results.json") as f:
+        new = json.load(f)
+      new["tables"] = [dict(res["tables"][0], rows=[{
+          "label": "lm_tiny", "cells": {"loss": {
+              "seeds": [0], "values": [new["loss"]]}}}])]
+      with open(f"{wd}/results.json", "w") as f:
+        json.dump(new, f)
+      return done
+
+    out = io.StringIO()
+    with mock.patch.dict(os.environ, _env()), \
+        mock.patch.object(report.subprocess, "run", rerun_adding_the_table):
+      rc = report.verify("old", repo=repo, out=out)
+    self.assertEqual(rc, 0, out.getvalue())
+    text = out.getvalue()
+    self.assertIn(f"$ {sys.executable} -m jaxlab.main --config=lm_tiny:tiny "
+                  "--workdir=", text)
+    self.assertIn("ok      +0.00 SE  final / lm_tiny / loss", text)
+    self.assertIn("0 of 1 cells moved", text)
 
   def test_bad_inputs_give_one_clear_error(self):
     tmp = self._tmp()

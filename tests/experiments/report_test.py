@@ -1,18 +1,22 @@
 """Tests of jaxlab/experiments/results.py (schema) and jaxlab/experiments/report.py."""
 
+import glob
 import io
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 from scipy import stats
 
+from jaxlab import configs as configs_lib
 from jaxlab.experiments import report
 from jaxlab.experiments import results
 
@@ -370,6 +374,43 @@ class MergeAndVerifyTest(absltest.TestCase):
     self.assertEqual(report.rerun_command("tool --workdir old x", "/w"),
                      ["tool", "--workdir=/w", "x"])
 
+  def test_rerun_command_maps_old_launcher_and_config_paths(self):
+    self.assertEqual(
+        report.rerun_command(
+            "python -m experiments.main --config=configs/trust_grpo.py "
+            "--workdir=workdirs/trust_grpo_part0 '--config.seeds=(0,1,2)'",
+            "/tmp/w"),
+        [sys.executable, "-m", "jaxlab.main", "--config=trust_grpo",
+         "--workdir=/tmp/w", "--config.seeds=(0,1,2)"])
+    # Another program's --config is not the launcher's: left alone.
+    self.assertEqual(
+        report.rerun_command("python -m jaxlab.experiments.bench dpad "
+                             "--config=configs/x.py", "/w"),
+        [sys.executable, "-m", "jaxlab.experiments.bench", "dpad",
+         "--config=configs/x.py", "--workdir=/w"])
+
+  def test_every_committed_launcher_command_resolves(self):
+    """Each docs/results/*.json command replays: its --config is a
+    packaged config by name (`report --verify` runs it as is)."""
+    n = 0
+    for path in sorted(glob.glob(os.path.join(report.REPO, "docs", "results",
+                                              "*.json"))):
+      with open(path) as f:
+        res = json.load(f)
+      for cmd in res.get("commands") or [res["command"]]:
+        argv = report.rerun_command(cmd, "/tmp/w")
+        if argv[1:3] != ["-m", "jaxlab.main"]:
+          continue  # e.g. the bench CLI
+        value = [a for a in argv if a.startswith("--config=")][0]
+        value = value[len("--config="):]
+        name = value.partition(":")[0]
+        with self.subTest(os.path.basename(path), cmd=cmd[:80]):
+          self.assertIn(name, configs_lib.packaged())
+          self.assertTrue(os.path.isfile(
+              configs_lib.resolve(value).partition(":")[0]))
+          n += 1
+    self.assertGreater(n, 30)
+
   def test_verify_reruns_the_committed_command(self):
     # A fake experiment: writes one cell whose values come from its flags.
     fake = textwrap.dedent("""\
@@ -406,6 +447,42 @@ class MergeAndVerifyTest(absltest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(repo, "workdirs")))
       self.assertIn("+4.90 SE", out.getvalue())  # 0.4 / sqrt(0.02/3)
 
+  def test_workdir_prints_the_run_tables(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      t = results.Table("t", "T", [results.Column("acc", "acc", 2)],
+                        row_label="m")
+      t.add("A", "acc", 0, 0.5)
+      t.add("A", "acc", 1, 0.75)
+      res = results.write(tmp, "fake", tables=[t],
+                          comparisons=[], argv=["jaxlab/main.py"])
+      before = sorted(os.listdir(tmp))
+      out = io.StringIO()
+      with mock.patch.object(sys, "stdout", out):
+        self.assertEqual(report.main(["--workdir", tmp]), 0)
+      self.assertEqual(sorted(os.listdir(tmp)), before)  # nothing written
+    src = os.path.join(tmp, "results.json")
+    self.assertEqual(out.getvalue(), f"# fake: {src}\n\n" + report.render_table(
+        res, "t", source=src, name="t"))
+    self.assertIn("| A | 0.62 ± 0.18 |", out.getvalue())
+    # A run without tables (train): its final values.
+    with tempfile.TemporaryDirectory() as tmp:
+      results.write(tmp, "train", fields={"loss": 1.23456, "step": 8,
+                                          "preempted": True},
+                    argv=["jaxlab/main.py"])
+      text = report.render_workdir(tmp)
+    self.assertIn("**Preempted**", text)
+    self.assertIn("| loss | 1.2346 |\n| step | 8 |", text)
+    with self.assertRaisesRegex(FileNotFoundError, "no results.json"):
+      report.render_workdir(tmp)
+
+  def test_add_refuses_a_preempted_run(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      results.write(os.path.join(tmp, "w"), "train",
+                    fields={"preempted": True}, argv=["jaxlab/main.py"])
+      with self.assertRaisesRegex(report.ReportError, "was preempted"):
+        report.add("x", [os.path.join(tmp, "w")], repo=tmp)
+      self.assertFalse(os.path.exists(os.path.join(tmp, "docs")))
+
   def test_add_copies_and_merges(self):
     with tempfile.TemporaryDirectory() as tmp:
       for seed in (0, 1):
@@ -423,6 +500,31 @@ class MergeAndVerifyTest(absltest.TestCase):
 
 
 class ResultsSchemaTest(absltest.TestCase):
+
+  def test_config_name(self):
+    tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    own = os.path.join(tmp, "pmc.py")  # a user's file named like a packaged
+    with open(own, "w") as f:
+      f.write("")
+    for value, want in [
+        ("configs/trust_grpo.py", "trust_grpo"),          # old layout
+        ("jaxlab/configs/pmc.py:table", "pmc:table"),
+        (configs_lib.resolve("pmc:tiny"), "pmc:tiny"),    # what main runs
+        ("/elsewhere/jaxlab/configs/dpad.py:tiny,steps=3",
+         "dpad:tiny,steps=3"),
+        ("lm_tiny:tiny", "lm_tiny:tiny"),
+        ("my/own_config.py:x", "my/own_config.py:x"),     # not packaged
+        (own + ":tiny", own + ":tiny"),                   # not the packaged
+    ]:
+      with self.subTest(value):
+        self.assertEqual(results.config_name(value), want)
+    self.assertEqual(
+        results.command_line(["/x/jaxlab/main.py",
+                              "--config=" + configs_lib.resolve("pmc:tiny"),
+                              "--workdir=w"]),
+        "python -m jaxlab.main --config=pmc:tiny --workdir=w")
+
 
   def test_command_line(self):
     self.assertEqual(
