@@ -5,6 +5,8 @@ import importlib
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
+import ml_collections
 
 from jaxlab.configs import _scale as scale
 from jaxlab.experiments.bench import tpu_presets
@@ -163,6 +165,300 @@ class VisionPresetsTest(parameterized.TestCase):
         (dict(kind="image", image_size=448, fps=2), "unknown keys")):
       with self.assertRaisesRegex(ValueError, msg):
         scale.apply(common.base_config(), vision=vision, **kw)
+
+
+# name -> (init_from, data.path, data.subset) of `get_config("paper")`: the
+# paper's released checkpoint and dataset as Hub ids (each config's
+# docstring says the same).
+PAPER_RUNS = {
+    "calibration": ("Qwen/Qwen2.5-7B-Instruct", "openai/gsm8k", "main"),
+    "chart_to_code": ("Qwen/Qwen2.5-VL-7B-Instruct", "ChartMimic/ChartMimic",
+                      ""),
+    "controller": ("", "", ""),
+    "dpad": ("GSAI-ML/LLaDA-8B-Instruct", "openai/gsm8k", "main"),
+    "frequency_entropy": ("meta-llama/Meta-Llama-3-8B", "Salesforce/wikitext",
+                          "wikitext-103-raw-v1"),
+    "lestd": ("meta-llama/Llama-2-13b-hf", "Salesforce/wikitext",
+              "wikitext-2-raw-v1"),
+    "mathfimer": ("Qwen/Qwen2.5-Math-7B", "openai/gsm8k", "main"),
+    "pmc": ("meta-llama/Llama-3.2-3B-Instruct", "locuslab/TOFU", "forget10"),
+    "rerank": ("Qwen/Qwen2.5-VL-7B-Instruct", "TIGER-Lab/M-BEIR", ""),
+    "rope_extension": ("meta-llama/Meta-Llama-3-8B",
+                       "hoskinson-center/proof-pile", ""),
+    "sipit": ("meta-llama/Llama-3.1-8B", "wikimedia/wikipedia",
+              "20231101.en"),
+    "speckv": ("meta-llama/Llama-3.1-8B-Instruct", "THUDM/LongBench",
+               "qasper"),
+    "stabletoken": ("openai/whisper-large-v3", "openslr/librispeech_asr",
+                    "clean"),
+    "streaming_thinker": ("Qwen/Qwen3-4B", "JunlongTong/StreamingCoT", ""),
+    "trust_grpo": ("Qwen/Qwen2.5-VL-7B-Instruct",
+                   "bunny127/SophiaVL-R1-130k", ""),
+    "uncertainty": ("mistralai/Mistral-7B-v0.1", "mandarjoshi/trivia_qa",
+                    "rc.nocontext"),
+    "video_reason": ("Qwen/Qwen2.5-VL-7B-Instruct", "lyx97/reasoning_videos",
+                     ""),
+    "vudg": ("Qwen/Qwen2.5-VL-7B-Instruct", "QLGalaxy/VUDG", ""),
+    "vulcan": ("facebook/deit-base-patch16-224", "ILSVRC/imagenet-1k", ""),
+}
+# The paper releases neither a checkpoint nor data: its model trains from
+# scratch on the generated algorithmic tasks (the config's docstring).
+FROM_SCRATCH = ("controller",)
+# Checkpoint -> the `SHAPES` entry the compile builds in its place (the
+# language model of a Qwen2.5-VL checkpoint).
+CHECKPOINT_SHAPES = {
+    "Qwen/Qwen2.5-7B-Instruct": "qwen2_5_7b",
+    "Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_7b",
+    "Qwen/Qwen2.5-Math-7B": "qwen2_5_7b",
+    "GSAI-ML/LLaDA-8B-Instruct": "llada_8b",
+    "meta-llama/Meta-Llama-3-8B": "llama3_8b",
+    "meta-llama/Llama-3.1-8B": "llama3_8b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama3_8b",
+    "meta-llama/Llama-2-13b-hf": "llama2_13b",
+    "meta-llama/Llama-3.2-3B-Instruct": "llama3_2_3b",
+    "Qwen/Qwen3-4B": "qwen3_4b",
+    "mistralai/Mistral-7B-v0.1": "mistral_7b",
+}
+
+
+def _flat(d, prefix=""):
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def _module(name):
+  return importlib.import_module(f"jaxlab.configs.{name}")
+
+
+class PaperRunTest(parameterized.TestCase):
+  """`NAME:paper` is the run: the paper's checkpoint and released data."""
+
+  def test_every_paper_config_is_listed(self):
+    from jaxlab import configs  # pylint: disable=g-import-not-at-top
+    papers = {n for n in configs.packaged()
+              if n not in ("lm_tiny", "generate", "finetune", "rl")}
+    self.assertEqual(papers, set(PAPER_RUNS))
+
+  @parameterized.named_parameters(*[(n, n) for n in sorted(PAPER_RUNS)])
+  def test_paper_preset_names_checkpoint_and_data(self, name):
+    mod = _module(name)
+    c = mod.get_config("paper")
+    init_from, path, subset = PAPER_RUNS[name]
+    self.assertEqual((c.init_from, c.data.path, c.data.subset),
+                     (init_from, path, subset))
+    self.assertIn("subset", c.data)
+    self.assertEqual(c.data.max_rows, 0)   # every row
+    if name in FROM_SCRATCH:
+      self.assertEqual(c.data.source, "synthetic")
+    else:
+      self.assertTrue(c.init_from and c.data.path)
+      self.assertEqual((c.data.source, c.data.tokenizer), ("hf", "auto"))
+      self.assertTrue(c.data.split)
+      # The docstring documents the preset line (checkpoint, dataset,
+      # subset); whitespace and line breaks aside.
+      doc = "".join(mod.__doc__.split())
+      for value in (init_from, path, subset):
+        self.assertIn(value, doc, (name, value))
+    # The compiled shape is the checkpoint's.
+    if "scale" in c and c.init_from:
+      self.assertEqual(c.scale.shape, CHECKPOINT_SHAPES[c.init_from])
+
+  @parameterized.named_parameters(*[(n, n) for n in sorted(PAPER_RUNS)])
+  def test_short_cuts_the_budget_and_nothing_else(self, name):
+    mod = _module(name)
+    paper = _flat(mod.get_config("paper").to_dict())
+    short = _flat(mod.get_config("paper,short").to_dict())
+    self.assertEqual(set(paper), set(short))
+    changed = {k for k in paper if paper[k] != short[k]}
+    self.assertContainsSubset({"train.steps", "data.max_rows"}, changed)
+    not_budget = sorted(k for k in changed
+                        if not scale.is_budget_key(k.split(".")[-1]))
+    self.assertEqual(not_budget, [], name)
+    for k in changed:   # every cut is a cut, never a raise
+      if isinstance(paper[k], int):
+        self.assertLess(short[k], paper[k] if paper[k] > 0 else
+                        float("inf"), k)
+    if "seeds" in short:
+      self.assertEqual(short["seeds"], (0,))
+    self.assertEqual((short["init_from"], short["data.path"]),
+                     (paper["init_from"], paper["data.path"]))
+
+  def test_frequency_entropy_keeps_nope_layers(self):
+    c = _module("frequency_entropy").get_config("paper")
+    self.assertEqual(tuple(c.model.nope_layers), ())   # Llama-3-8B: none
+    self.assertEqual(registry.decoder_config(c.model).nope_layers, ())
+
+  def test_vision_inputs_are_the_towers_size(self):
+    c = _module("chart_to_code").get_config("paper")
+    self.assertEqual(c.charts.image_size, 1008)
+    self.assertEqual(tuple(c.model.prefix.image_size), (1008, 1008))
+    c = _module("video_reason").get_config("paper")
+    self.assertEqual(c.task.frame_size, 448)
+    self.assertEqual(tuple(c.model.prefix.image_size), (448, 448))
+    c = _module("vudg").get_config("paper")
+    self.assertEqual(tuple(c.vudg.size), (336, 420))
+    self.assertEqual(tuple(c.model.prefix.image_size), (336, 420))
+
+  def test_rerank_paper_adapts_the_vl_decoder(self):
+    c = _module("rerank").get_config("paper")
+    self.assertEqual((c.model_kind, c.reranker.arch),
+                     ("multimodal", "qwen2_5_vl"))
+    self.assertEqual(tuple(c.lora.targets), scale.LM_LORA_TARGETS)
+    self.assertEqual((c.lora.rank, c.optim.lr), (16, 1e-4))
+
+  def test_vulcan_paper_model_is_deit_base(self):
+    from jaxlab.models import vit_classifier  # pylint: disable=g-import-not-at-top
+    c = _module("vulcan").get_config("paper")
+    cfg = vit_classifier.config_from_dict(c.model)
+    # DeiT-B/16 (= ViT-B/16) ImageNet classifier: 86,567,656 parameters
+    # (transformers' DeiTForImageClassification /
+    # ViTForImageClassification of the released checkpoints).
+    self.assertEqual(cfg.num_params(), 86_567_656)
+    self.assertEqual((cfg.image_size, cfg.patch_size, cfg.channels),
+                     (224, 16, 3))
+    self.assertLen(c.target_classes, 25)
+
+  def test_stabletoken_paper_model_is_whisper_large_v3(self):
+    from jaxlab.models import speech_tokenizer  # pylint: disable=g-import-not-at-top
+    c = _module("stabletoken").get_config("paper")
+    t = c.tokenizer
+    # Whisper-large-v3 config.json: d_model, encoder_layers,
+    # encoder_attention_heads, encoder_ffn_dim, num_mel_bins.
+    self.assertEqual((t.dim, t.lower_layers + t.upper_layers, t.num_heads,
+                      t.mlp_dim, c.features.n_mels),
+                     (1280, 32, 20, 5120, 128))
+    self.assertEqual(t.lower_layers, 16)           # Voting-LFQ at block 16
+    self.assertEqual(2 ** t.bits, 8192)            # the 8192-token codebook
+    self.assertEqual(100 / (t.conv_stride * t.pool), 25.0)   # 25 Hz tokens
+    fields = {k: v for k, v in t.to_dict().items() if k != "name"}
+    speech_tokenizer.SpeechTokenizerConfig(n_mels=c.features.n_mels,
+                                           **fields)
+
+  def test_controller_paper_sizes(self):
+    c = _module("controller").get_config("paper")
+    ctl = c.model.controller
+    self.assertEqual((ctl.num_registers, ctl.register_dim, ctl.state_dim),
+                     (8, 64, 128))
+    # FLOP overhead (1/2p)(d_s/D)^2 at p = 2: the spec's 5-7 %.
+    overhead = (ctl.state_dim / c.model.dim) ** 2 / (2 * ctl.every_p)
+    self.assertBetween(overhead, 0.05, 0.07)
+    self.assertEqual(tuple(c.test_lengths), (80, 160, 320))
+    self.assertLessEqual(2 * max(c.test_lengths) + 3,
+                         c.model.max_position_embeddings)
+
+
+class ShortRuleTest(absltest.TestCase):
+
+  def _config(self):
+    return ml_collections.ConfigDict({
+        "seeds": (3, 4, 5), "flag": True,
+        "train": {"steps": 1000, "warmup_steps": 100, "eval_batches": 0},
+        "sft": {"steps": 1, "cot_steps": 4, "anneal_steps": -1},
+        "rl": {"stage1_steps": 60},
+        "eval": {"num_samples": 50, "num_bootstrap": 1000,
+                 "eval_queries": 500, "max_new_tokens": 200},
+        "data": {"max_rows": 0, "path": "x"},
+        "lottery": {"rounds": 1500}})
+
+  def test_rule(self):
+    c = scale.short(self._config(), {"lottery.rounds": 10})
+    self.assertEqual(_flat(c.to_dict()), {
+        "seeds": (0,), "flag": True,
+        "train.steps": 2, "train.warmup_steps": 100, "train.eval_batches": 1,
+        "sft.steps": 1, "sft.cot_steps": 4, "sft.anneal_steps": -1,
+        "rl.stage1_steps": 2,
+        "eval.num_samples": 2, "eval.num_bootstrap": 10,
+        "eval.eval_queries": 8, "eval.max_new_tokens": 200,
+        "data.max_rows": 8, "data.path": "x", "lottery.rounds": 10})
+
+  def test_specific_cut_must_be_a_budget_field(self):
+    with self.assertRaisesRegex(ValueError, "'eval.max_new_tokens' is not a "
+                                "budget field"):
+      scale.short(self._config(), {"eval.max_new_tokens": 8})
+    with self.assertRaisesRegex(ValueError, "no field 'eval.steps'"):
+      scale.short(self._config(), {"eval.steps": 8})
+
+
+# Minimal config.json of each architecture `jaxlab.io.hf` loads (the
+# transformers 4 dialect, which it reads too).
+_BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=48,
+             num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, rope_theta=1e4,
+             max_position_embeddings=64, rms_norm_eps=1e-6)
+HF_CONFIGS = {
+    "llama": dict(_BASE, architectures=["LlamaForCausalLM"],
+                  model_type="llama"),
+    "qwen2": dict(_BASE, architectures=["Qwen2ForCausalLM"],
+                  model_type="qwen2", tie_word_embeddings=True),
+    "qwen3": dict(_BASE, architectures=["Qwen3ForCausalLM"],
+                  model_type="qwen3", head_dim=16),
+    "mistral": dict(_BASE, architectures=["MistralForCausalLM"],
+                    model_type="mistral", sliding_window=16),
+    "dream": dict(_BASE, architectures=["DreamModel"], model_type="Dream"),
+    "gemma3": dict(_BASE, architectures=["Gemma3ForCausalLM"],
+                   model_type="gemma3_text", num_hidden_layers=4,
+                   head_dim=16, sliding_window=16,
+                   sliding_window_pattern=2, query_pre_attn_scalar=16,
+                   rope_local_base_freq=1e4),
+    "llada": {"architectures": ["LLaDAModelLM"], "model_type": "llada",
+              "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "n_layers": 2,
+              "mlp_hidden_size": 48, "vocab_size": 64,
+              "embedding_size": 64, "rope_theta": 1e4,
+              "rms_norm_eps": 1e-6, "max_sequence_length": 64,
+              "weight_tying": False, "block_type": "llama",
+              "layer_norm_type": "rms", "include_bias": False,
+              "activation_type": "silu", "mask_token_id": 63,
+              "eos_token_id": 2},
+}
+
+
+class LoraTargetsTest(parameterized.TestCase):
+  """`LM_LORA_TARGETS` adapt every linear layer of every decoder `init_from`
+  loads: each HF `*_proj` weight of the checkpoint (the Linear layers PEFT
+  targets, the LM head aside) gets one adapter, nothing else does."""
+
+  @parameterized.product(arch=sorted(HF_CONFIGS), scan=(False, True))
+  def test_every_projection_is_adapted(self, arch, scan):
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+    from jaxlab.train import lora  # pylint: disable=g-import-not-at-top
+    cfg = hf.config_from_hf(HF_CONFIGS[arch]).replace(scan_layers=scan)
+    projections = sorted(
+        path[-1] for path, row in hf._hf_names(cfg).items()  # pylint: disable=protected-access
+        if row[0].endswith("_proj.weight"))
+    self.assertLen(projections, 7 * cfg.num_layers)
+    model = decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0))
+    added = lora.add_lora(model, rank=2, alpha=4.0,
+                          targets=scale.LM_LORA_TARGETS, rngs=nnx.Rngs(1))
+    if not scan:
+      self.assertLen(added, 7 * cfg.num_layers)
+    # Scanned: one stacked weight per name and scanned block, each holding
+    # num_layers / blocks layers.
+    self.assertEqual(sorted(added * (7 * cfg.num_layers // len(added))),
+                     projections)
+
+  def test_vision_tower_is_not_adapted(self):
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    from jaxlab.configs import common  # pylint: disable=g-import-not-at-top
+    from jaxlab.train import lora  # pylint: disable=g-import-not-at-top
+    dec = common.decoder_config()
+    dec.update(vocab_size=64, dim=32, num_layers=2, num_heads=4,
+               num_kv_heads=2, mlp_dim=48)
+    mcfg = common.qwen_vl_prefix_model(dec, kind="image", image_size=16)
+    model = registry.get_spec(mcfg).factory()
+    added = lora.add_lora(model, rank=2, alpha=4.0,
+                          targets=scale.LM_LORA_TARGETS, rngs=nnx.Rngs(1))
+    self.assertEqual(sorted(added), sorted(scale.LM_LORA_TARGETS * 2))
+    adapted = {jax.tree_util.keystr(p) for p, _ in
+               jax.tree_util.tree_flatten_with_path(
+                   nnx.state(model, lora.LoRA))[0]}
+    self.assertLen(adapted, 2 * 7 * 2)    # A and B per weight
+    self.assertFalse([p for p in adapted if "visual" in p or "vision" in p])
 
 
 if __name__ == "__main__":

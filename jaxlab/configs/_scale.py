@@ -42,6 +42,17 @@ model is `config.model`).
 
 Shapes are the released checkpoints' `config.json` values (Hugging Face
 model cards of each model; vocabulary sizes as shipped, padded ones kept).
+
+`NAME:paper` is the run, not only a shape: after `preset`, each config
+calls `paper_run` with the paper's released checkpoint (`init_from`, a Hub
+id) and released data (`data.source="hf"`, `data.path`, `data.subset`,
+`data.split`, `data.eval_split`). The AOT compile builds the preset's
+shape (the checkpoint's, `SHAPES`) and reads no weights. A config whose
+model is not a decoder (StableToken's speech tokenizer, the controller,
+Vulcan's ViT) keeps its paper shape in a `PAPER_MODEL` dict: `PAPER` is
+for the compile targets (`python -m jaxlab.experiments.bench.tpu_presets`
+compiles every config that has one). `short` (`NAME:paper,short`) is the
+same run with its budget cut by one documented rule (`short`, below).
 """
 
 from __future__ import annotations
@@ -305,3 +316,155 @@ def preset(c: ml_collections.ConfigDict, spec: dict[str, Any]
            ) -> ml_collections.ConfigDict:
   """`apply(c, **spec)`: a config file's `PAPER` dict as its paper preset."""
   return apply(c, **spec)
+
+
+# --------------------------------------------------------------------------
+# `NAME:paper` is the run: the paper's checkpoint and released data.
+# --------------------------------------------------------------------------
+
+# Every parameter of the decoder a LoRA run adapts: the attention
+# projections and the MLP of every block (`jaxlab.nn.attention`,
+# `jaxlab.nn.mlp`). Every architecture `init_from` loads (`jaxlab.io.hf`:
+# Llama, Qwen2 / 2.5 / 3, Mistral, Gemma 3, LLaDA, Dream, and the language
+# model of Qwen2-VL / 2.5-VL) becomes a `jaxlab.models.decoder.Decoder`
+# with these names, scanned or not; a vision tower's `nnx.Linear` kernels
+# are not matched (spec A.9: LoRA on the LLM, the tower frozen).
+LM_LORA_TARGETS = ("q_dnh", "k_dkh", "v_dkh", "o_nhd", "gate_df", "up_df",
+                   "down_fd")
+
+
+def paper_run(c: ml_collections.ConfigDict, *, init_from: str, path: str,
+              subset: str = "", split: str = "train", eval_split: str = "",
+              **data) -> ml_collections.ConfigDict:
+  """Points `c` at the paper's released checkpoint and data; returns `c`.
+
+  Sets `config.init_from` (a Hub id: `jaxlab.io.pretrained` resolves it
+  when online, or pass a local copy with `--config.init_from=DIR`), the
+  `hf` source over the released dataset (`data.path` a Hub id or a local
+  copy laid out as on the Hub, `data.subset` its config name as released,
+  '' where it has none), the released split names, the checkpoint's own
+  tokenizer (`data.tokenizer="auto"`), and `data.max_rows` (0 = every row;
+  the `short` preset caps it). `data` sets further `config.data` fields
+  (column names); a field the base config lacks is added.
+  """
+  c.init_from = init_from
+  fields = dict(source="hf", path=path, subset=subset, split=split,
+                eval_split=eval_split, tokenizer="auto", max_rows=0, **data)
+  for k, v in fields.items():
+    c.data[k] = v
+  return c
+
+
+# The `short` preset (`NAME:paper,short`): the same run with its budget cut
+# and nothing else changed. `short` cuts, wherever they sit in the config,
+# the fields whose name is a key here, by this rule:
+#   seeds, model_seeds          -> (0,)
+#   steps (STEP_KEYS)           -> min(value, SHORT_STEPS)
+#   samples (SAMPLE_KEYS)       -> min(value, SHORT_SAMPLES)
+#   evaluation rows (ROW_KEYS)  -> min(value, SHORT_ROWS)
+#   eval_batches, max_rows      -> SHORT_EVAL_BATCHES / SHORT_ROWS (also
+#                                  when 0, which means "all")
+#   resamples (RESAMPLE_KEYS)   -> min(value, SHORT_RESAMPLES)
+#   repeats (REPEAT_KEYS)       -> min(value, 1)
+# Zero or negative values other than those of eval_batches / max_rows are
+# switches ("0 = the spec's", "-1 = 60 % of train.steps") and are kept. A
+# config adds what is specific to it (`short(c, {"lottery.rounds": 10})`);
+# those fields must be budget fields too (`BUDGET_KEYS`).
+SHORT_STEPS = 2
+SHORT_SAMPLES = 2
+SHORT_ROWS = 8
+SHORT_EVAL_BATCHES = 1
+SHORT_RESAMPLES = 10
+SEED_KEYS = ("seeds", "model_seeds")
+# Optimizer steps of a training or a sub-training (not warmup_steps,
+# cot_steps, anneal_steps: lengths and schedules, not budgets).
+STEP_KEYS = ("steps", "stage1_steps", "stage2_steps", "pretrain_steps",
+             "hard_prompts_steps")
+SAMPLE_KEYS = ("samples", "num_samples", "eval_samples", "leak_samples",
+               "samples_per_question", "references_per_question")
+ROW_KEYS = ("eval_queries", "num_eval", "eval_stories", "eval_size",
+            "retain_limit", "eval_seqs", "num_eval_seqs", "num_prompts",
+            "prompts", "eval_docs", "eval_videos_per_cell",
+            "test_clips_per_domain", "num_test", "eval_clips",
+            "eval_utterances", "spearman_examples", "exhaustive_prompts",
+            "control_prompts", "hard_prompts_prompts", "num_probe_seqs")
+RESAMPLE_KEYS = ("num_bootstrap", "num_resamples")
+REPEAT_KEYS = ("repeats", "latency_repeats")
+ZERO_IS_ALL_KEYS = ("eval_batches", "max_rows")
+# Budget fields a config may cut besides (`short(c, specific)`).
+EXTRA_BUDGET_KEYS = ("rounds", "train_examples", "num_train", "num_fim",
+                     "train_clips_per_domain", "train_videos_per_cell",
+                     "train_utterances", "train_clips", "sft_size",
+                     "stage_size", "num_people", "num_questions",
+                     "known", "paraphrased", "heldout", "num_docs",
+                     "num_seqs", "continuations")
+BUDGET_KEYS = frozenset(SEED_KEYS + STEP_KEYS + SAMPLE_KEYS + ROW_KEYS
+                        + RESAMPLE_KEYS + REPEAT_KEYS + ZERO_IS_ALL_KEYS
+                        + EXTRA_BUDGET_KEYS)
+
+
+def is_budget_key(name: str) -> bool:
+  """Whether a field named `name` (the last part of its path) is one the
+  `short` preset may change (a key of `BUDGET_KEYS`)."""
+  return name in BUDGET_KEYS
+
+
+def _short_value(name: str, value: Any) -> Any:
+  """`value` of a field named `name` under the `short` rule (unchanged when
+  the rule does not apply)."""
+  if isinstance(value, bool):
+    return value
+  if name in SEED_KEYS and isinstance(value, (tuple, list)):
+    return (0,) if len(value) else tuple(value)
+  if not isinstance(value, int):
+    return value
+  if name in ZERO_IS_ALL_KEYS:
+    cap = SHORT_ROWS if name == "max_rows" else SHORT_EVAL_BATCHES
+    return cap if value <= 0 else min(value, cap)
+  if name in STEP_KEYS:
+    cap = SHORT_STEPS
+  elif name in SAMPLE_KEYS:
+    cap = SHORT_SAMPLES
+  elif name in ROW_KEYS:
+    cap = SHORT_ROWS
+  elif name in RESAMPLE_KEYS:
+    cap = SHORT_RESAMPLES
+  elif name in REPEAT_KEYS:
+    cap = 1
+  else:
+    return value
+  return min(value, cap) if value > 0 else value
+
+
+def short(c: ml_collections.ConfigDict,
+          specific: dict[str, Any] | None = None
+          ) -> ml_collections.ConfigDict:
+  """The `short` preset: `c` with its budget cut (rule above); returns it.
+
+  Args:
+    c: a config (any preset, `paper` first for `NAME:paper,short`).
+    specific: dotted path -> value, the config's own budget cuts, applied
+      after the rule; each path's last part must be in `BUDGET_KEYS`.
+  """
+  def walk(node: ml_collections.ConfigDict) -> None:
+    for name in list(node.keys()):
+      value = node[name]
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value)
+        continue
+      new = _short_value(name, value)
+      if new is not value and new != value:
+        node[name] = new
+  walk(c)
+  for path, value in (specific or {}).items():
+    *parents, name = path.split(".")
+    if not is_budget_key(name):
+      raise ValueError(f"scale.short: {path!r} is not a budget field (valid "
+                       f"names: {', '.join(sorted(BUDGET_KEYS))})")
+    node = c
+    for p in parents:
+      node = node[p]
+    if name not in node:
+      raise ValueError(f"scale.short: the config has no field {path!r}")
+    node[name] = value
+  return c

@@ -29,6 +29,12 @@ variant on half of the questions and scored on the other half.
 The default preset is the docs miniature (3 seeds, sized for a 2-core
 machine shared by many jobs); `tiny` runs in a few minutes on 2 CPU cores;
 `tiny,smoke` is the colab test's.
+
+`paper`: Qwen2.5-7B-Instruct from `init_from` (`Qwen/Qwen2.5-7B-Instruct`)
+on GSM8K as released (`data.path=openai/gsm8k`, `data.subset=main`:
+`question`, `answer` ending in `#### n`; train / test), M = 50 samples a
+question. `short` (e.g. `paper,short`): the same run with its budget cut
+(`jaxlab.configs._scale.short`: 1 seed, 2 steps, 2 samples, 8 rows).
 """
 
 import ml_collections
@@ -48,7 +54,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x2", seq_len=384,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
-                          smollm2=False)
+                          smollm2=False, short=False)
   c = common.base_config()
   c.experiment = "calibration"
   c.seeds = (0, 1, 2)
@@ -119,4 +125,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.probe.update(steps=2, batch_size=3)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-7B-Instruct",
+                    path="openai/gsm8k", subset="main", split="train",
+                    eval_split="test")
+  if args.short:
+    scale.short(c)
   return c

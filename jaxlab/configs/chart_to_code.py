@@ -25,6 +25,13 @@ architecture (`jaxlab.models.qwen2_vl_prefix.Qwen2VLPrefixLM`, a tiny
 one: 1 vision block of width 16, patch 4, so the 32x32 chart is 16 merged
 vision tokens + vision start / end before the code); `config.model` gets
 its `vision` and `prefix` sections and `config.vit` is then unused.
+
+`paper`: Qwen2.5-VL-7B-Instruct from `init_from`
+(`Qwen/Qwen2.5-VL-7B-Instruct`) on ChartMimic as released
+(`data.path=ChartMimic/ChartMimic`, no subset, split `test`: each chart
+image with its gold Python script); charts at the tower's input size
+(`charts.image_size` = `model.prefix.image_size`, 1008 px). `short`: the
+same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -59,7 +66,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=2048,
                    "min_pixels 1280*28*28 [code README]")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, tiny=False, paper=False, vl=False)
+  a = common.parse_arg(arg, tiny=False, paper=False, vl=False, short=False)
   c = common.base_config()
   c.experiment = "chart_to_code"
   c.seeds = (0, 1, 2, 3, 4)
@@ -69,7 +76,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # 50 steps). 200 held-out charts, the same for every seed.
   c.charts = ml_collections.ConfigDict(
       {"sft_size": 512, "stage_size": 128, "eval_size": 200,
-       "fixed_axes": True})
+       "fixed_axes": True,
+       # Pixels of the chart images the policy reads (a square; the
+       # synthetic charts are rendered at 64 and pooled to 32).
+       "image_size": 32})
   # Where each seed's SFT model is saved (jaxlab/experiments/chart_to_code.py
   # `supervised_policy`); "" = the workdir. Point RL sweeps at one dir.
   c.cache_dir = ""
@@ -124,4 +134,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         {"kind": "image", "image_size": 32})  # charts.small_image's
   if a.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-VL-7B-Instruct",
+                    path="ChartMimic/ChartMimic", subset="", split="test",
+                    eval_split="test")
+    # The charts at the tower's input size (not the miniature's 32 px).
+    c.charts.image_size = int(c.model.prefix.image_size[0])
+  if a.short:
+    scale.short(c)
   return c

@@ -16,17 +16,39 @@ Scaled down for 2 CPU cores [inferred]: D = 64 (spec 128), d_s = 32,
 d_r = 16 (spec 128 / 64), so d_s / D = 1/2.
 Presets: `tiny` (1 seed, sum only, few steps), `smoke` (even smaller, for the
 colab test).
+
+`paper`: the paper's task sizes (spec I "Benchmarks"): sum-of-list and
+sorting trained on lengths 10 / 20 / 40 / 80 and tested at 80 / 160 / 320,
+9 seeds, at the paper's controller sizes (N_r = 8 registers of d_r = 64,
+d_s = 128) on a decoder of width D = 256 (`PAPER_MODEL`; the FLOP overhead
+(1/2p)(d_s/D)^2 of 5-7 % at p = 2 gives D ~ 256 [derived]; depth and heads
+[inferred]). The paper releases no checkpoint and no data: the model
+trains from scratch (`init_from=""`) on the generated tasks
+(`data.source="synthetic"`); BFS is left out (its generator has at most
+64 nodes, the paper tests 320). Not an AOT compile target yet. `short`:
+the same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 
 VARIANTS = ("vanilla", "soft", "gumbel")
 
+# Paper scale (spec I): `config.model` and `config.model.controller` fields
+# (see the module docstring for what is derived / inferred); positions
+# cover the longest test sequence (sort at n = 320: 2n + 3 = 643 tokens).
+PAPER_MODEL = dict(dim=256, num_layers=8, num_heads=8, num_kv_heads=8,
+                   mlp_dim=1024, max_position_embeddings=1024)
+PAPER_CONTROLLER = dict(every_p=2, num_registers=8, register_dim=64,
+                        num_flags=8, state_dim=128, control_dim=128,
+                        branch_hidden=128)
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, tiny=False, smoke=False)
+  a = common.parse_arg(arg, tiny=False, smoke=False, paper=False,
+                       short=False)
   c = common.base_config()
   c.experiment = "controller"
   c.tasks = "sum_mod10,sort"
@@ -82,4 +104,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.num_eval = 16
     c.eval_batch_size = 16
     c.flops_every_p = ()
+  if a.paper:
+    c.tasks = "sum_mod10,sort"
+    c.train_lengths = (10, 20, 40, 80)
+    c.test_lengths = (80, 160, 320)
+    c.seeds = tuple(range(9))     # "mean of 9 runs"
+    c.model.update(**PAPER_MODEL)
+    c.model.controller.update(**PAPER_CONTROLLER)
+    c.flops_every_p = (1, 2, 3, 4)
+    c.flops_seq_len = 643
+    c.mesh.update(data=1, fsdp=-1, tensor=1)
+    # No released checkpoint or data (module docstring): the fields are
+    # kept, empty / synthetic.
+    c.init_from = ""
+    c.data.source = "synthetic"
+    c.data.path = ""
+    c.data.subset = ""
+    c.data.max_rows = 0
+  if a.short:
+    scale.short(c)
   return c

@@ -28,6 +28,11 @@ cores allow), `smoke` (seconds; plumbing only, used by the colab test),
 operations, left-padded, which the 400-step model did not learn),
 `init_from=PATH` (continue training from a run's `seed{seed}/params.npz`;
 the committed miniature is `tiny` then `tiny,steps=300,init_from=...`).
+
+`paper`: LLaDA-8B-Instruct from `init_from` (`GSAI-ML/LLaDA-8B-Instruct`)
+decoding GSM8K as released (`data.path=openai/gsm8k`, `data.subset=main`,
+test split), gen_len 1024 (spec L's long setting). `short`: the same run
+with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -64,7 +69,7 @@ PAPER = dict(shape="llada_8b", topology="v5p:2x2x2", seq_len=1280,
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           smoke=False, seeds=0, steps=0,
-                          prompts=0, kind="", init_from="")
+                          prompts=0, kind="", init_from="", short=False)
   c = common.base_config()
   c.experiment = "dpad"
   c.seeds = (0, 1, 2)
@@ -137,4 +142,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.decode.prompts = c.decode.batch = args.prompts
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="GSAI-ML/LLaDA-8B-Instruct",
+                    path="openai/gsm8k", subset="main", split="train",
+                    eval_split="test")
+    c.decode.gen_lens = (1024,)   # spec L: gen_len 1024, GSM8K 1-shot
+  if args.short:
+    scale.short(c)
   return c

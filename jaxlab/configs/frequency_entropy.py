@@ -32,6 +32,13 @@ by alpha = 0.1 (the paper's downstream setting): the spec's rules a, b, c,
 a+b, the 10 % of pairs with the lowest/highest SpectrumFE and SequenceFE,
 and as many random pairs (a fresh draw per passage). About 2 minutes of
 CPU time (9 minutes wall on 2 heavily shared cores).
+
+`paper`: Llama-3-8B from `init_from` (`meta-llama/Meta-Llama-3-8B`; no
+NoPE layer, `model.nope_layers=()`; Llama 4's are read from its config)
+on WikiText-103 as released (`data.path=Salesforce/wikitext`,
+`data.subset=wikitext-103-raw-v1`: FE on `train` text, perplexity on
+`test`). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -49,7 +56,7 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x2", seq_len=8192,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, spec=False, smoke=False,
-                          smollm2=False, steps=0)
+                          smollm2=False, steps=0, short=False)
   c = common.base_config()
   c.experiment = "frequency_entropy"
   c.model.update(dim=128, num_layers=4, num_heads=4, num_kv_heads=2,
@@ -116,4 +123,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.steps = args.steps
   if args.paper:
     scale.preset(c, PAPER)
+    # The experiment reads model.nope_layers (the released Llama-3-8B has
+    # RoPE in every layer).
+    c.model.nope_layers = ()
+    scale.paper_run(c, init_from="meta-llama/Meta-Llama-3-8B",
+                    path="Salesforce/wikitext", subset="wikitext-103-raw-v1",
+                    split="train", eval_split="test")
+  if args.short:
+    scale.short(c)
   return c

@@ -14,6 +14,12 @@ compressed models are measured at `compress.latency_ratio`. Spec P.8(b):
 4 layers, d=128, 4 heads, ~2k steps. Args: `tiny` (2 layers, d=64, 500
 steps, 3 seeds; minutes on 2 shared CPU cores), `smoke` (seconds; plumbing
 only, used by the colab test), `steps=N`, `seeds=N` (seeds 0..N-1).
+
+`paper`: Llama-2-13B from `init_from` (`meta-llama/Llama-2-13b-hf`),
+compressed data-free, perplexity on WikiText-2 as released
+(`data.path=Salesforce/wikitext`, `data.subset=wikitext-2-raw-v1`, test
+split). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -32,7 +38,7 @@ PAPER = dict(shape="llama2_13b", topology="v5p:2x2x2", seq_len=4096,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
-                          smoke=False, steps=0, seeds=0)
+                          smoke=False, steps=0, seeds=0, short=False)
   c = common.base_config()
   c.experiment = "lestd"
   # MHA: LeSTD stacks K and V per query head (num_kv_heads == num_heads)
@@ -85,4 +91,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = tuple(range(args.seeds))
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="meta-llama/Llama-2-13b-hf",
+                    path="Salesforce/wikitext", subset="wikitext-2-raw-v1",
+                    split="test", eval_split="test")
+  if args.short:
+    scale.short(c)
   return c

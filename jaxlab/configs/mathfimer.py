@@ -11,6 +11,13 @@ of a disjoint problem pool (3 masks per solution); it expands a coarse data set 
 intermediate steps removed) for `rounds` rounds with the eta = 0.8 filter;
 identical solvers train on coarse, each expansion round and (as a ceiling)
 the fine data; held-out exact match of the final answer.
+
+`paper`: Qwen2.5-Math-7B from `init_from` (`Qwen/Qwen2.5-Math-7B`); the
+data expanded and evaluated is GSM8K as released (`data.path=openai/gsm8k`,
+`data.subset=main`: `question`, `answer` ending in `#### n`; train /
+test), the FIM model's is NuminaMath-CoT (`fim_data.path=AI-MO/NuminaMath-
+CoT`: `problem`, `solution`). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -29,7 +36,8 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=8192,
              "global batch 128")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, paper=False, table=False, spec=False)
+  args = common.parse_arg(arg, tiny=False, paper=False, table=False, spec=False,
+                          short=False)
   tiny, table = args.tiny, args.table
   c = common.base_config()
   c.experiment = "mathfimer"
@@ -143,4 +151,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.update(max_new_tokens=32)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-Math-7B", path="openai/gsm8k",
+                    subset="main", split="train", eval_split="test")
+    # The FIM model's training data (spec H.2: NuminaMath-FIM is made from
+    # NuminaMath-CoT's solutions).
+    c.fim_data = ml_collections.ConfigDict(dict(
+        source="hf", path="AI-MO/NuminaMath-CoT", subset="", split="train",
+        max_rows=0))
+  if args.short:
+    scale.short(c)
   return c

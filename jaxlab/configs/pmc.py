@@ -16,6 +16,13 @@ the same lr, steps, warm-up and lam. Spec defaults kept in the default
 preset: warm-up of one epoch over the forget set (`unlearn.warmup_epochs`),
 200-token generations (`unlearn.max_new_tokens`, `ref_max_new_tokens`,
 `eval.max_new_tokens`); smaller presets shrink them.
+
+`paper`: Llama-3.2-3B-Instruct from `init_from`
+(`meta-llama/Llama-3.2-3B-Instruct`) on TOFU as released
+(`data.path=locuslab/TOFU`, `data.subset=forget10`, whose retain split
+`retain90` follows; `question`, `answer`), with the spec's Llama settings
+(lambda 1.25, T 0.9, 20 samples, 30 epochs). `short`: the same run with
+its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -35,7 +42,7 @@ PAPER = dict(shape="llama3_2_3b", topology="v5e:2x4", seq_len=512,
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           small=False, table=False,
-                          spec=False, fit=False)
+                          spec=False, fit=False, short=False)
   tiny, small, table, spec = args.tiny, args.small, args.table, args.spec
   fit = args.fit
   c = common.base_config()
@@ -135,4 +142,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.probes.update(max_len=64)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="meta-llama/Llama-3.2-3B-Instruct",
+                    path="locuslab/TOFU", subset="forget10", split="train",
+                    eval_split="")
+    c.parts = "unlearn"
+    # Spec B.8, the Llama-3.2-3B-Instruct column.
+    c.unlearn.update(lam=1.25, temperature=0.9, top_p=0.95, num_samples=20,
+                     batch_size=8, lr=1e-5, weight_decay=0.01,
+                     max_new_tokens=200, ref_max_new_tokens=200,
+                     warmup_epochs=1.0,
+                     # 30 epochs x 400 forget questions / (8 x 2) per step
+                     steps=750)
+  if args.short:
+    scale.short(c, {"lottery.rounds": 10})
   return c

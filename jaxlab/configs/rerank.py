@@ -46,6 +46,15 @@ checkpoint.
 Training is full fine-tuning of a tiny decoder + ViT from scratch by
 default. LoRA on an imported HF decoder: `--config.init_from=DIR
 --config.lora.rank=16` (the ViT and the rest stay frozen then).
+
+`paper`: the multimodal reranker on Qwen2.5-VL-7B-Instruct from
+`init_from` (`Qwen/Qwen2.5-VL-7B-Instruct`, `reranker.arch="qwen2_5_vl"`),
+LoRA rank 16 on every linear layer of its language model
+(`lora.targets = _scale.LM_LORA_TARGETS`, the names every decoder
+`init_from` loads has; the vision tower frozen), lr 1e-4 (spec A.9), one
+positive and 15 negatives a group, on M-BEIR as released
+(`data.path=TIGER-Lab/M-BEIR`, no subset; train / test). `short`: the
+same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -76,7 +85,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   a = common.parse_arg(arg, tiny=False, paper=False,
                        probe=False, directions=False,
                        native=False, all=False, negatives=False, mm=False,
-                       vl=False, smoke=False)
+                       vl=False, smoke=False, short=False)
   if a.vl:
     a.mm = True
   c = common.base_config()
@@ -242,4 +251,27 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.task.eval_queries = 4
   if a.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-VL-7B-Instruct",
+                    path="TIGER-Lab/M-BEIR", subset="", split="train",
+                    eval_split="test")
+    # The reranker is Qwen2.5-VL itself (not the embedding miniature, whose
+    # MLP has no decoder weight for LoRA to adapt).
+    c.model_kind = "multimodal"
+    c.reranker.arch = "qwen2_5_vl"
+    c.lora.targets = scale.LM_LORA_TARGETS
+    c.optim.lr = 1e-4
+    c.task.num_negatives = 15     # 1 + 15 documents a group, 4 groups
+    c.prompt.max_len = c.train.seq_len
+    # Spec A.1's system line; the label tokens are words of the
+    # checkpoint's vocabulary, the image slot its <|image_pad|>.
+    c.prompt.system = (
+        "Judge whether the Document meets the requirements based on the "
+        "Query and the Instruct provided. Note that the answer can only be "
+        '"yes" or "no".')
+    c.reranker.labels.update(
+        yes_token="yes", no_token="no", image_token="<|image_pad|>",
+        label_tokens_pos=("yes", "true", "right", "correct"),
+        label_tokens_neg=("no", "false", "wrong", "incorrect"))
+  if a.short:
+    scale.short(c)
   return c

@@ -17,6 +17,11 @@ Args: `tiny` (fewer steps, fewer methods and lengths: the quick look, a few
 minutes on 2 CPU cores), `smoke` (seconds; plumbing only, used by the colab
 test), `seeds=N`, `steps=N`, `samples=N` (passkey prompts per depth per
 length), `train_len=N`, `lr=F`.
+
+`paper`: LLaMA3-8B from `init_from` (`meta-llama/Meta-Llama-3-8B`),
+extended zero-shot 8K -> 128K, perplexity on Proof-pile as released
+(`data.path=hoskinson-center/proof-pile`, no subset, test split). `short`:
+the same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -38,7 +43,8 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=131072,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, smoke=False, paper=False, seeds=0,
-                          steps=0, samples=0, train_len=0, lr=0.0)
+                          steps=0, samples=0, train_len=0, lr=0.0,
+                          short=False)
   c = common.base_config()
   c.experiment = "rope_extension"
   c.seeds = (0, 1, 2, 3, 4)
@@ -89,4 +95,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.lr = args.lr
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="meta-llama/Meta-Llama-3-8B",
+                    path="hoskinson-center/proof-pile", subset="",
+                    split="test", eval_split="test")
+  if args.short:
+    scale.short(c)
   return c

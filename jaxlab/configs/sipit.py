@@ -22,6 +22,12 @@ sentences with the BOS given as a known prefix (`sipit.known_bos`),
 layers 1 / 15 / 30, 150 s per inversion, writes
 docs/results/sipit_smollm2.json.
 Args: `seeds=N` (seeds 0..N-1).
+
+`paper`: Llama-3.1-8B from `init_from` (`meta-llama/Llama-3.1-8B`);
+prompts and the collision corpus from English Wikipedia as released
+(`data.path=wikimedia/wikipedia`, `data.subset=20231101.en`, train split;
+one of spec Q.3's four sources). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -41,7 +47,7 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x2", seq_len=128,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
-                          smollm2=False, seeds=0)
+                          smollm2=False, seeds=0, short=False)
   c = common.base_config()
   c.experiment = "sipit"
   c.seeds = (0, 1, 2)
@@ -130,6 +136,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = tuple(range(args.seeds))
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="meta-llama/Llama-3.1-8B",
+                    path="wikimedia/wikipedia", subset="20231101.en",
+                    split="train", eval_split="")
+  if args.short:
+    # HardPrompts' 0 means the spec's T * |V| / 4 steps: cut explicitly.
+    scale.short(c, {"sipit.hard_prompts_steps": 2})
   return c
 
 

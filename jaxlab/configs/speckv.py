@@ -26,6 +26,12 @@ sessions allowed: d=64 / d=32 (4 / 2 layers), context 96, C_max 16 and 32,
 Args: `tiny` (2 seeds, the documented miniature), `smoke` (seconds;
 plumbing only, used by the colab test), `seeds=N`, `steps=N`,
 `samples=N` (held-out prompts per task and question side).
+
+`paper`: the target Llama-3.1-8B-Instruct from `init_from`
+(`meta-llama/Llama-3.1-8B-Instruct`) with the draft Llama-3.2-1B-Instruct
+(`draft_from`), on LongBench as released (`data.path=THUDM/LongBench`,
+`data.subset` a task, default `qasper`; test split). `short`: the same run
+with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -46,7 +52,8 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=32768,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
-                          smollm2=False, seeds=0, steps=0, samples=0, length=0)
+                          smollm2=False, seeds=0, steps=0, samples=0, length=0,
+                          short=False)
   if args.smollm2:
     return smollm2_config(args)
   c = common.base_config()
@@ -124,6 +131,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.task.samples = args.samples
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="meta-llama/Llama-3.1-8B-Instruct",
+                    path="THUDM/LongBench", subset="qasper", split="test",
+                    eval_split="test")
+    c.draft_from = "meta-llama/Llama-3.2-1B-Instruct"
+  if args.short:
+    scale.short(c)
   return c
 
 

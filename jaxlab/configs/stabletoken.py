@@ -17,16 +17,41 @@ clean:noisy routing, consensus loss), no_consensus (lambda1 = 0),
 no_routing (all branches read the same input: the perturbed copy with
 probability loss.augment_prob, else clean), single_branch (plain LFQ n=1
 with the same augmentation), vq (VQ with the same augmentation).
+
+`paper`: the tokenizer at its released size (`PAPER_MODEL`: Whisper-
+large-v3's encoder, D = 1280, 32 blocks of 20 heads, 128 mel bins, with
+Voting-LFQ n = 5, 13 bits after block 16 and 2x pooling to 25 Hz; spec
+E.1), its encoder initialised from `init_from` (`openai/whisper-large-v3`),
+on LibriSpeech as released (`data.path=openslr/librispeech_asr`,
+`data.subset=clean`, `train.100` / `test`), AdamW max lr 1.5e-5 with 1000
+warm-up steps (spec E.5). Not an AOT compile target yet (`PAPER` dicts
+are: the compile path builds LM batches). `short`: the same run with its
+budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
 from jaxlab.data import audio
 
+# Paper scale (spec E.1): the speech tokenizer at its released size, the
+# encoder of Whisper-large-v3 (config.json: d_model 1280, 32 encoder layers
+# of 20 heads, encoder_ffn_dim 5120, num_mel_bins 128; its conv stem halves
+# 100 Hz mel frames to 50 Hz) split at block 16 by Voting-LFQ (n = 5 voters
+# of 13 bits, 3 clean : 2 noisy), average-pooled 2x to 25 Hz; blocks 17-32
+# above it. `config.tokenizer` fields (`SpeechTokenizerConfig`).
+PAPER_MODEL = dict(dim=1280, num_heads=20, mlp_dim=5120, lower_layers=16,
+                   upper_layers=16, quantizer="voting_lfq", n_voters=5,
+                   bits=13, num_clean=3, conv_stride=2, pool=2)
+# Whisper's log-mel features (WhisperFeatureExtractor: 128 bins, 25 ms
+# window, 10 ms hop at 16 kHz).
+PAPER_FEATURES = dict(n_mels=128, n_fft=400, hop=160)
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  a = common.parse_arg(arg, tiny=False, smoke=False, vq=False, seed=-1)
+  a = common.parse_arg(arg, tiny=False, smoke=False, vq=False, seed=-1,
+                       paper=False, short=False)
   c = common.base_config()
   c.experiment = "stabletoken"
   c.seeds = (0, 1, 2)
@@ -96,6 +121,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.tokenizer.update(dim=16, mlp_dim=32, lower_layers=1, bits=4)
       c.features.n_mels = 16
       c.train.update(steps=4, batch_size=8)
+  if a.paper:
+    c.tokenizer.update(**PAPER_MODEL)
+    c.features.update(**PAPER_FEATURES)
+    c.optim.update(lr=1.5e-5, warmup_steps=1000, weight_decay=0.01,
+                   clip_norm=1.0)
+    c.mesh.update(data=1, fsdp=-1, tensor=1)
+    scale.paper_run(c, init_from="openai/whisper-large-v3",
+                    path="openslr/librispeech_asr", subset="clean",
+                    split="train.100", eval_split="test")
   if a.seed >= 0:  # one seed per process (report --add merges workdirs)
     c.seeds = (a.seed,)
+  if a.short:
+    scale.short(c)
   return c

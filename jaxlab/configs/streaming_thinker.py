@@ -22,6 +22,11 @@ step per tick, READs free by default) gives TTFT and Delay.
 Args: `tiny` (3 seeds, 2-layer d=64 models, 500 steps, 48 held-out stories:
 what 2 shared CPU cores allow), `smoke` (seconds; plumbing only, used by the
 colab test), `seeds=N`, `steps=N`, `stories=N`, `depth=D1|D2|D3`.
+
+`paper`: Qwen3-4B from `init_from` (`Qwen/Qwen3-4B`), streaming SFT on
+StreamingCoT as released (`data.path=JunlongTong/StreamingCoT`, no subset,
+train split), lr 1e-5 with 300 warm-up steps (spec K). `short`: the same
+run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -44,7 +49,7 @@ PAPER = dict(shape="qwen3_4b", topology="v5e:2x4", seq_len=4096,
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           smoke=False, seeds=0, steps=0,
-                          stories=0, depth="")
+                          stories=0, depth="", short=False)
   c = common.base_config()
   c.experiment = "streaming_thinker"
   c.seeds = (0, 1, 2)
@@ -98,4 +103,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.task.depth = args.depth
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen3-4B",
+                    path="JunlongTong/StreamingCoT", subset="", split="train",
+                    eval_split="")
+    c.optim.update(lr=1e-5, warmup_steps=300, schedule="linear")
+  if args.short:
+    scale.short(c)
   return c

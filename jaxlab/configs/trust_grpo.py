@@ -32,6 +32,15 @@ and `model` is "qwen2_5_vl_prefix" (`jaxlab.models.qwen2_vl_prefix`: the
 decoder fields plus a tiny `vision` tower, patch 4, and `prefix` {kind
 "image", image_size = task.image_size}); the warm start, GRPO and the
 evaluation pass the images as the prefix inputs.
+
+`paper`: Qwen2.5-VL-7B-Instruct from `init_from`
+(`Qwen/Qwen2.5-VL-7B-Instruct`), GRPO (N = 8, beta_KL 0.04, lr 5e-7, alpha
+0.3, 1500 steps; spec G) on SophiaVL-R1-130k as released
+(`data.path=bunny127/SophiaVL-R1-130k`, no subset, train split; the
+repository README's name). The thinking reward model the paper trains is
+`bunny127/SophiaVL-R1-Thinking-Reward-Model-3B` (its loader is not part of
+the config yet). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -54,7 +63,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=3072,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
-                          learned=False, smoke=False, vl=False)
+                          learned=False, smoke=False, vl=False, short=False)
   c = common.base_config()
   c.experiment = "trust_grpo"
   c.seeds = tuple(range(10))  # RL miniatures: 10 seeds (issue 11)
@@ -115,4 +124,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.trm.update(samples=300, per_bin=30, steps=40)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-VL-7B-Instruct",
+                    path="bunny127/SophiaVL-R1-130k", subset="",
+                    split="train", eval_split="")
+    # Spec G.6: N = 8, beta_KL 0.04, lr 5e-7, alpha 0.3, 1500 steps, 16
+    # prompts a step, responses up to 1024 tokens.
+    c.grpo.update(group_size=8, kl_beta=0.04)
+    c.rl.update(steps=1500, prompts_per_step=16)
+    c.optim.lr = 5e-7
+    c.trust.alpha = 0.3
+  if args.short:
+    scale.short(c)
   return c

@@ -21,6 +21,12 @@ busy shared CPU cores); `tiny` is the colab version and `tiny,smoke` the test's.
 The QTN score uses N = 32 (5 qubits) and the first 120 operators, the spec's
 CPU setting. Clustering is the CPU stand-in for bidirectional NLI: the
 answer's last word (the fact value) compared after normalisation [inferred].
+
+`paper`: Mistral-7B from `init_from` (`mistralai/Mistral-7B-v0.1`) on
+TriviaQA as released (`data.path=mandarjoshi/trivia_qa`,
+`data.subset=rc.nocontext`: `question`, `answer`; few-shot prompt from
+train, questions from validation), R = 10 samples at T = 1. `short`: the
+same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -39,7 +45,7 @@ PAPER = dict(shape="mistral_7b", topology="v5p:2x2x2", seq_len=384,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
-                          smollm2=False)
+                          smollm2=False, short=False)
   c = common.base_config()
   c.experiment = "uncertainty"
   c.seeds = (0, 1, 2)
@@ -94,4 +100,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.bootstrap.update(num_resamples=50)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="mistralai/Mistral-7B-v0.1",
+                    path="mandarjoshi/trivia_qa", subset="rc.nocontext",
+                    split="train", eval_split="validation")
+  if args.short:
+    scale.short(c)
   return c

@@ -25,6 +25,14 @@ decoder fields, a 2-block vision tower with 3-D patches over frame pairs,
 M-RoPE with time-aligned video positions) instead of ViT + temporal
 blocks; `vl,tiny,smoke` runs the model part at a few steps (the tests).
 A real checkpoint loads by `init_from`.
+
+`paper`: Qwen2.5-VL-7B-Instruct from `init_from`
+(`Qwen/Qwen2.5-VL-7B-Instruct`) on VideoReasonBench as released
+(`data.path=lyx97/reasoning_videos`, no subset, test split; questions as
+in the repository's `questions/*.json`), 32 frames at the tower's input
+size (`task.frame_size` = `model.prefix.image_size`, 448 px), thinking up
+to 1024 tokens. `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -48,7 +56,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=8192,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False,
-                         vl=False)
+                         vl=False, short=False)
   c = common.base_config()
   c.experiment = "video_reason"
   c.parts = "solvers,model"
@@ -97,4 +105,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.train.update(steps=4, batch_size=8)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-VL-7B-Instruct",
+                    path="lyx97/reasoning_videos", subset="", split="test",
+                    eval_split="test")
+    # Frames at the tower's input size (not the miniature's 16 px), the
+    # paper's thinking budget.
+    c.task.frame_size = int(c.model.prefix.image_size[0])
+    c.task.budgets = (0, 1024)
+  if args.short:
+    scale.short(c)
   return c

@@ -27,6 +27,14 @@ Presets: default = the docs miniature (2 seeds, sized for a shared
 (`jaxlab.models.qwen2_vl_prefix` via `common.qwen_vl_prefix_model`: the
 same decoder fields, a 2-block vision tower over frame pairs, M-RoPE)
 instead of ViT + temporal blocks (`vl,smoke` in the tests).
+
+`paper`: Qwen2.5-VL-7B-Instruct from `init_from`
+(`Qwen/Qwen2.5-VL-7B-Instruct`) on VUDG as released
+(`data.path=QLGalaxy/VUDG`, no subset (`default`); `train` =
+train_multi.json, `test` = the multiple-choice test set), 16 frames at
+the tower's input size (`vudg.size` = `model.prefix.image_size`, 336 x
+420), letter answers. `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -51,7 +59,7 @@ PAPER = dict(shape="qwen2_5_7b", topology="v5p:2x2x4", seq_len=4096,
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, smoke=False, seed=-1,
-                         vl=False)
+                         vl=False, short=False)
   c = common.base_config()
   c.experiment = "vudg"
   c.seeds = (0, 1)
@@ -100,4 +108,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seeds = (args.seed,)
   if args.paper:
     scale.preset(c, PAPER)
+    scale.paper_run(c, init_from="Qwen/Qwen2.5-VL-7B-Instruct",
+                    path="QLGalaxy/VUDG", subset="", split="train",
+                    eval_split="test")
+    # Frames at the tower's input size, (H, W) = (336, 420), not the
+    # miniature's 16 px squares; the paper's letter answers.
+    vudg = c.vudg.to_dict()
+    vudg.update(size=tuple(int(x) for x in c.model.prefix.image_size),
+                answer_format="letter")
+    c.vudg = ml_collections.ConfigDict(vudg)
+  if args.short:
+    scale.short(c)
   return c

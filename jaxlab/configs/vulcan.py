@@ -14,15 +14,39 @@ the docs miniature (3 seeds; `seed=N` runs one of them, so seeds can run
 as separate processes merged by `jaxlab.experiments.report --add`); `tiny` is the
 CPU test/colab version, `smoke` an even shorter one for the colab test. Steps and lr are [inferred] for the
 tiny model (the code's 3000-6000 steps at lr 1e-4 are for DeiT).
+
+`paper`: DeiT-B/16 at 224 px (`PAPER_MODEL`), pretrained, from `init_from`
+(`facebook/deit-base-patch16-224`; ViT-B/16 is
+`google/vit-base-patch16-224`, the same shape), compressed for the class
+subset T1-25 (spec O.1) on ImageNet-1k as released
+(`data.path=ILSVRC/imagenet-1k`, no subset; train / validation). Not an
+AOT compile target yet (`PAPER` dicts are: the compile path builds LM
+batches). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
 
+from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
+
+# Paper scale (spec O): DeiT-Base/16 at 224 px (config.json of
+# facebook/deit-base-patch16-224 and google/vit-base-patch16-224: hidden
+# 768, 12 layers of 12 heads, intermediate 3072, patch 16, 1000 classes),
+# as `config.model` fields of "vit_classifier".
+PAPER_MODEL = dict(name="vit_classifier", image_size=224, patch_size=16,
+                   channels=3, dim=768, num_layers=12, num_heads=12,
+                   head_dim=64, mlp_dim=3072, num_classes=1000,
+                   init_std=0.02)
+# Spec O.1: ImageNet sub-task T1 (25 classes).
+PAPER_CLASSES = (50, 62, 148, 272, 302, 306, 314, 331, 402, 408, 432, 531,
+                 533, 592, 609, 713, 732, 746, 751, 905, 911, 927, 930, 981,
+                 999)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = common.parse_arg(arg, tiny=False, smoke=False, seed=-1)
+  args = common.parse_arg(arg, tiny=False, smoke=False, seed=-1,
+                          paper=False, short=False)
   c = common.base_config()
   c.experiment = "vulcan"
   c.seeds = (0, 1, 2)
@@ -66,4 +90,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.methods = "vulcan,magnitude"
     c.pretrain.update(steps=60)
     c.posttrain.update(steps=15)
+  if args.paper:
+    c.model = ml_collections.ConfigDict(PAPER_MODEL)
+    c.target_classes = PAPER_CLASSES
+    c.mesh.update(data=1, fsdp=-1, tensor=1)
+    # The backbone is pretrained: no pre-training from scratch.
+    c.pretrain.steps = 0
+    # The code's post-training (3000-6000 steps at lr 1e-4 for DeiT).
+    c.posttrain.update(steps=3000, lr=1e-4)
+    scale.paper_run(c, init_from="facebook/deit-base-patch16-224",
+                    path="ILSVRC/imagenet-1k", subset="", split="train",
+                    eval_split="validation")
+  if args.short:
+    scale.short(c)
   return c

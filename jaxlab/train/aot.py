@@ -753,6 +753,11 @@ def compile_train_step(config, devices: Sequence[Any], *,
                      f"optim.grad_accum={grad_accum} times mesh.data*mesh.fsdp"
                      f"={n_batch}")
   t0 = time.perf_counter()
+  if model is None and config.get("scale") is not None:
+    # A paper-scale preset (`configs._scale`): its model section is the
+    # released checkpoint's shape, so the compile builds it (no weights are
+    # read) rather than loading `init_from`.
+    model = trainer.model_spec(config, vocab_size=_vocab_size(config))
   ts = trainer.build(config, model=model, vocab_size=_vocab_size(config),
                      mesh=mesh, abstract_only=True)
   batch_sh = parallel.batch_sharding(mesh, ts.rules,
