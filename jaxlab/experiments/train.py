@@ -9,6 +9,7 @@ checkpoint's tokenizer files).
 """
 
 import io
+import os
 import time
 from typing import Any
 
