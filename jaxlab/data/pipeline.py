@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from jaxlab import registry
+from jaxlab.data import sources
 
 # `config.data.source` names beyond the built-in synthetic / jsonl /
 # chat_jsonl / tfds: `fn(data_cfg, *, seq_len, tokenizer) -> (train examples,
@@ -188,6 +189,16 @@ def batched_dataset(examples: Sequence[Any] | grain.MapDataset, *,
   if not local_rows or min(local_rows) < 0 or max(local_rows) >= global_batch:
     raise ValueError(f"local_rows must be non-empty indices in [0, "
                      f"{global_batch}), got {local_rows}")
+  if isinstance(examples, Documents):
+    if examples.mode == "pack":
+      # Packed rows have no index: each process packs its own share of the
+      # rows into its rows of every global batch.
+      if transform is not None:
+        raise ValueError("transform is not supported on packed Documents")
+      return examples.packed_batches(
+          local_batch=len(local_rows), seed=seed, shuffle=shuffle,
+          repeat=repeat, process_index=pi, process_count=pc)
+    examples = examples.padded()
   ds = examples if isinstance(examples, grain.MapDataset) else (
       grain.MapDataset.source(examples))
   if transform is not None:
@@ -204,55 +215,148 @@ def batched_dataset(examples: Sequence[Any] | grain.MapDataset, *,
   return ds.batch(len(local_rows), drop_remainder=True)
 
 
-def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
-  """(train examples, eval examples) for `config.data` of an LM run.
+ROW_SOURCES = ("hf", "grain", "tfds")
+
+
+def _split_rows(rows, frac: float):
+  """(first rows, last `frac` of the rows) of a random-access source."""
+  n = len(rows)
+  k = int(n * frac)
+  if not k:
+    return rows, None
+  if hasattr(rows, "select"):  # a datasets.Dataset: no copy
+    return rows.select(range(n - k)), rows.select(range(n - k, n))
+  return (grain.MapDataset.source(rows)[:n - k],
+          grain.MapDataset.source(rows)[n - k:])
+
+
+def _row_sources(data_cfg, kind: str) -> tuple[Any, Any, dict[str, Any]]:
+  """(train rows, eval rows or None, provenance) of an hf / grain / tfds
+  source: rows are random-access sequences of dicts, nothing tokenised."""
+  get = data_cfg.get
+  max_rows = int(get("max_rows", 0) or 0)
+  cache = get("cache_dir", "") or None
+  path, subset = get("path", ""), get("subset", "") or ""
+  split, eval_split = get("split", "train"), get("eval_split", "") or ""
+  if kind == "hf":
+    from jaxlab.data import hf_source  # pylint: disable=g-import-not-at-top
+    load = lambda sp: hf_source.load_rows(path, subset=subset, split=sp,
+                                          max_rows=max_rows, cache_dir=cache)
+    train = load(split)
+    ev = load(eval_split) if eval_split else None
+    digest = hf_source.digest(path, subset, (split, eval_split) if eval_split
+                              else (split,))
+  elif kind == "grain":
+    from jaxlab.data import grain_source  # pylint: disable=g-import-not-at-top
+    if not path:
+      raise ValueError("data.source='grain' needs data.path (globs of "
+                       "ArrayRecord or Parquet files)")
+    text_key = get("text_key", "text")
+    train = grain_source.load_rows(path, text_key=text_key,
+                                   max_rows=max_rows, cache_dir=cache)
+    ev = None
+    eval_path = get("eval_path", "")
+    if eval_path:
+      ev = grain_source.load_rows(eval_path, text_key=text_key,
+                                  max_rows=max_rows, cache_dir=cache)
+      eval_split = eval_split or "eval"
+    digest = grain_source.digest([path] + ([eval_path] if eval_path else []))
+  else:
+    name, data_dir = get("tfds_name", "") or path, get("data_dir", "")
+    if not name:
+      raise ValueError("data.source='tfds' needs data.tfds_name")
+    load = lambda sp: sources.tfds_source(name, split=sp, data_dir=data_dir,
+                                          text_key=None)
+    train, ev = load(split), (load(eval_split) if eval_split else None)
+    if max_rows:
+      train = grain.MapDataset.source(train)[:max_rows]
+      ev = None if ev is None else grain.MapDataset.source(ev)[:max_rows]
+    path, digest = name, None
+  if ev is None:
+    train, ev = _split_rows(train, float(get("eval_fraction", 0.05)))
+    eval_split = f"{split}[held-out]" if ev is not None else ""
+  rows = {split: len(train)}
+  if ev is not None:
+    rows[eval_split] = len(ev)
+  prov = {"source": kind, "path": path, "subset": subset, "rows": rows,
+          "digest": digest}
+  return train, ev, prov
+
+
+def lm_data(data_cfg, *, seq_len: int, tokenizer
+            ) -> tuple[Any, Any, dict[str, Any]]:
+  """(train examples, eval examples or None, provenance) for `config.data`.
 
   `data.source`: `synthetic` (generated, `num_docs`), `jsonl` (`path`,
-  optional `eval_path`, `text_key`), `chat_jsonl`, `tfds` (`tfds_name`,
-  `data_dir`, `split`, `eval_split`) or a registered source
-  (`register_source`). Without an explicit eval set, the last
-  `eval_fraction` of documents is held out.
+  optional `eval_path`, `text_key`), `chat_jsonl`, `hf` (a Hub id or local
+  copy: `path`, `subset`, `split`, `eval_split`; `hf_source`), `grain`
+  (ArrayRecord / Parquet globs: `path`, `eval_path`; `grain_source`),
+  `tfds` (`tfds_name`, `data_dir`, `split`, `eval_split`) or a registered
+  source (`register_source`). `hf` / `grain` / `tfds` rows stay on disk and
+  are tokenised lazily (`Documents`) in the layout `data.format` names
+  (`row_formats`); the others are read and tokenised here. Without an
+  explicit eval set, the last `eval_fraction` of rows is held out.
+  `data.max_rows` (0: all) caps the rows read from each split.
+
+  The provenance is what `results.json` records as `data`: `{"source",
+  "path", "subset", "rows": {split: rows read}, "digest"}`.
   """
-  from jaxlab.data import sources  # pylint: disable=g-import-not-at-top
   kind = data_cfg.get("source", "synthetic")
   mode = data_cfg.get("packing", "pack")
   text_key = data_cfg.get("text_key", "text")
+  max_rows = int(data_cfg.get("max_rows", 0) or 0)
+  cap = lambda xs: xs[:max_rows] if max_rows else xs
+  if kind in ROW_SOURCES:
+    from jaxlab.data import row_formats  # pylint: disable=g-import-not-at-top
+    train, ev, prov = _row_sources(data_cfg, kind)
+    fmt = row_formats.RowFormat.from_config(data_cfg)
+    make = lambda rows: Documents(
+        rows, tokenizer, fmt, seq_len=seq_len, mode=mode,
+        workers=int(data_cfg.get("workers", 0) or 0),
+        pack_bins=int(data_cfg.get("pack_bins", 0) or 0),
+        read_threads=int(data_cfg.get("read_threads", 0) or 0))
+    return make(train), (make(ev) if ev is not None else None), prov
+  prov = {"source": kind, "path": data_cfg.get("path", ""),
+          "subset": data_cfg.get("subset", "") or "", "rows": {},
+          "digest": None}
   eval_texts = None
   if kind == "synthetic":
     texts = sources.synthetic_corpus(int(data_cfg.get("num_docs", 2000)),
                                      seed=int(data_cfg.get("data_seed", 0)))
   elif kind == "chat_jsonl":
-    return _chat_sources(data_cfg, seq_len=seq_len, tokenizer=tokenizer,
-                         mode=mode)
+    tr, ev, rows = _chat_sources(data_cfg, seq_len=seq_len,
+                                 tokenizer=tokenizer, mode=mode, cap=cap)
+    prov["rows"] = rows
+    return tr, ev, prov
   elif kind == "jsonl":
     if not data_cfg.get("path"):
       raise ValueError("data.source='jsonl' needs data.path")
-    texts = sources.read_jsonl(data_cfg.path, text_key=text_key)
+    texts = cap(sources.read_jsonl(data_cfg.path, text_key=text_key))
     if data_cfg.get("eval_path"):
-      eval_texts = sources.read_jsonl(data_cfg.eval_path, text_key=text_key)
-  elif kind == "tfds":
-    name, data_dir = data_cfg.get("tfds_name"), data_cfg.get("data_dir")
-    if not name:
-      raise ValueError("data.source='tfds' needs data.tfds_name")
-    train = sources.tfds_source(name, split=data_cfg.get("split", "train"),
-                                data_dir=data_dir, text_key=text_key)
-    ev = None
-    if data_cfg.get("eval_split"):
-      ev = lazy_padded_examples(
-          sources.tfds_source(name, split=data_cfg.eval_split,
-                              data_dir=data_dir, text_key=text_key),
-          tokenizer, seq_len=seq_len)
-    return lazy_padded_examples(train, tokenizer, seq_len=seq_len), ev
+      eval_texts = cap(sources.read_jsonl(data_cfg.eval_path,
+                                          text_key=text_key))
   else:
-    return get_source(kind)(data_cfg, seq_len=seq_len, tokenizer=tokenizer)
+    tr, ev = get_source(kind)(data_cfg, seq_len=seq_len, tokenizer=tokenizer)
+    prov["rows"] = {"train": len(tr)} | ({"eval": len(ev)} if ev is not None
+                                        else {})
+    return tr, ev, prov
   if eval_texts is None:
     frac = float(data_cfg.get("eval_fraction", 0.05))
     n_eval = int(len(texts) * frac)
     if n_eval:
       texts, eval_texts = texts[:-n_eval], texts[-n_eval:]
+  prov["rows"] = {"train": len(texts)} | (
+      {"eval": len(eval_texts)} if eval_texts else {})
   make = lambda t: lm_examples(tokenize(t, tokenizer), seq_len=seq_len,
                                pad_id=tokenizer.pad_id, mode=mode)
-  return make(texts), (make(eval_texts) if eval_texts else None)
+  return make(texts), (make(eval_texts) if eval_texts else None), prov
+
+
+def lm_sources(data_cfg, *, seq_len: int, tokenizer) -> tuple[Any, Any]:
+  """(train examples, eval examples or None) for `config.data` (`lm_data`
+  without the provenance)."""
+  train, ev, _ = lm_data(data_cfg, seq_len=seq_len, tokenizer=tokenizer)
+  return train, ev
 
 
 def chat_examples(conversations: Iterable[Any], tokenizer, *, seq_len: int,
@@ -284,16 +388,16 @@ def chat_examples(conversations: Iterable[Any], tokenizer, *, seq_len: int,
                      mode=mode, token_masks=masks)
 
 
-def _chat_sources(data_cfg, *, seq_len: int, tokenizer, mode: str):
-  from jaxlab.data import sources  # pylint: disable=g-import-not-at-top
+def _chat_sources(data_cfg, *, seq_len: int, tokenizer, mode: str,
+                  cap=lambda xs: xs):
   if not data_cfg.get("path"):
     raise ValueError("data.source='chat_jsonl' needs data.path (JSONL, one "
                      "conversation per line under data.chat_key)")
   key = data_cfg.get("chat_key", "messages")
-  convs = sources.read_chat_rows(data_cfg.path, key=key)
+  convs = cap(sources.read_chat_rows(data_cfg.path, key=key))
   eval_convs = None
   if data_cfg.get("eval_path"):
-    eval_convs = sources.read_chat_rows(data_cfg.eval_path, key=key)
+    eval_convs = cap(sources.read_chat_rows(data_cfg.eval_path, key=key))
   else:
     n_eval = int(len(convs) * float(data_cfg.get("eval_fraction", 0.05)))
     if n_eval:
@@ -303,4 +407,167 @@ def _chat_sources(data_cfg, *, seq_len: int, tokenizer, mode: str):
                                       field="data.chat_template_kwargs")
   make = lambda c: chat_examples(c, tokenizer, seq_len=seq_len, mode=mode,
                                  template_kwargs=kwargs)
-  return make(convs), (make(eval_convs) if eval_convs else None)
+  rows = {"train": len(convs)} | ({"eval": len(eval_convs)} if eval_convs
+                                  else {})
+  return make(convs), (make(eval_convs) if eval_convs else None), rows
+
+
+# --------------------------------------------------------------------------
+# Row sources read lazily: `hf`, `grain` and `tfds`.
+# --------------------------------------------------------------------------
+#
+# The rows stay where they are (a memory-mapped Arrow table, ArrayRecord
+# files, a prepared TFDS split); grain reads them by index, tokenises each in
+# a transform (in `data.workers` processes when > 0), and either pads it to
+# `seq_len` (`data.packing="pad"`: random access, so the global batch is the
+# same for any number of processes) or first-fit packs documents into rows
+# with segment ids and positions (`"pack"`, grain's FirstFitPackIterDataset,
+# MaxText's packing). Each process reads its own share of the rows
+# (`rows[process_index::process_count]`, every row once per epoch) and packs
+# its rows of the global batch from them. The iterator is a grain
+# `DatasetIterator`, so its position goes into the trainer's checkpoint.
+
+
+class _Encode:
+  """row -> {"ids", "mask"} (int32 arrays); picklable for grain workers."""
+
+  def __init__(self, tokenizer, fmt, kind: str):
+    self.tokenizer, self.fmt, self.kind = tokenizer, fmt, kind
+
+  def __call__(self, row):
+    from jaxlab.data import row_formats  # pylint: disable=g-import-not-at-top
+    ids, mask = row_formats.encode_row(row, self.tokenizer, self.fmt,
+                                       self.kind)
+    return {"ids": np.asarray(ids, np.int32),
+            "mask": np.asarray(mask, np.int32)}
+
+
+def _doc_piece(doc, chunk: slice) -> dict[str, np.ndarray]:
+  ids, mask = doc["ids"][chunk], doc["mask"][chunk]
+  return {"inputs": ids[:-1], "targets": ids[1:],
+          "loss_mask": mask[1:].astype(np.float32)}
+
+
+class _Chunks(grain.experimental.FlatMapTransform):
+  """A document -> its pieces of <= seq_len + 1 tokens (`_pieces`)."""
+
+  def __init__(self, seq_len: int, max_fan_out: int):
+    self.seq_len = seq_len
+    self.max_fan_out = max_fan_out
+
+  def flat_map(self, doc):
+    pieces = (_doc_piece(doc, c) for c in
+              list(_pieces(doc["ids"], self.seq_len))[:self.max_fan_out])
+    return [p for p in pieces if p["loss_mask"].any()]
+
+
+class _Pad:
+  """A document -> one padded LM example (its first seq_len + 1 tokens)."""
+
+  def __init__(self, seq_len: int, pad_id: int):
+    self.seq_len, self.pad_id = seq_len, pad_id
+
+  def __call__(self, doc):
+    row = _empty(self.seq_len, self.pad_id)
+    piece = _doc_piece(doc, slice(0, self.seq_len + 1))
+    n = len(piece["inputs"])
+    for k in ("inputs", "targets", "loss_mask"):
+      row[k][:n] = piece[k]
+    row["segment_ids"][:n] = 1
+    row["positions"][:n] = np.arange(n)
+    return row
+
+
+class _FromPacked:
+  """grain's packed features -> jaxlab's LM example keys."""
+
+  def __call__(self, x):
+    return {"inputs": x["inputs"], "targets": x["targets"],
+            "loss_mask": x["loss_mask"].astype(np.float32),
+            "segment_ids": x["inputs_segment_ids"].astype(np.int32),
+            "positions": x["inputs_positions"].astype(np.int32)}
+
+
+class Documents:
+  """Rows of a dataset, tokenised lazily into LM examples (a source).
+
+  `rows` is any random-access sequence of dict rows (a `datasets.Dataset`,
+  a grain / TFDS data source, a list). `batched_dataset` turns it into this
+  process's batches; `len()` is the number of rows, `rows_read` what the
+  provenance records.
+  """
+
+  def __init__(self, rows, tokenizer, fmt, *, seq_len: int,
+               mode: str = "pack", workers: int = 0, pack_bins: int = 0,
+               read_threads: int = 0, max_fan_out: int = 1024):
+    from jaxlab.data import row_formats  # pylint: disable=g-import-not-at-top
+    if mode not in MODES:
+      raise ValueError(f"data.packing={mode!r}; valid: {', '.join(MODES)}")
+    if len(rows) == 0:  # pylint: disable=g-explicit-length-test
+      raise ValueError("the data split has no rows")
+    first = rows[0]
+    if not isinstance(first, dict):
+      raise ValueError(f"rows must be dicts of columns, got "
+                       f"{type(first).__name__}")
+    self.rows = rows
+    self.kind = fmt.resolve(first.keys())
+    self.encode = _Encode(tokenizer, fmt, self.kind)
+    self.encode(first)  # a tokenizer / template problem shows now
+    self.seq_len, self.pad_id = int(seq_len), int(tokenizer.pad_id)
+    self.mode, self.workers = mode, int(workers)
+    self.pack_bins, self.read_threads = int(pack_bins), int(read_threads)
+    self.max_fan_out = int(max_fan_out)
+    del row_formats
+
+  def __len__(self) -> int:
+    return len(self.rows)
+
+  @property
+  def rows_read(self) -> int:
+    return len(self.rows)
+
+  def padded(self) -> grain.MapDataset:
+    """One padded example per row, random access (`data.packing="pad"`)."""
+    return (grain.MapDataset.source(self.rows).map(self.encode)
+            .map(_Pad(self.seq_len, self.pad_id)))
+
+  def packed_batches(self, *, local_batch: int, seed: int, shuffle: bool,
+                     repeat: bool, process_index: int, process_count: int
+                     ) -> grain.IterDataset:
+    """This process's packed batches of `local_batch` rows.
+
+    The process reads rows `process_index::process_count` (shuffled per
+    epoch with `seed` when `shuffle`), tokenises them in the read threads
+    (or `workers` processes), cuts documents longer than `seq_len` into
+    pieces, and first-fit packs them into `pack_bins` bins at a time
+    (default `local_batch`).
+    """
+    ds = grain.MapDataset.source(self.rows)
+    if process_count > 1:
+      ds = ds[process_index::process_count]
+    if len(ds) == 0:  # pylint: disable=g-explicit-length-test
+      raise ValueError(f"process {process_index} of {process_count} has no "
+                       f"rows ({len(self.rows)} in all)")
+    if shuffle:
+      ds = ds.seed(seed).shuffle()
+    if repeat:
+      ds = ds.repeat()
+    ds = ds.map(self.encode)
+    opts = grain.ReadOptions(num_threads=self.read_threads or 1,
+                             prefetch_buffer_size=max(4 * local_batch, 16))
+    it = ds.to_iter_dataset(opts)
+    it = grain.experimental.FlatMapIterDataset(
+        it, _Chunks(self.seq_len, self.max_fan_out))
+    length = {"inputs": self.seq_len, "targets": self.seq_len,
+              "loss_mask": self.seq_len}
+    it = grain.experimental.FirstFitPackIterDataset(
+        it, length_struct=length,
+        num_packing_bins=self.pack_bins or local_batch, seed=seed,
+        shuffle_bins=shuffle,
+        padding_struct={"inputs": self.pad_id, "targets": self.pad_id,
+                        "loss_mask": 0.0})
+    it = it.map(_FromPacked()).batch(local_batch, drop_remainder=True)
+    if self.workers > 0:
+      it = it.mp_prefetch(grain.MultiprocessingOptions(
+          num_workers=self.workers))
+    return it

@@ -368,7 +368,8 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
           comparisons: Sequence[Comparison] = (), extra: Any = None,
           config: Any = None, start_time: float | None = None,
           argv: Sequence[str] | None = None,
-          fields: dict[str, Any] | None = None) -> dict[str, Any]:
+          fields: dict[str, Any] | None = None,
+          data: dict[str, Any] | None = None) -> dict[str, Any]:
   """Writes `workdir/results.json` in the standard schema; returns the dict.
 
   Args:
@@ -383,6 +384,10 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
     fields: flat final values kept at the top level of the file, next to
       the provenance (`train`'s and `generate`'s metrics: `res["loss"]`);
       a name the schema uses is an error.
+    data: the data's provenance, `{"source", "path", "subset", "rows":
+      {split: rows read}, "digest"}` (`pipeline.lm_data`); None: the
+      config's `data.path` / `data.subset` without row counts when it names
+      a dataset (`data_provenance`).
   """
   res = build(experiment, tables=tables, comparisons=comparisons,
               extra=extra, config=config, start_time=start_time, argv=argv,
@@ -390,11 +395,43 @@ def write(workdir: str, experiment: str, *, tables: Sequence[Table] = (),
   init_from = config.get("init_from", "") if hasattr(config, "get") else ""
   if init_from and "init_from" not in res:
     res["init_from"] = checkpoint_provenance(str(init_from))
+  data = data if data is not None else data_provenance(config)
+  if data is not None and "data" not in res:
+    res["data"] = to_jsonable(data)
   # A local directory or a URL (gs://...): written whole through epath.
   paths.write_text(paths.join(workdir, "results.json"),
                    json.dumps(res, indent=1, allow_nan=False,
                               ensure_ascii=False) + "\n")
   return res
+
+
+def data_provenance(config: Any, rows: dict[str, int] | None = None
+                    ) -> dict[str, Any] | None:
+  """`{"source", "path", "subset", "rows", "digest"}` of `config.data`.
+
+  For experiments that read the dataset themselves: `rows` (split -> rows
+  read) as they counted them; the digest is the files' (`hf_source.digest`,
+  `grain_source.digest`) when the path is local. None when `config.data`
+  names no dataset (generated data).
+  """
+  data = config.get("data") if hasattr(config, "get") else None
+  if data is None or not hasattr(data, "get") or not data.get("path"):
+    return None
+  source, path = data.get("source", ""), data.get("path", "")
+  subset = data.get("subset", "") or ""
+  digest = None
+  try:
+    if source == "hf":
+      from jaxlab.data import hf_source  # pylint: disable=g-import-not-at-top
+      digest = hf_source.digest(path, subset, tuple(
+          s for s in (data.get("split", ""), data.get("eval_split", "")) if s))
+    elif source == "grain":
+      from jaxlab.data import grain_source  # pylint: disable=g-import-not-at-top
+      digest = grain_source.digest(path)
+  except (OSError, ValueError):
+    digest = None
+  return {"source": source, "path": path, "subset": subset,
+          "rows": dict(rows or {}), "digest": digest}
 
 
 def checkpoint_provenance(spec: str) -> dict[str, Any]:

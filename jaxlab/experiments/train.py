@@ -108,6 +108,7 @@ def run(config, workdir: str) -> dict[str, Any]:
     check_export(config)
   out = trainer.train(config, workdir)
   ts = out.pop("train_state", None)
+  data_prov = out.pop("data", None)
   export_error = None
   if config.export_dir and not out["preempted"] and jax.process_index() == 0:
     try:
@@ -127,7 +128,7 @@ def run(config, workdir: str) -> dict[str, Any]:
     if not out["preempted"]:
       out["plot"] = plot_loss(workdir)
     results_lib.write(workdir, "train", fields=out, config=config,
-                      start_time=start_time)
+                      start_time=start_time, data=data_prov)
   if export_error is not None:
     raise ValueError(
         f"training finished but the export to {config.export_dir} failed "

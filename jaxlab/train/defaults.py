@@ -103,18 +103,38 @@ def base_config() -> ml_collections.ConfigDict:
   c.export_dir = ""
   c.model = decoder_config()
   c.data = ml_collections.ConfigDict({
-      # synthetic | jsonl | chat_jsonl (loss on assistant turns) | tfds
+      # synthetic | jsonl | chat_jsonl (loss on assistant turns) | tfds |
+      # hf (Hugging Face `datasets`: a Hub id or a local copy laid out as on
+      # the Hub) | grain (ArrayRecord / Parquet globs) | a registered source
       "source": "synthetic",
       "num_docs": 2000,
       "data_seed": 0,
+      # hf: Hub id or local copy; grain: globs; jsonl: a file
       "path": "",
+      "subset": "",           # hf: the dataset's config name as released
       "eval_path": "",
-      "text_key": "text",
       "tfds_name": "",
       "data_dir": "",
       "split": "train",
-      "eval_split": "",
+      "eval_split": "",       # "": hold out eval_fraction of the train rows
       "eval_fraction": 0.05,
+      "max_rows": 0,          # rows read from each split (0: all)
+      "cache_dir": "",        # hf: the datasets cache ("": its default)
+      # hf / grain / tfds rows: auto | text | messages | prompt_completion |
+      # question_answer (jaxlab/data/row_formats.py), and their columns
+      "format": "auto",
+      "text_key": "text",
+      "prompt_key": "prompt",
+      "completion_key": "completion",
+      "question_key": "question",
+      "answer_key": "answer",
+      "completion_only": True,  # pairs: loss on the completion only
+      "chat_template": "auto",  # pairs as a chat: auto | on | off
+      # hf / grain / tfds: tokenising worker processes (0: in the trainer's
+      # process, `read_threads` threads) and packing bins (0: batch rows)
+      "workers": 0,
+      "read_threads": 0,
+      "pack_bins": 0,
       # byte | sentencepiece (tokenizer_path: .model) | auto (the init_from
       # checkpoint's own tokenizer.json) | hf (a checkpoint dir at
       # tokenizer_path)

@@ -366,7 +366,7 @@ def _global_batch(local: dict[str, np.ndarray], sharding, grad_accum: int):
 def _default_sources(config, train_source, eval_source):
   """LM examples from `config.data` unless the caller gave sources."""
   if train_source is not None:
-    return train_source, eval_source, None
+    return train_source, eval_source, None, None
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
@@ -376,9 +376,10 @@ def _default_sources(config, train_source, eval_source):
                          checkpoint=(pretrained.tokenizer_dir(init_from)
                                      if init_from else ""),
                          field="data.tokenizer")
-  tr, ev = pipeline.lm_sources(config.data, seq_len=int(config.train.seq_len),
-                               tokenizer=tok)
-  return tr, (eval_source if eval_source is not None else ev), tok
+  tr, ev, prov = pipeline.lm_data(config.data,
+                                  seq_len=int(config.train.seq_len),
+                                  tokenizer=tok)
+  return tr, (eval_source if eval_source is not None else ev), tok, prov
 
 
 # --------------------------------------------------------------------------
@@ -410,8 +411,9 @@ def train(config, workdir: str, *, model: Any = None,
       sub-mesh of the available devices).
 
   Returns:
-    Final metrics: `step`, `loss`, `grad_norm`, `eval/...`, and
-    `preempted` (True when SIGINT / SIGTERM stopped the run after saving a
+    Final metrics: `step`, `loss`, `grad_norm`, `eval/...`, `data` (the
+    provenance of `config.data`: source, path, subset, rows read per split,
+    digest; absent when the caller gave the sources), and `preempted` (True when SIGINT / SIGTERM stopped the run after saving a
     checkpoint at the step reached; the launcher then exits 0).
 
   Raises:
@@ -434,7 +436,7 @@ def train(config, workdir: str, *, model: Any = None,
   if batch_size % grad_accum:
     raise ValueError(f"train.batch_size={batch_size} must be divisible by "
                      f"optim.grad_accum={grad_accum}")
-  train_source, eval_source, tokenizer = _default_sources(
+  train_source, eval_source, tokenizer, data_prov = _default_sources(
       config, train_source, eval_source)
   vocab = None
   if tokenizer is not None:
@@ -597,6 +599,8 @@ def train(config, workdir: str, *, model: Any = None,
   result = {"step": step if steps > start else start, **last,
             "preempted": preempted, "workdir": workdir,
             "checkpoint_dir": ckpt.directory, "checkpoint_step": saved_at}
+  if data_prov is not None:
+    result["data"] = data_prov
   result["train_state"] = ts
   return result
 
