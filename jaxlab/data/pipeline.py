@@ -488,6 +488,22 @@ class _FromPacked:
             "positions": x["inputs_positions"].astype(np.int32)}
 
 
+class _FillBatch:
+  """A short last batch -> `batch` rows (the added rows: padding, no loss)."""
+
+  def __init__(self, batch: int, seq_len: int, pad_id: int):
+    self.batch, self.seq_len, self.pad_id = batch, seq_len, pad_id
+
+  def __call__(self, b):
+    n = len(b["inputs"])
+    if n == self.batch:
+      return b
+    empty = _empty(self.seq_len, self.pad_id)
+    return {k: np.concatenate([v, np.repeat(empty[k][None], self.batch - n,
+                                            0).astype(v.dtype)])
+            for k, v in b.items()}
+
+
 class Documents:
   """Rows of a dataset, tokenised lazily into LM examples (a source).
 
@@ -566,8 +582,18 @@ class Documents:
         shuffle_bins=shuffle,
         padding_struct={"inputs": self.pad_id, "targets": self.pad_id,
                         "loss_mask": 0.0})
-    it = it.map(_FromPacked()).batch(local_batch, drop_remainder=True)
+    it = it.map(_FromPacked())
+    if repeat:
+      it = it.batch(local_batch, drop_remainder=True)
+    else:  # a finite (eval) pass: the last batch filled with empty rows
+      it = it.batch(local_batch, drop_remainder=False).map(
+          _FillBatch(local_batch, self.seq_len, self.pad_id))
     if self.workers > 0:
+      from absl import flags  # pylint: disable=g-import-not-at-top
+      if not flags.FLAGS.is_parsed():
+        # grain's workers read its absl flags; outside an absl app (a
+        # notebook, a test) they take their defaults.
+        flags.FLAGS.mark_as_parsed()
       it = it.mp_prefetch(grain.MultiprocessingOptions(
           num_workers=self.workers))
     return it
