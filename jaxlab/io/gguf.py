@@ -77,10 +77,10 @@ from jaxlab.models import decoder as decoder_lib
 # Llama's (permuted like Llama's), held here under Llama names.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "dream": "DreamModel",
-                 "llada": "LlamaForCausalLM"}
+                 "llada": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 _MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                 "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral",
-                "DreamModel": "Dream"}
+                "DreamModel": "Dream", "Gemma3ForCausalLM": "gemma3_text"}
 # Architectures whose Q/K rows llama.cpp permutes for its interleaved RoPE.
 _PERMUTED = ("llama", "llada")
 
@@ -317,6 +317,10 @@ def hf_config(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tuple],
     raise ValueError(f"{where}: missing tensor 'token_embd.weight'")
   vocab = int(tensor_shapes["token_embd.weight"][0])
   hf_arch = ARCHITECTURES[arch]
+  if arch == "gemma3":
+    return _gemma3_hf_config(meta, a, tensor_shapes, vocab=vocab, dim=dim,
+                             heads=heads, kv_heads=kv_heads,
+                             head_dim=head_dim, where=where)
   window = a("attention.sliding_window")
   if window and arch == "llama":
     hf_arch = "MistralForCausalLM"  # Llama weights, a window on every layer
@@ -350,12 +354,86 @@ def hf_config(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tuple],
     out["mlp_bias"] = False
   if hf_arch in ("Qwen2ForCausalLM", "DreamModel"):
     out["use_sliding_window"] = False
+  _token_ids(meta, out)
+  return out
+
+
+def _token_ids(meta: Mapping[str, Any], out: dict[str, Any]) -> None:
   for ours, key in (("bos_token_id", "bos_token_id"),
                     ("eos_token_id", "eos_token_id"),
                     ("pad_token_id", "padding_token_id"),
                     ("mask_token_id", "mask_token_id")):
     if meta.get(f"tokenizer.ggml.{key}") is not None:
       out[ours] = int(meta[f"tokenizer.ggml.{key}"])
+
+
+# llama.cpp's Gemma 3 (llama-model.cpp, LLM_ARCH_GEMMA3): every 6th layer
+# global, the others sliding (`set_swa_pattern(6)`) when the file has a
+# window; the sliding layers' RoPE base fixed at 10000, unscaled; the
+# attention scale 1/sqrt(head_dim), except the 62-layer 27B's
+# 1/sqrt(n_embd / n_head) (gemma_pytorch's query_pre_attn_scalar).
+GEMMA3_SWA_PATTERN = 6
+GEMMA3_SWA_ROPE_BASE = 10000.0
+_GEMMA3_27B_LAYERS = 62
+
+
+def _gemma3_hf_config(meta: Mapping[str, Any], a, tensor_shapes, *,
+                      vocab: int, dim: int, heads: int, kv_heads: int,
+                      head_dim: int, where: str) -> dict[str, Any]:
+  """The `Gemma3ForCausalLM` (gemma3_text) config.json of a `gemma3` GGUF.
+
+  What the file states is read (`gemma3.*`: sizes, `rope.freq_base` and
+  `rope.scaling.*` of the global layers, `attention.sliding_window`,
+  `final_logit_softcapping`, `attn_logit_softcapping`); what llama.cpp fixes
+  for the architecture rather than storing is set as llama.cpp sets it
+  (`GEMMA3_SWA_PATTERN`, `GEMMA3_SWA_ROPE_BASE` unless
+  `rope.freq_base_swa` is given, `query_pre_attn_scalar` from the head
+  size). A file without a window (or window 0) has only global layers,
+  as llama.cpp then runs it.
+  """
+  layers = int(a("block_count", required=True))
+  window = int(a("attention.sliding_window", default=0) or 0)
+  if window > 0:
+    layer_types = ["sliding_attention" if i % GEMMA3_SWA_PATTERN
+                   < GEMMA3_SWA_PATTERN - 1 else "full_attention"
+                   for i in range(layers)]
+  else:
+    layer_types = ["full_attention"] * layers
+  scalar = dim // heads if layers == _GEMMA3_27B_LAYERS else head_dim
+
+  def f32(key, default=None):
+    # GGUF stores these as float32: 1e-6 reads back as 9.99999997e-07.
+    # The shortest decimal of that float32 is the value the converter was
+    # given (what the checkpoint's config.json says).
+    value = a(key, default=default)
+    return None if value is None else float(str(np.float32(value)))
+
+  out: dict[str, Any] = {
+      "architectures": [ARCHITECTURES["gemma3"]],
+      "model_type": _MODEL_TYPES[ARCHITECTURES["gemma3"]],
+      "vocab_size": vocab,
+      "hidden_size": dim,
+      "intermediate_size": int(a("feed_forward_length", required=True)),
+      "num_hidden_layers": layers,
+      "num_attention_heads": heads,
+      "num_key_value_heads": kv_heads,
+      "head_dim": head_dim,
+      "hidden_activation": "gelu_pytorch_tanh",
+      "max_position_embeddings": int(a("context_length", default=131072)),
+      "rms_norm_eps": f32("attention.layer_norm_rms_epsilon", 1e-6),
+      "rope_theta": f32("rope.freq_base", 1_000_000.0),
+      "rope_scaling": _rope_scaling(a, where, "gemma3"),
+      "rope_local_base_freq": f32("rope.freq_base_swa",
+                                  GEMMA3_SWA_ROPE_BASE),
+      "layer_types": layer_types,
+      "sliding_window": window if window > 0 else None,
+      "query_pre_attn_scalar": scalar,
+      "final_logit_softcapping": f32("final_logit_softcapping"),
+      "attn_logit_softcapping": f32("attn_logit_softcapping"),
+      "tie_word_embeddings": "output.weight" not in tensor_shapes,
+      "torch_dtype": "float32",
+  }
+  _token_ids(meta, out)
   return out
 
 
@@ -462,17 +540,31 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+# Gemma 3 (gguf-py MODEL_ARCH.GEMMA3): `ffn_norm` is the pre-MLP norm and
+# two post-norms follow attention and the MLP.
+_GEMMA3_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
 
 
-def hf_name(name: str, where: str = "GGUF") -> str:
+def _layer_names(arch: str | None) -> dict[str, str]:
+  return _GEMMA3_LAYER_NAMES if arch == "gemma3" else _LAYER_NAMES
+
+
+def hf_name(name: str, where: str = "GGUF", arch: str | None = None) -> str:
   """The HF tensor name of a llama.cpp one (`blk.3.attn_q.weight` ->
-  `model.layers.3.self_attn.q_proj.weight`)."""
+  `model.layers.3.self_attn.q_proj.weight`) in a file of GGUF architecture
+  `arch` (Gemma 3 names its norms differently)."""
   if name in _GLOBAL_NAMES:
     return _GLOBAL_NAMES[name]
+  names = _layer_names(arch)
   parts = name.split(".", 2)
   if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and (
-      parts[2] in _LAYER_NAMES):
-    return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+      parts[2] in names):
+    return f"model.layers.{parts[1]}.{names[parts[2]]}"
   raise ValueError(f"{where}: tensor {name!r} has no equivalent in jaxlab's "
                    "decoder")
 
@@ -494,6 +586,7 @@ class GGUFCheckpoint:
     self.path = os.fspath(path)
     self._reader = _reader(self.path)
     self.metadata = metadata(self._reader)
+    arch = self.metadata.get("general.architecture")
     self._tensors = {}
     shapes = {}
     rope_freqs = None
@@ -503,7 +596,7 @@ class GGUFCheckpoint:
       if t.name == ROPE_FREQS:
         rope_freqs = t
         continue
-      self._tensors[hf_name(t.name, self.path)] = (t, shape)
+      self._tensors[hf_name(t.name, self.path, arch)] = (t, shape)
     self.config = hf_config(self.metadata, shapes, self.path)
     self.architecture = self.metadata["general.architecture"]
     # llama.cpp's flag for the bidirectional (masked-diffusion) models.
@@ -516,6 +609,9 @@ class GGUFCheckpoint:
       self.config["rope_scaling"] = llama3_rope_scaling(
           factors, self.config["rope_theta"], self.config["head_dim"],
           where=f"{self.path}: tensor {ROPE_FREQS!r}")
+    # llama.cpp stores Gemma's (1 + w) RMSNorm weights as 1 + w (its
+    # converter adds 1 to every `*norm.weight`); HF and jaxlab store w.
+    self._norm_shift = self.architecture == "gemma3"
     self._permute = {}
     if self.metadata["general.architecture"] in _PERMUTED:
       n = self.config["num_attention_heads"]
@@ -552,6 +648,8 @@ class GGUFCheckpoint:
                      where=f"{self.path}: tensor {t.name!r}")
     if name in self._permute:
       out = _unpermute(out, self._permute[name])
+    if self._norm_shift and name.endswith("norm.weight"):
+      out = out - np.float32(1.0)
     return out
 
 
@@ -599,13 +697,15 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   ckpt = GGUFCheckpoint(path)
   cfg = _config(ckpt, dtype, param_dtype, config_overrides)
 
+  gguf_name = lambda n: _gguf_name(n, ckpt.architecture)  # pylint: disable=unnecessary-lambda-assignment
+
   def read(name, hf_shape):
     if name not in ckpt:
       raise ValueError(f"{ckpt.path}: missing tensor {name!r} (GGUF "
-                       f"{_gguf_name(name)!r})")
+                       f"{gguf_name(name)!r})")
     found = ckpt.shape(name)
     if found != hf_shape:
-      raise ValueError(f"{ckpt.path}: tensor {_gguf_name(name)!r} has shape "
+      raise ValueError(f"{ckpt.path}: tensor {gguf_name(name)!r} has shape "
                        f"{found} (HF order), expected {hf_shape} from the "
                        "metadata")
     return ckpt.tensor(name)
@@ -613,7 +713,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   # The HF tensor table hf.load / hf.save use.
   extra = sorted(set(ckpt.names()) - set(hf_io.tensor_shapes(cfg)))
   if extra:
-    raise ValueError(f"{ckpt.path}: tensors {[_gguf_name(n) for n in extra]} "
+    raise ValueError(f"{ckpt.path}: tensors {[gguf_name(n) for n in extra]} "
                      f"are not used by the {ckpt.config['architectures'][0]} "
                      "config the metadata gives")
   return hf_io.load_tensors(cfg, read, mesh=mesh, rules=rules), cfg
@@ -633,11 +733,11 @@ def diffusion_tokens(path: str | os.PathLike) -> dict[str, Any]:
           "shift_logits": bool(shift)}
 
 
-def _gguf_name(hf_tensor: str) -> str:
+def _gguf_name(hf_tensor: str, arch: str | None = None) -> str:
   for ours, theirs in _GLOBAL_NAMES.items():
     if theirs == hf_tensor:
       return ours
-  for ours, theirs in _LAYER_NAMES.items():
+  for ours, theirs in _layer_names(arch).items():
     suffix = "." + theirs
     if hf_tensor.endswith(suffix) and hf_tensor.startswith("model.layers."):
       return f"blk.{hf_tensor.split('.')[2]}.{ours}"
