@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -314,6 +315,36 @@ class Gemma3GGUFTest(parameterized.TestCase):
     self.assertEqual(tok.eos_id, 1)
     self.assertEqual(tok.vocab_size, VOCAB)
     self.assertEqual(len(ref), VOCAB)
+
+  @absltest.skipUnless(HAVE_ACCELERATE, "transformers' GGUF loader needs "
+                       "accelerate")
+  def test_pretrained_door_without_torch(self):
+    """`io.pretrained.load` / `.tokenizer` of the file with torch blocked
+    == the source model's logits and transformers' GGUF tokenizer."""
+    path = self.files["untied_softcap_scaled"]
+    ids = _ids(b=1)
+    text = "what is the sea? caf\u00e9"
+    code = (
+        "import sys, json; sys.modules['torch'] = None\n"
+        "import numpy as np\n"
+        "from jaxlab.io import pretrained\n"
+        f"model, cfg = pretrained.load({path!r})\n"
+        f"tok = pretrained.tokenizer({path!r})\n"
+        f"logits = np.asarray(model(np.asarray({ids.tolist()!r})))\n"
+        f"print(json.dumps([logits.tolist(), tok.encode({text!r}), "
+        "cfg.final_logit_softcap]))\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu",
+             "JAXLAB_CACHE": os.path.join(self.root, "cache")})
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    logits, encoded, cap = json.loads(proc.stdout.strip().splitlines()[-1])
+    ref = hfx.hf_logits(self.models["untied_softcap_scaled"], ids)
+    self.assertLess(_err(np.asarray(logits, np.float32), ref), TOL)
+    self.assertEqual(cap, 2.5)
+    ref_tok = transformers.AutoTokenizer.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path))
+    self.assertEqual(encoded, ref_tok.encode(text, add_special_tokens=False))
 
   def test_to_hf_directory_loads_in_transformers(self):
     name = "untied_softcap_scaled"
