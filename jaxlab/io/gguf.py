@@ -1,4 +1,4 @@
-"""Import llama.cpp GGUF checkpoints (Llama / Qwen2 / Qwen3 / ...) sans torch.
+"""Import llama.cpp GGUF checkpoints (Llama, Qwen2/3, Gemma 3) sans torch.
 
     model, cfg = jaxlab.io.gguf.load("model.Q4_K_M.gguf")   # same as hf.load
     tok = jaxlab.io.gguf.tokenizer("model.Q4_K_M.gguf")      # HF tokenizer
@@ -25,10 +25,24 @@ Architectures (`general.architecture`): `llama` (Llama, and Mistral when
 `llama.attention.sliding_window` is set), `qwen2`, `qwen3`, and the
 masked-diffusion `dream` (Qwen2 weights) and `llada` (Llama weights), both
 loaded bidirectional (`llama.cpp`'s `{arch}.attention.causal` = false; see
-`diffusion_tokens`). Llama 3.1+ RoPE scaling, stored by llama.cpp only as
+`diffusion_tokens`), and `gemma3` (Gemma 3 text, `Gemma3ForCausalLM`: the
+decoder `hf.load` builds for its safetensors checkpoint, see
+`_gemma3_hf_config`). Llama 3.1+ RoPE scaling, stored by llama.cpp only as
 the `rope_freqs.weight` divisors, is turned back into HF's `llama3`
 rope_scaling (`llama3_rope_scaling`). Mixture-of-experts, partial rotary and
 other architectures are refused, naming the field.
+
+Gemma 3 (llama.cpp's `convert_hf_to_gguf.py` `Gemma3Model` and
+`llama-model.cpp` LLM_ARCH_GEMMA3): the converter adds 1 to every
+`*norm.weight` (Gemma's RMSNorm scales by 1 + w; llama.cpp's by w), so 1 is
+subtracted here, as transformers' GGUF loader does (its
+`Gemma2TensorProcessor`, used for gemma3). The file holds the global
+layers' `rope.freq_base` (and `rope.scaling.*`), `attention.sliding_window`
+and `final_logit_softcapping` if set; what llama.cpp fixes instead is set as
+it sets it: every 6th layer global and the others sliding when a window is
+given (all global otherwise), local RoPE base 10000 unscaled, and
+query_pre_attn_scalar = head_dim (n_embd / n_head for the 62-layer 27B).
+The sqrt(dim) embedding scale, GeGLU and q/k norms are Gemma 3's own.
 
 Layouts. GGUF lists dims innermost first (`ne0` = the `in` dim of a linear),
 so a GGUF tensor of shape [in, out] is the HF `[out, in]` matrix row-major.
@@ -46,6 +60,14 @@ same way); `qwen2` / `qwen3` / `dream` use NeoX RoPE and are not permuted.
   blk.i.attn_output          -> layers.i.self_attn.o_proj
   blk.i.attn_q/k_norm        -> layers.i.self_attn.q/k_norm (Qwen3)
   blk.i.ffn_gate/up/down     -> layers.i.mlp.gate/up/down_proj
+
+and for `gemma3` (norms stored as 1 + w):
+
+  blk.i.attn_norm            -> layers.i.input_layernorm
+  blk.i.post_attention_norm  -> layers.i.post_attention_layernorm
+  blk.i.ffn_norm             -> layers.i.pre_feedforward_layernorm
+  blk.i.post_ffw_norm        -> layers.i.post_feedforward_layernorm
+  blk.i.attn_q/k_norm        -> layers.i.self_attn.q/k_norm
 
 The tokenizer and chat template come from the `tokenizer.ggml.*` /
 `tokenizer.chat_template` metadata, read here with `gguf` and turned into a
@@ -697,7 +719,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   ckpt = GGUFCheckpoint(path)
   cfg = _config(ckpt, dtype, param_dtype, config_overrides)
 
-  gguf_name = lambda n: _gguf_name(n, ckpt.architecture)  # pylint: disable=unnecessary-lambda-assignment
+  def gguf_name(name):
+    return _gguf_name(name, ckpt.architecture)
 
   def read(name, hf_shape):
     if name not in ckpt:
