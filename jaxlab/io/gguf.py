@@ -1,4 +1,4 @@
-"""Import llama.cpp GGUF checkpoints (Llama / Qwen2 / Qwen3 / ...) sans torch.
+"""Import llama.cpp GGUF checkpoints (Llama, Qwen2/3, Gemma 3) sans torch.
 
     model, cfg = jaxlab.io.gguf.load("model.Q4_K_M.gguf")   # same as hf.load
     tok = jaxlab.io.gguf.tokenizer("model.Q4_K_M.gguf")      # HF tokenizer
@@ -25,10 +25,24 @@ Architectures (`general.architecture`): `llama` (Llama, and Mistral when
 `llama.attention.sliding_window` is set), `qwen2`, `qwen3`, and the
 masked-diffusion `dream` (Qwen2 weights) and `llada` (Llama weights), both
 loaded bidirectional (`llama.cpp`'s `{arch}.attention.causal` = false; see
-`diffusion_tokens`). Llama 3.1+ RoPE scaling, stored by llama.cpp only as
+`diffusion_tokens`), and `gemma3` (Gemma 3 text, `Gemma3ForCausalLM`: the
+decoder `hf.load` builds for its safetensors checkpoint, see
+`_gemma3_hf_config`). Llama 3.1+ RoPE scaling, stored by llama.cpp only as
 the `rope_freqs.weight` divisors, is turned back into HF's `llama3`
 rope_scaling (`llama3_rope_scaling`). Mixture-of-experts, partial rotary and
 other architectures are refused, naming the field.
+
+Gemma 3 (llama.cpp's `convert_hf_to_gguf.py` `Gemma3Model` and
+`llama-model.cpp` LLM_ARCH_GEMMA3): the converter adds 1 to every
+`*norm.weight` (Gemma's RMSNorm scales by 1 + w; llama.cpp's by w), so 1 is
+subtracted here, as transformers' GGUF loader does (its
+`Gemma2TensorProcessor`, used for gemma3). The file holds the global
+layers' `rope.freq_base` (and `rope.scaling.*`), `attention.sliding_window`
+and `final_logit_softcapping` if set; what llama.cpp fixes instead is set as
+it sets it: every 6th layer global and the others sliding when a window is
+given (all global otherwise), local RoPE base 10000 unscaled, and
+query_pre_attn_scalar = head_dim (n_embd / n_head for the 62-layer 27B).
+The sqrt(dim) embedding scale, GeGLU and q/k norms are Gemma 3's own.
 
 Layouts. GGUF lists dims innermost first (`ne0` = the `in` dim of a linear),
 so a GGUF tensor of shape [in, out] is the HF `[out, in]` matrix row-major.
@@ -46,6 +60,14 @@ same way); `qwen2` / `qwen3` / `dream` use NeoX RoPE and are not permuted.
   blk.i.attn_output          -> layers.i.self_attn.o_proj
   blk.i.attn_q/k_norm        -> layers.i.self_attn.q/k_norm (Qwen3)
   blk.i.ffn_gate/up/down     -> layers.i.mlp.gate/up/down_proj
+
+and for `gemma3` (norms stored as 1 + w):
+
+  blk.i.attn_norm            -> layers.i.input_layernorm
+  blk.i.post_attention_norm  -> layers.i.post_attention_layernorm
+  blk.i.ffn_norm             -> layers.i.pre_feedforward_layernorm
+  blk.i.post_ffw_norm        -> layers.i.post_feedforward_layernorm
+  blk.i.attn_q/k_norm        -> layers.i.self_attn.q/k_norm
 
 The tokenizer and chat template come from the `tokenizer.ggml.*` /
 `tokenizer.chat_template` metadata, read here with `gguf` and turned into a
@@ -77,10 +99,10 @@ from jaxlab.models import decoder as decoder_lib
 # Llama's (permuted like Llama's), held here under Llama names.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "dream": "DreamModel",
-                 "llada": "LlamaForCausalLM"}
+                 "llada": "LlamaForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 _MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                 "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral",
-                "DreamModel": "Dream"}
+                "DreamModel": "Dream", "Gemma3ForCausalLM": "gemma3_text"}
 # Architectures whose Q/K rows llama.cpp permutes for its interleaved RoPE.
 _PERMUTED = ("llama", "llada")
 
@@ -317,6 +339,10 @@ def hf_config(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tuple],
     raise ValueError(f"{where}: missing tensor 'token_embd.weight'")
   vocab = int(tensor_shapes["token_embd.weight"][0])
   hf_arch = ARCHITECTURES[arch]
+  if arch == "gemma3":
+    return _gemma3_hf_config(meta, a, tensor_shapes, vocab=vocab, dim=dim,
+                             heads=heads, kv_heads=kv_heads,
+                             head_dim=head_dim, where=where)
   window = a("attention.sliding_window")
   if window and arch == "llama":
     hf_arch = "MistralForCausalLM"  # Llama weights, a window on every layer
@@ -350,12 +376,86 @@ def hf_config(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tuple],
     out["mlp_bias"] = False
   if hf_arch in ("Qwen2ForCausalLM", "DreamModel"):
     out["use_sliding_window"] = False
+  _token_ids(meta, out)
+  return out
+
+
+def _token_ids(meta: Mapping[str, Any], out: dict[str, Any]) -> None:
   for ours, key in (("bos_token_id", "bos_token_id"),
                     ("eos_token_id", "eos_token_id"),
                     ("pad_token_id", "padding_token_id"),
                     ("mask_token_id", "mask_token_id")):
     if meta.get(f"tokenizer.ggml.{key}") is not None:
       out[ours] = int(meta[f"tokenizer.ggml.{key}"])
+
+
+# llama.cpp's Gemma 3 (llama-model.cpp, LLM_ARCH_GEMMA3): every 6th layer
+# global, the others sliding (`set_swa_pattern(6)`) when the file has a
+# window; the sliding layers' RoPE base fixed at 10000, unscaled; the
+# attention scale 1/sqrt(head_dim), except the 62-layer 27B's
+# 1/sqrt(n_embd / n_head) (gemma_pytorch's query_pre_attn_scalar).
+GEMMA3_SWA_PATTERN = 6
+GEMMA3_SWA_ROPE_BASE = 10000.0
+_GEMMA3_27B_LAYERS = 62
+
+
+def _gemma3_hf_config(meta: Mapping[str, Any], a, tensor_shapes, *,
+                      vocab: int, dim: int, heads: int, kv_heads: int,
+                      head_dim: int, where: str) -> dict[str, Any]:
+  """The `Gemma3ForCausalLM` (gemma3_text) config.json of a `gemma3` GGUF.
+
+  What the file states is read (`gemma3.*`: sizes, `rope.freq_base` and
+  `rope.scaling.*` of the global layers, `attention.sliding_window`,
+  `final_logit_softcapping`, `attn_logit_softcapping`); what llama.cpp fixes
+  for the architecture rather than storing is set as llama.cpp sets it
+  (`GEMMA3_SWA_PATTERN`, `GEMMA3_SWA_ROPE_BASE` unless
+  `rope.freq_base_swa` is given, `query_pre_attn_scalar` from the head
+  size). A file without a window (or window 0) has only global layers,
+  as llama.cpp then runs it.
+  """
+  layers = int(a("block_count", required=True))
+  window = int(a("attention.sliding_window", default=0) or 0)
+  if window > 0:
+    layer_types = ["sliding_attention" if i % GEMMA3_SWA_PATTERN
+                   < GEMMA3_SWA_PATTERN - 1 else "full_attention"
+                   for i in range(layers)]
+  else:
+    layer_types = ["full_attention"] * layers
+  scalar = dim // heads if layers == _GEMMA3_27B_LAYERS else head_dim
+
+  def f32(key, default=None):
+    # GGUF stores these as float32: 1e-6 reads back as 9.99999997e-07.
+    # The shortest decimal of that float32 is the value the converter was
+    # given (what the checkpoint's config.json says).
+    value = a(key, default=default)
+    return None if value is None else float(str(np.float32(value)))
+
+  out: dict[str, Any] = {
+      "architectures": [ARCHITECTURES["gemma3"]],
+      "model_type": _MODEL_TYPES[ARCHITECTURES["gemma3"]],
+      "vocab_size": vocab,
+      "hidden_size": dim,
+      "intermediate_size": int(a("feed_forward_length", required=True)),
+      "num_hidden_layers": layers,
+      "num_attention_heads": heads,
+      "num_key_value_heads": kv_heads,
+      "head_dim": head_dim,
+      "hidden_activation": "gelu_pytorch_tanh",
+      "max_position_embeddings": int(a("context_length", default=131072)),
+      "rms_norm_eps": f32("attention.layer_norm_rms_epsilon", 1e-6),
+      "rope_theta": f32("rope.freq_base", 1_000_000.0),
+      "rope_scaling": _rope_scaling(a, where, "gemma3"),
+      "rope_local_base_freq": f32("rope.freq_base_swa",
+                                  GEMMA3_SWA_ROPE_BASE),
+      "layer_types": layer_types,
+      "sliding_window": window if window > 0 else None,
+      "query_pre_attn_scalar": scalar,
+      "final_logit_softcapping": f32("final_logit_softcapping"),
+      "attn_logit_softcapping": f32("attn_logit_softcapping"),
+      "tie_word_embeddings": "output.weight" not in tensor_shapes,
+      "torch_dtype": "float32",
+  }
+  _token_ids(meta, out)
   return out
 
 
@@ -462,17 +562,31 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+# Gemma 3 (gguf-py MODEL_ARCH.GEMMA3): `ffn_norm` is the pre-MLP norm and
+# two post-norms follow attention and the MLP.
+_GEMMA3_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
 
 
-def hf_name(name: str, where: str = "GGUF") -> str:
+def _layer_names(arch: str | None) -> dict[str, str]:
+  return _GEMMA3_LAYER_NAMES if arch == "gemma3" else _LAYER_NAMES
+
+
+def hf_name(name: str, where: str = "GGUF", arch: str | None = None) -> str:
   """The HF tensor name of a llama.cpp one (`blk.3.attn_q.weight` ->
-  `model.layers.3.self_attn.q_proj.weight`)."""
+  `model.layers.3.self_attn.q_proj.weight`) in a file of GGUF architecture
+  `arch` (Gemma 3 names its norms differently)."""
   if name in _GLOBAL_NAMES:
     return _GLOBAL_NAMES[name]
+  names = _layer_names(arch)
   parts = name.split(".", 2)
   if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and (
-      parts[2] in _LAYER_NAMES):
-    return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+      parts[2] in names):
+    return f"model.layers.{parts[1]}.{names[parts[2]]}"
   raise ValueError(f"{where}: tensor {name!r} has no equivalent in jaxlab's "
                    "decoder")
 
@@ -494,6 +608,7 @@ class GGUFCheckpoint:
     self.path = os.fspath(path)
     self._reader = _reader(self.path)
     self.metadata = metadata(self._reader)
+    arch = self.metadata.get("general.architecture")
     self._tensors = {}
     shapes = {}
     rope_freqs = None
@@ -503,7 +618,7 @@ class GGUFCheckpoint:
       if t.name == ROPE_FREQS:
         rope_freqs = t
         continue
-      self._tensors[hf_name(t.name, self.path)] = (t, shape)
+      self._tensors[hf_name(t.name, self.path, arch)] = (t, shape)
     self.config = hf_config(self.metadata, shapes, self.path)
     self.architecture = self.metadata["general.architecture"]
     # llama.cpp's flag for the bidirectional (masked-diffusion) models.
@@ -516,6 +631,9 @@ class GGUFCheckpoint:
       self.config["rope_scaling"] = llama3_rope_scaling(
           factors, self.config["rope_theta"], self.config["head_dim"],
           where=f"{self.path}: tensor {ROPE_FREQS!r}")
+    # llama.cpp stores Gemma's (1 + w) RMSNorm weights as 1 + w (its
+    # converter adds 1 to every `*norm.weight`); HF and jaxlab store w.
+    self._norm_shift = self.architecture == "gemma3"
     self._permute = {}
     if self.metadata["general.architecture"] in _PERMUTED:
       n = self.config["num_attention_heads"]
@@ -552,6 +670,8 @@ class GGUFCheckpoint:
                      where=f"{self.path}: tensor {t.name!r}")
     if name in self._permute:
       out = _unpermute(out, self._permute[name])
+    if self._norm_shift and name.endswith("norm.weight"):
+      out = out - np.float32(1.0)
     return out
 
 
@@ -599,13 +719,16 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   ckpt = GGUFCheckpoint(path)
   cfg = _config(ckpt, dtype, param_dtype, config_overrides)
 
+  def gguf_name(name):
+    return _gguf_name(name, ckpt.architecture)
+
   def read(name, hf_shape):
     if name not in ckpt:
       raise ValueError(f"{ckpt.path}: missing tensor {name!r} (GGUF "
-                       f"{_gguf_name(name)!r})")
+                       f"{gguf_name(name)!r})")
     found = ckpt.shape(name)
     if found != hf_shape:
-      raise ValueError(f"{ckpt.path}: tensor {_gguf_name(name)!r} has shape "
+      raise ValueError(f"{ckpt.path}: tensor {gguf_name(name)!r} has shape "
                        f"{found} (HF order), expected {hf_shape} from the "
                        "metadata")
     return ckpt.tensor(name)
@@ -613,7 +736,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   # The HF tensor table hf.load / hf.save use.
   extra = sorted(set(ckpt.names()) - set(hf_io.tensor_shapes(cfg)))
   if extra:
-    raise ValueError(f"{ckpt.path}: tensors {[_gguf_name(n) for n in extra]} "
+    raise ValueError(f"{ckpt.path}: tensors {[gguf_name(n) for n in extra]} "
                      f"are not used by the {ckpt.config['architectures'][0]} "
                      "config the metadata gives")
   return hf_io.load_tensors(cfg, read, mesh=mesh, rules=rules), cfg
@@ -633,11 +756,11 @@ def diffusion_tokens(path: str | os.PathLike) -> dict[str, Any]:
           "shift_logits": bool(shift)}
 
 
-def _gguf_name(hf_tensor: str) -> str:
+def _gguf_name(hf_tensor: str, arch: str | None = None) -> str:
   for ours, theirs in _GLOBAL_NAMES.items():
     if theirs == hf_tensor:
       return ours
-  for ours, theirs in _LAYER_NAMES.items():
+  for ours, theirs in _layer_names(arch).items():
     suffix = "." + theirs
     if hf_tensor.endswith(suffix) and hf_tensor.startswith("model.layers."):
       return f"blk.{hf_tensor.split('.')[2]}.{ours}"
