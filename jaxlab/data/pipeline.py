@@ -230,6 +230,44 @@ def _split_rows(rows, frac: float):
           grain.MapDataset.source(rows)[n - k:])
 
 
+def read_split(data_cfg, split: str | None = None, *,
+               subset: str | None = None, max_rows: int | None = None):
+  """The rows of one split of `config.data` (hf / grain / tfds), untokenised.
+
+  For experiments that read a released dataset row by row (a benchmark's
+  questions, a forget set): a random-access sequence of dict rows in the
+  dataset's own schema. `split` / `subset` / `max_rows` default to the
+  config's `data.split` / `data.subset` / `data.max_rows` (`subset` lets an
+  experiment read a companion subset, e.g. TOFU's retain set beside its
+  forget set). For `grain`, `split` is ignored unless it is `eval_split`,
+  which reads `data.eval_path`. Record what was read with
+  `results.data_provenance(config, rows={split: len(rows)})`.
+  """
+  get = data_cfg.get
+  kind = get("source", "")
+  split = get("split", "train") if split is None else split
+  subset = (get("subset", "") or "") if subset is None else subset
+  max_rows = int(get("max_rows", 0) or 0) if max_rows is None else max_rows
+  cache = get("cache_dir", "") or None
+  if kind == "hf":
+    from jaxlab.data import hf_source  # pylint: disable=g-import-not-at-top
+    return hf_source.load_rows(get("path", ""), subset=subset, split=split,
+                               max_rows=max_rows, cache_dir=cache)
+  if kind == "grain":
+    from jaxlab.data import grain_source  # pylint: disable=g-import-not-at-top
+    path = (get("eval_path", "") if split and split == get("eval_split")
+            else get("path", ""))
+    return grain_source.load_rows(path, text_key=get("text_key", "text"),
+                                  max_rows=max_rows, cache_dir=cache)
+  if kind == "tfds":
+    rows = sources.tfds_source(get("tfds_name", "") or get("path", ""),
+                               split=split, data_dir=get("data_dir", ""),
+                               text_key=None)
+    return grain.MapDataset.source(rows)[:max_rows] if max_rows else rows
+  raise ValueError(f"data.source={kind!r} has no released rows to read; "
+                   f"use one of {', '.join(ROW_SOURCES)} with data.path")
+
+
 def _row_sources(data_cfg, kind: str) -> tuple[Any, Any, dict[str, Any]]:
   """(train rows, eval rows or None, provenance) of an hf / grain / tfds
   source: rows are random-access sequences of dicts, nothing tokenised."""
