@@ -52,7 +52,14 @@ Schema of the file (schema version 1)::
                                      ...}}, ...]}],
      "comparisons": [{"table": "unlearning", "column": "utility",
                       "a": "PMC", "b": "GD", "label": "PMC − GD"}],
-     "extra": {...}}
+     "extra": {...},
+     # What the run read (when config.data names a dataset) and started
+     # from (when config.init_from is set):
+     "data": {"source": "hf", "path": "/data/tofu", "subset": "forget10",
+              "rows": {"forget10": 400, "retain90": 3600},
+              "digest": "9f2c..."},
+     "init_from": {"spec": "smollm2-135m-instruct", "path": ".../x.gguf",
+                   "digest": "..."}}
 
 An experiment whose outcome is a flat dict of final values rather than
 per-seed tables (`train`, `generate`) passes it as `fields`: those keys sit at
