@@ -60,6 +60,7 @@ class BenchDataTest(absltest.TestCase):
     raw = self.report["raw"]
     self.assertEqual(raw["tokens"], expected)
     self.assertEqual(raw["encode_loop"]["tokens"], expected)
+    self.assertEqual(raw["transformers_encode_loop"]["tokens"], expected)
     self.assertEqual(raw["chars"], sum(map(len, self.texts)))
     self.assertAlmostEqual(raw["tokens_per_s"],
                            expected / raw["encode_batch_median_s"])

@@ -1,7 +1,7 @@
 """Data-pipeline benchmark: packed tokens/s of the `hf` source vs raw tokenizing.
 
     python -m jaxlab.experiments.bench data [--rows=2000] [--seq_len=2048]
-        [--batch=8] [--batches=60] [--warmup=4] [--workers=0,2]
+        [--batch=8] [--batches=120] [--warmup=4] [--workers=0,2]
         [--read_threads=0] [--tokenizer=smollm2-135m-instruct]
         [--step_seq_len=8192] [--out=FILE]
 
@@ -13,7 +13,9 @@ dataset (`data/train-0000K-of-0000N.parquet`) in a temporary directory:
   * `raw`: the tokenizer's own Rust backend (`tokenizers.Tokenizer`, the HF
     fast tokenizer's `backend_tokenizer`) `encode_batch` over every text
     (Rayon threads on all cores; median of `--repeats`), tokens/s; and, for
-    scale, one text at a time on one thread (`encode_loop`).
+    scale, one text at a time on one thread (`encode_loop`), and through
+    transformers' `encode` (`transformers_encode_loop`, the per-row call
+    of the pipeline's tokenising transform).
   * `pipeline`: what the trainer reads with `config.data.source="hf"`:
     `pipeline.lm_data` on the trainer's `config.data` (`train.defaults`)
     with `path` = that directory and `packing="pack"`, then
@@ -24,7 +26,10 @@ dataset (`data/train-0000K-of-0000N.parquet`) in a temporary directory:
     Rates: non-pad tokens/s (segment id > 0: packed document tokens, the
     tokens a step learns from) and slot tokens/s (batch x seq_len); their
     ratio is the packing efficiency. `ratio_to_raw` = non-pad tokens/s over
-    the raw `encode_batch` tokens/s (the aim is >= 0.5).
+    the raw `encode_batch` tokens/s (the aim is >= 0.5). With workers, the
+    clock starts with at most one batch per worker (grain's
+    `per_worker_buffer_size`) and each worker's read-ahead ready: a few
+    batches of `--batches`.
   * `hosts_fed`: how many v5p hosts running an 8B step (Llama-3-8B's shape,
     `configs._scale.SHAPES["llama3_8b"]`) at the roofline bound one host
     running this pipeline keeps fed:
@@ -119,10 +124,13 @@ def load_tokenizer(spec: str):
         "Hugging Face checkpoint directory with tokenizer.json)") from None
 
 
-def raw_rate(backend, texts: list[str], repeats: int = 3) -> dict[str, Any]:
+def raw_rate(backend, texts: list[str], repeats: int = 3,
+             hf_tokenizer=None) -> dict[str, Any]:
   """Tokens/s of `backend.encode_batch(texts, add_special_tokens=False)`
   (a `tokenizers.Tokenizer`; median of `repeats`), and of encoding one text
-  at a time (`encode`, one pass)."""
+  at a time (`encode`, one pass); with `hf_tokenizer` (the transformers
+  tokenizer over the same backend), of its `encode` one text at a time too:
+  the call the pipeline's transform makes per row."""
   times, tokens = [], None
   for _ in range(max(1, repeats)):
     t = time.perf_counter()
@@ -137,7 +145,15 @@ def raw_rate(backend, texts: list[str], repeats: int = 3) -> dict[str, Any]:
                     for x in texts)
   loop_s = time.perf_counter() - t
   med = float(np.median(times))
-  return {"tokens": int(tokens), "texts": len(texts),
+  extra = {}
+  if hf_tokenizer is not None:
+    t = time.perf_counter()
+    n = sum(len(hf_tokenizer.encode(x, add_special_tokens=False))
+            for x in texts)
+    sec = time.perf_counter() - t
+    extra["transformers_encode_loop"] = {"tokens": int(n), "seconds": sec,
+                                         "tokens_per_s": n / sec}
+  return {**extra, "tokens": int(tokens), "texts": len(texts),
           "chars": int(sum(len(x) for x in texts)),
           "encode_batch_s": times, "encode_batch_median_s": med,
           "tokens_per_s": tokens / med,
@@ -257,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--seq_len", type=int, default=2048)
   parser.add_argument("--batch", type=int, default=8,
                       help="global batch (rows of seq_len) of the pipeline")
-  parser.add_argument("--batches", type=int, default=60,
+  parser.add_argument("--batches", type=int, default=120,
                       help="timed batches per worker count")
   parser.add_argument("--warmup", type=int, default=4)
   parser.add_argument("--workers", default="0,2",
@@ -286,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
   backend = tok.hf.backend_tokenizer  # tokenizers.Tokenizer
   texts = make_texts(args.rows, doc_sentences=args.doc_sentences,
                      seed=args.seed)
-  raw = raw_rate(backend, texts, args.repeats)
+  raw = raw_rate(backend, texts, args.repeats, hf_tokenizer=tok.hf)
   runs = []
   tmp = tempfile.mkdtemp(prefix="jaxlab-bench-data-")
   try:
