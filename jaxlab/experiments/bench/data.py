@@ -1,4 +1,4 @@
-"""Data-pipeline benchmark: packed tokens/s of the `hf` source vs raw tokenizing.
+"""Data-pipeline benchmark: the `hf` source's packed tokens/s vs raw tokenizing.
 
     python -m jaxlab.experiments.bench data [--rows=2000] [--seq_len=2048]
         [--batch=8] [--batches=120] [--warmup=4] [--workers=0,2]
@@ -264,7 +264,8 @@ def _versions() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-  parser = argparse.ArgumentParser(prog="python -m jaxlab.experiments.bench data")
+  parser = argparse.ArgumentParser(
+      prog="python -m jaxlab.experiments.bench data")
   parser.add_argument("--rows", type=int, default=2000,
                       help="documents written to the parquet copy")
   parser.add_argument("--doc_sentences", type=int, default=20,
