@@ -627,11 +627,21 @@ class Documents:
       it = it.batch(local_batch, drop_remainder=False).map(
           _FillBatch(local_batch, self.seq_len, self.pad_id))
     if self.workers > 0:
-      from absl import flags  # pylint: disable=g-import-not-at-top
-      if not flags.FLAGS.is_parsed():
-        # grain's workers read its absl flags; outside an absl app (a
-        # notebook, a test) they take their defaults.
-        flags.FLAGS.mark_as_parsed()
+      _absl_flags_parsed()
       it = it.mp_prefetch(grain.MultiprocessingOptions(
           num_workers=self.workers))
     return it
+
+
+def _absl_flags_parsed() -> None:
+  """Marks absl's flags parsed when no absl app parsed them.
+
+  grain's `mp_prefetch` reads its absl flag `grain_enable_multiprocess_
+  worker_profiling` when the iterator starts (grain 0.2.x, once JAX's
+  profiler is loaded): outside an absl app (a script, plain pytest, a
+  benchmark with argparse) that raises `UnparsedFlagAccessError`. Every
+  flag keeps its default; a later `absl.app.run` parses argv as usual.
+  """
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()

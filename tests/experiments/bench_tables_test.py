@@ -64,6 +64,22 @@ class BenchTablesTest(absltest.TestCase):
                      "failed: ValueError | - | - | - | - |")
     self.assertEqual(_tables.gpu_table([]), "")
 
+  def test_data_table_rows_by_hand(self):
+    rep = {"seq_len": 2048, "batch": 8,
+           "machine": {"cpu": "X", "cpu_count": 2, "loadavg_before": [1.0]},
+           "raw": {"texts": 10, "tokens": 5000, "tokens_per_s": 1.6e6,
+                   "encode_loop": {"tokens_per_s": 6e5}},
+           "step": {"chips_per_host": 4, "peak_bf16_flops_per_chip": 459e12,
+                    "shape": "llama3_8b", "step_seq_len": 8192,
+                    "flops_per_token": 5.8e10, "host_tokens_per_s": 32000.0},
+           "pipeline": [{"workers": 2, "non_pad_tokens_per_s": 8e5,
+                         "slot_tokens_per_s": 1e6, "packing_efficiency": 0.8,
+                         "ratio_to_raw": 0.5}]}
+    lines = _tables.data_table(rep).splitlines()
+    # 8e5 / 32000 = 25 hosts' worth.
+    self.assertEqual(lines[4], "| 2 | 800000 | 1000000 | 80% | 0.50 | 25.0 |")
+    self.assertIn("on 32000 tok/s", lines[-1])
+
 
 if __name__ == "__main__":
   absltest.main()

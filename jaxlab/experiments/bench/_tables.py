@@ -2,8 +2,8 @@
 
     python -m jaxlab.experiments.bench._tables [--dir=docs/bench]
 
-Reads decode_cpu.json, train_cpu.json and memory_cpu.json (those present)
-and prints one table each, for docs/benchmarks.md, plus,
+Reads decode_cpu.json, train_cpu.json, memory_cpu.json and data_cpu.json
+(those present) and prints one table each, for docs/benchmarks.md, plus,
 when rows were run with `--profile`, where jaxlab's time goes per model
 part, and one table of every accelerator run `h200_run*.json` (written by
 `python -m jaxlab.experiments.bench.gpu`).
@@ -269,13 +269,43 @@ def tpu_presets_table(doc) -> str:
   return "\n".join(lines)
 
 
+def data_table(rep) -> str:
+  """`bench data`: the hf pipeline's packed tokens/s per worker count
+  against the raw `tokenizers` encode rate, and the v5p hosts it feeds."""
+  raw, step, m = rep["raw"], rep["step"], rep["machine"]
+  lines = [f"Data pipeline (`hf` source, parquet, packed to {rep['seq_len']}"
+           f", batch {rep['batch']}; {rep['raw']['texts']} documents, "
+           f"{raw['tokens']} tokens; {m['cpu']}, {m['cpu_count']} cores, "
+           f"load average {_f(m['loadavg_before'][0], 1)}):", "",
+           "| workers | non-pad tok/s | slot tok/s | packing | "
+           "of raw encode_batch | v5p hosts fed (8B) |",
+           "|---|---|---|---|---|---|"]
+  for r in rep["pipeline"]:
+    lines.append(
+        f"| {r['workers']} | {_f(r['non_pad_tokens_per_s'], 0)} | "
+        f"{_f(r['slot_tokens_per_s'], 0)} | "
+        f"{_f(100 * r['packing_efficiency'], 0)}% | "
+        f"{_f(r['ratio_to_raw'])} | "
+        f"{_f(r['non_pad_tokens_per_s'] / step['host_tokens_per_s'], 1)} |")
+  lines += ["", f"Raw `tokenizers` encode_batch (all cores): "
+            f"{_f(raw['tokens_per_s'], 0)} tok/s; one text at a time: "
+            f"{_f(raw['encode_loop']['tokens_per_s'], 0)} tok/s. One v5p "
+            f"host ({step['chips_per_host']} chips x "
+            f"{_f(step['peak_bf16_flops_per_chip'] / 1e12, 0)} TFLOP/s) "
+            f"trains {step['shape']} (T = {step['step_seq_len']}, "
+            f"{_f(step['flops_per_token'] / 1e9, 1)} GFLOP/token) at the "
+            f"roofline bound on {_f(step['host_tokens_per_s'], 0)} tok/s."]
+  return "\n".join(lines)
+
+
 def main(argv=()):
   args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
   root = args.get("dir", "docs/bench")
   out, reps = [], {}
   for name, fn in (("decode_cpu.json", decode_table),
                    ("train_cpu.json", train_table),
-                   ("memory_cpu.json", memory_table)):
+                   ("memory_cpu.json", memory_table),
+                   ("data_cpu.json", data_table)):
     path = os.path.join(root, name)
     if os.path.exists(path):
       with open(path) as f:
