@@ -256,31 +256,6 @@ def input_embeddings(model) -> jax.Array:
       jnp.float32)
 
 
-def truncate_layers(model, num_blocks: int):
-  """The model with only its first `num_blocks` blocks (same arrays, no
-  copy): `hidden_states[0..num_blocks]` are unchanged, so inverting layer
-  l needs only `truncate_layers(model, l)` (a causal state never depends on
-  later blocks). The final norm and head are kept. Raises ValueError for a
-  scanned model (`decoder.unstack_layers` it first) or a bad count."""
-  n = num_layers(model)
-  if not isinstance(num_blocks, (int, np.integer)) or not 0 <= num_blocks <= n:
-    raise ValueError(f"num_blocks must be an int in [0, {n}], got "
-                     f"{num_blocks!r}")
-  if getattr(model.cfg, "scan_layers", False):
-    raise ValueError("truncate_layers needs an unrolled model; use "
-                     "jaxlab.models.decoder.unstack_layers(model) first")
-  cfg = model.cfg
-  kw = {"num_layers": int(num_blocks),
-        "nope_layers": tuple(i for i in cfg.nope_layers if i < num_blocks)}
-  if cfg.layer_types:
-    kw["layer_types"] = tuple(cfg.layer_types[:num_blocks])
-  graphdef, state = nnx.split(model)
-  new = nnx.merge(graphdef, state)
-  new.layers = nnx.List(list(new.layers)[:int(num_blocks)])
-  new.cfg = cfg.replace(**kw)
-  return new
-
-
 def _check_prefix(prefix_ids, b: int, t: int, vocab: int) -> np.ndarray:
   """`prefix_ids` as int `[B, P]` (P = 0 for None). Raises ValueError."""
   if prefix_ids is None:
@@ -948,7 +923,7 @@ def hard_prompts(model, hidden, *, layer: int, steps: int | None = None,
                    radius=radius, done=np.ones((b, t), bool))
 
 
-# -- reports (composed by jaxlab/experiments/sipit.py) ---------------------------
+# -- configuration ------------------------------------------------------------
 
 
 def config_from(c, seed: int) -> SipItConfig:
@@ -958,109 +933,3 @@ def config_from(c, seed: int) -> SipItConfig:
         for f in dataclasses.fields(SipItConfig)
         if f.name != "seed" and f.name in c}
   return SipItConfig(seed=int(seed), **kw)
-
-
-def inversion_report(model, ids, layers, *, policies=("gradient",),
-                     config: SipItConfig | None = None,
-                     tol: float | None = None, hard_prompts_prompts: int = 0,
-                     hard_prompts_steps: int | None = None,
-                     hard_prompts_lr: float = 0.1, states=None,
-                     time_limit_s: float | None = None,
-                     log=None, prefix_len: int = 0) -> dict[str, Any]:
-  """Inverts the prompts `ids [B, T]` from the states of each layer with
-  each policy (and HardPrompts at the last of `layers` on the first
-  `hard_prompts_prompts` prompts): {"policy/layer": accuracy, exact-prompt
-  rate, median / mean proposals, verified fraction, seconds per prompt,
-  proposals, the margin nearest_rejected / radius}. `prefix_len` > 0:
-  the first `prefix_len` tokens of each prompt are a known prefix
-  (`invert(prefix_ids=...)`); accuracy, proposals and margins count only
-  the positions after it."""
-  ids = np.asarray(ids, np.int32)
-  states = layer_states(model, ids) if states is None else states
-  p = int(prefix_len)
-  out = {}
-  for policy in policies:
-    for layer in layers:
-      res = invert(model, states[layer], layer=layer, policy=policy, tol=tol,
-                   config=config, time_limit_s=time_limit_s,
-                   prefix_ids=ids[:, :p] if p else None)
-      st = res.stats()
-      hit = res.ids[:, p:] == ids[:, p:]
-      rec = {"accuracy": float(np.mean(hit)),
-             "prompt_exact": float(np.mean(np.all(hit, axis=1))),
-             "median_proposals": st["median_proposals"],
-             "mean_proposals": st["mean_proposals"],
-             "verified": st["verified_fraction"],
-             "seconds_per_prompt": st["seconds"] / len(ids),
-             "proposals": res.proposals[:, p:].reshape(-1).tolist()}
-      if p:
-        rec["prefix_len"] = p
-      if res.timed_out:
-        rec["timed_out"] = True
-      if res.radius is not None and not np.all(np.isnan(res.radius)):
-        rec["min_margin"] = float(np.min(res.nearest_rejected[:, p:] /
-                                         res.radius[:, p:]))
-      out[f"{policy}/{layer}"] = rec
-      if log:
-        log(f"  {policy:8s} layer {layer}: acc {rec['accuracy']:.3f} "
-            f"median proposals {st['median_proposals']:.1f}")
-  last = max(layers)
-  if hard_prompts_prompts:
-    n_hp = int(hard_prompts_prompts)
-    res = hard_prompts(model, states[last][:n_hp], layer=last,
-                       steps=hard_prompts_steps, lr=hard_prompts_lr,
-                       seed=config.seed if config else 0)
-    out[f"hard_prompts/{last}"] = {
-        "accuracy": float(np.mean(res.ids == ids[:n_hp])),
-        "prompt_exact": float(np.mean(np.all(res.ids == ids[:n_hp], axis=1))),
-        "seconds_per_prompt": float(np.mean(res.seconds)),
-        "steps": int(res.proposals[0, 0]) * ids.shape[1]}
-    if log:
-      log(f"  hard_prompts layer {last}: acc "
-          f"{out[f'hard_prompts/{last}']['accuracy']:.3f}")
-  return out
-
-
-def plot_proposals(per_seed, layers, vocab, path, *,
-                   kinds=("random-init", "trained"),
-                   policies=("gradient", "random")):
-  """Median proposals per token per layer (mean and std over seeds) of
-  `per_seed[i][kind]["inversion"]["policy/layer"]`, log scale, |V|/2 line."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 3.6))
-  for model_kind, ls in zip(kinds, ("--", "-")):
-    for policy, color in zip(policies, ("C0", "C1")):
-      med = [[rec[model_kind]["inversion"][f"{policy}/{l}"]["median_proposals"]
-              for l in layers] for rec in per_seed
-             if f"{policy}/{layers[0]}" in rec[model_kind]["inversion"]]
-      if not med or not med[0]:
-        continue
-      m = np.mean(med, axis=0)
-      s = np.std(med, axis=0, ddof=1) if len(med) > 1 else 0 * m
-      name = "SipIt (gradient)" if policy == "gradient" else "BruteForce"
-      ax.errorbar(layers, m, yerr=s, color=color, linestyle=ls, marker="o",
-                  capsize=3, label=f"{name}, {model_kind}")
-  ax.axhline(vocab / 2, color="gray", linestyle=":", label="|V|/2")
-  ax.set_yscale("log")
-  ax.set_xlabel("layer (0 = embedding output)")
-  ax.set_ylabel("median proposals per token")
-  ax.set_xticks(list(layers))
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
-
-
-def inversion_summary(per_seed, kinds, policies, layers) -> dict[str, Any]:
-  """{"kind/policy": mean accuracy and median proposals over seeds and
-  layers} of `per_seed[i][kind]["inversion"]["policy/layer"]` records."""
-  return {f"{k}/{p}": {
-      "accuracy": float(np.mean([rec[k]["inversion"][f"{p}/{l}"]["accuracy"]
-                                 for rec in per_seed for l in layers])),
-      "median_proposals": float(np.median(np.concatenate([
-          rec[k]["inversion"][f"{p}/{l}"]["proposals"]
-          for rec in per_seed for l in layers])))}
-          for k in kinds for p in policies}

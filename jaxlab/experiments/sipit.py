@@ -2,7 +2,7 @@
 
 Toy presets: per seed a random-init decoder and a copy trained on a bigram
 text; `config.init_from` (the `smollm2` preset): a real checkpoint and real
-sentences. For each: `sipit.inversion_report` (SipIt / BruteForce /
+sentences. For each: `inversion_report` (SipIt / BruteForce /
 HardPrompts per layer), `injectivity.collision_report` and the tied-row and
 quantised-state controls. Writes `results.json` and `proposals.png`.
 """
@@ -17,11 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab.analysis import figures
 from jaxlab.analysis import injectivity as inj
 from jaxlab.analysis import sipit
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import pretrained
 from jaxlab.models import decoder
+from jaxlab.models import early_exit
 from jaxlab.models import registry as model_registry
 from jaxlab.train import runner
 
@@ -30,6 +32,114 @@ _ckw = lambda c: dict(chunk=int(c.chunk), quant_per=c.quant_per,  # pylint: disa
                       quant_bits=tuple(int(b) for b in c.quant_bits))
 NAMES = {"gradient": "SipIt (gradient)", "random": "BruteForce (random)",
          "hard_prompts": "HardPrompts"}
+
+
+
+# -- the report: inversion per policy and layer, the proposals plot ------------
+
+
+def inversion_report(model, ids, layers, *, policies=("gradient",),
+                     config: sipit.SipItConfig | None = None,
+                     tol: float | None = None, hard_prompts_prompts: int = 0,
+                     hard_prompts_steps: int | None = None,
+                     hard_prompts_lr: float = 0.1, states=None,
+                     time_limit_s: float | None = None,
+                     log=None, prefix_len: int = 0) -> dict[str, Any]:
+  """Inverts the prompts `ids [B, T]` from the states of each layer with
+  each policy (and HardPrompts at the last of `layers` on the first
+  `hard_prompts_prompts` prompts): {"policy/layer": accuracy, exact-prompt
+  rate, median / mean proposals, verified fraction, seconds per prompt,
+  proposals, the margin nearest_rejected / radius}. `prefix_len` > 0:
+  the first `prefix_len` tokens of each prompt are a known prefix
+  (`invert(prefix_ids=...)`); accuracy, proposals and margins count only
+  the positions after it."""
+  ids = np.asarray(ids, np.int32)
+  states = sipit.layer_states(model, ids) if states is None else states
+  p = int(prefix_len)
+  out = {}
+  for policy in policies:
+    for layer in layers:
+      res = sipit.invert(model, states[layer], layer=layer, policy=policy, tol=tol,
+                   config=config, time_limit_s=time_limit_s,
+                   prefix_ids=ids[:, :p] if p else None)
+      st = res.stats()
+      hit = res.ids[:, p:] == ids[:, p:]
+      rec = {"accuracy": float(np.mean(hit)),
+             "prompt_exact": float(np.mean(np.all(hit, axis=1))),
+             "median_proposals": st["median_proposals"],
+             "mean_proposals": st["mean_proposals"],
+             "verified": st["verified_fraction"],
+             "seconds_per_prompt": st["seconds"] / len(ids),
+             "proposals": res.proposals[:, p:].reshape(-1).tolist()}
+      if p:
+        rec["prefix_len"] = p
+      if res.timed_out:
+        rec["timed_out"] = True
+      if res.radius is not None and not np.all(np.isnan(res.radius)):
+        rec["min_margin"] = float(np.min(res.nearest_rejected[:, p:] /
+                                         res.radius[:, p:]))
+      out[f"{policy}/{layer}"] = rec
+      if log:
+        log(f"  {policy:8s} layer {layer}: acc {rec['accuracy']:.3f} "
+            f"median proposals {st['median_proposals']:.1f}")
+  last = max(layers)
+  if hard_prompts_prompts:
+    n_hp = int(hard_prompts_prompts)
+    res = sipit.hard_prompts(model, states[last][:n_hp], layer=last,
+                       steps=hard_prompts_steps, lr=hard_prompts_lr,
+                       seed=config.seed if config else 0)
+    out[f"hard_prompts/{last}"] = {
+        "accuracy": float(np.mean(res.ids == ids[:n_hp])),
+        "prompt_exact": float(np.mean(np.all(res.ids == ids[:n_hp], axis=1))),
+        "seconds_per_prompt": float(np.mean(res.seconds)),
+        "steps": int(res.proposals[0, 0]) * ids.shape[1]}
+    if log:
+      log(f"  hard_prompts layer {last}: acc "
+          f"{out[f'hard_prompts/{last}']['accuracy']:.3f}")
+  return out
+
+
+def plot_proposals(per_seed, layers, vocab, path, *,
+                   kinds=("random-init", "trained"),
+                   policies=("gradient", "random")):
+  """Median proposals per token per layer (mean and std over seeds) of
+  `per_seed[i][kind]["inversion"]["policy/layer"]`, log scale, |V|/2 line."""
+  with figures.figure(path, figsize=(6, 3.6)) as (_, ax):
+    _plot_proposals(ax, per_seed, layers, vocab, kinds, policies)
+  return path
+
+
+def _plot_proposals(ax, per_seed, layers, vocab, kinds, policies):
+  for model_kind, ls in zip(kinds, ("--", "-")):
+    for policy, color in zip(policies, ("C0", "C1")):
+      med = [[rec[model_kind]["inversion"][f"{policy}/{l}"]["median_proposals"]
+              for l in layers] for rec in per_seed
+             if f"{policy}/{layers[0]}" in rec[model_kind]["inversion"]]
+      if not med or not med[0]:
+        continue
+      m = np.mean(med, axis=0)
+      s = np.std(med, axis=0, ddof=1) if len(med) > 1 else 0 * m
+      name = "SipIt (gradient)" if policy == "gradient" else "BruteForce"
+      ax.errorbar(layers, m, yerr=s, color=color, linestyle=ls, marker="o",
+                  capsize=3, label=f"{name}, {model_kind}")
+  ax.axhline(vocab / 2, color="gray", linestyle=":", label="|V|/2")
+  ax.set_yscale("log")
+  ax.set_xlabel("layer (0 = embedding output)")
+  ax.set_ylabel("median proposals per token")
+  ax.set_xticks(list(layers))
+  ax.legend(fontsize=7)
+
+
+def inversion_summary(per_seed, kinds, policies, layers) -> dict[str, Any]:
+  """{"kind/policy": mean accuracy and median proposals over seeds and
+  layers} of `per_seed[i][kind]["inversion"]["policy/layer"]` records."""
+  return {f"{k}/{p}": {
+      "accuracy": float(np.mean([rec[k]["inversion"][f"{p}/{l}"]["accuracy"]
+                                 for rec in per_seed for l in layers])),
+      "median_proposals": float(np.median(np.concatenate([
+          rec[k]["inversion"][f"{p}/{l}"]["proposals"]
+          for rec in per_seed for l in layers])))}
+          for k in kinds for p in policies}
 
 
 def _save(workdir, per_seed):
@@ -112,8 +222,8 @@ def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
     states = sipit.layer_states(model, full)
     inv = {}
     for layer in layers:
-      inv.update(sipit.inversion_report(
-          sipit.truncate_layers(model, layer), full, (layer,),
+      inv.update(inversion_report(
+          early_exit.first_layers(model, layer, share=True), full, (layer,),
           policies=tuple(c.policies), config=sipit.config_from(c, seed),
           states=states, time_limit_s=float(c.time_limit_s) or None, log=log,
           prefix_len=int(bos)))
@@ -124,7 +234,8 @@ def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
     r = {"inversion": inv, "collisions": inj.collision_report(
         model, prompts, continuations=conts, **_ckw(cc))}
     r.update(inj.control_report(
-        sipit.truncate_layers(model, int(cc.control_layer)), ids[:1],
+        early_exit.first_layers(model, int(cc.control_layer), share=True),
+        ids[:1],
         tie=cc.tie, quant_bits=cc.quant_bits, quant_per=cc.quant_per,
         seed=seed, layer=int(cc.control_layer), tie_ids=ids[:1],
         config=sipit.config_from(c, seed), time_limit_s=cc.time_limit_s))
@@ -163,7 +274,7 @@ def _run_toy(config, workdir, log) -> tuple[list, tuple, int]:
     scfg = sipit.config_from(c, seed)
     for kind, model in (("random-init", base), ("trained", trained)):
       log(f"seed {seed}, {kind}: inversion")
-      r = {"inversion": sipit.inversion_report(
+      r = {"inversion": inversion_report(
           model, ids, layers, policies=tuple(c.policies), config=scfg,
           tol=float(c.tol) or None,
           hard_prompts_prompts=int(c.hard_prompts_prompts),
@@ -197,10 +308,10 @@ def run(config, workdir: str) -> dict[str, Any]:
   comps = [results_lib.Comparison(
       "proposals", f"l{max(layers)}", f"{k}, {NAMES['gradient']}",
       f"{k}, {NAMES['random']}") for k in kinds if "random" in pols]
-  plot = sipit.plot_proposals(per_seed, layers, vocab,
+  plot = plot_proposals(per_seed, layers, vocab,
                               os.path.join(workdir, "proposals.png"),
                               kinds=kinds, policies=pols)
-  summary = sipit.inversion_summary(per_seed, kinds, pols, layers)
+  summary = inversion_summary(per_seed, kinds, pols, layers)
   results_lib.write(workdir, name, tables=list(tables), comparisons=comps,
                     extra={"summary": summary, "per_seed": per_seed},
                     config=config, start_time=t0)

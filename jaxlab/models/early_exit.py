@@ -12,29 +12,39 @@ are any good is measured, not assumed (an early layer read through the final
 norm is a weak LM).
 """
 
+import numpy as np
 from flax import nnx
 
 from jaxlab.models import decoder as decoder_lib
 
 
-def first_layers(model: decoder_lib.Decoder,
-                 num_layers: int) -> decoder_lib.Decoder:
-  """A copy of `model` with only its first `num_layers` blocks.
+def first_layers(model: decoder_lib.Decoder, num_layers: int, *,
+                 share: bool = False) -> decoder_lib.Decoder:
+  """`model` with only its first `num_layers` blocks.
 
   The embedding, blocks 0..num_layers-1, final norm and LM head are copies
-  of `model`'s (`nnx.clone`; `model` is left unchanged). Per-layer config
-  entries (`layer_types`, `nope_layers`) are cut to the kept layers.
+  of `model`'s (`nnx.clone`; `model` is left unchanged), or with `share` the
+  same arrays, no copy (SipIt inverts layer l's states with the first l
+  blocks of a real checkpoint: `hidden_states[0..l]` are unchanged, a causal
+  state never depends on later blocks). `num_layers` may be 0 (embedding
+  output only). Per-layer config entries (`layer_types`, `nope_layers`) are
+  cut to the kept layers.
+
+  Raises:
+    ValueError: a scanned model (`decoder.unstack_layers` it first) or
+      `num_layers` outside [0, the model's layers].
   """
   cfg = model.cfg
   if cfg.scan_layers:
     raise ValueError("first_layers needs an unrolled Decoder "
                      "(cfg.scan_layers=False); use "
                      "jaxlab.models.decoder.unstack_layers(model) first")
-  if not 1 <= int(num_layers) <= cfg.num_layers:
-    raise ValueError(f"num_layers must be in [1, {cfg.num_layers}] (the "
-                     f"model's layers), got {num_layers}")
+  if (not isinstance(num_layers, (int, np.integer))
+      or not 0 <= int(num_layers) <= cfg.num_layers):
+    raise ValueError(f"num_layers must be in [0, {cfg.num_layers}] (the "
+                     f"model's layers), got {num_layers!r}")
   k = int(num_layers)
-  new = nnx.clone(model)
+  new = nnx.merge(*nnx.split(model)) if share else nnx.clone(model)
   new.layers = nnx.List(list(new.layers)[:k])
   new.cfg = cfg.replace(
       num_layers=k, layer_types=tuple(cfg.layer_types[:k]),

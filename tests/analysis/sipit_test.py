@@ -13,6 +13,7 @@ from jaxlab.analysis import sipit
 from jaxlab.io import hf as hf_io
 from jaxlab.io import pretrained
 from jaxlab.models import decoder
+from jaxlab.models import early_exit
 from jaxlab.testing import hf_fixtures
 from jaxlab.train import runner
 
@@ -213,7 +214,7 @@ class SmolLM2InversionTest(absltest.TestCase):
     super().setUpClass()
     model, _ = pretrained.load(SMOL, cache=True)
     # Layer l's states need only the first l blocks (causal, same arrays).
-    cls.model = sipit.truncate_layers(model, cls.LAYER)
+    cls.model = early_exit.first_layers(model, cls.LAYER, share=True)
     tok = pretrained.tokenizer(SMOL)
     bos = tok.encode("<|im_start|>")
     assert len(bos) == 1, bos

@@ -81,8 +81,24 @@ class FirstLayersTest(absltest.TestCase):
                                np.asarray(want), rtol=1e-5, atol=1e-5)
     self.assertEqual(len(model.layers), 3)  # the target is unchanged
 
+  def test_shared_layers_are_the_same_arrays_and_zero_is_the_embedding(self):
+    model = tiny_models.tiny_decoder()
+    shared = early_exit.first_layers(model, 1, share=True)
+    copied = early_exit.first_layers(model, 1)
+    self.assertIs(shared.layers[0].attn.q_dnh, model.layers[0].attn.q_dnh)
+    self.assertIsNot(copied.layers[0].attn.q_dnh, model.layers[0].attn.q_dnh)
+    self.assertEqual(len(model.layers), 2)
+    ids = jnp.array([[1, 2, 3]], jnp.int32)
+    h = model.forward(ids, output_hidden_states=True).hidden_states
+    h1 = early_exit.first_layers(model, 1, share=True).forward(
+        ids, output_hidden_states=True).hidden_states
+    self.assertLen(h1, 2)  # the embedding output and block 0's
+    np.testing.assert_array_equal(np.asarray(h1[1]), np.asarray(h[1]))
+    self.assertEqual(
+        early_exit.first_layers(model, 0, share=True).cfg.num_layers, 0)
+
   def test_bad_depth_is_one_error(self):
-    with self.assertRaisesRegex(ValueError, "num_layers must be in"):
+    with self.assertRaisesRegex(ValueError, "num_layers must be in \\["):
       early_exit.first_layers(tiny_models.tiny_decoder(), 3)
 
 
