@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import contextlib
 
+from jaxlab import plotting
+
 
 @contextlib.contextmanager
 def figure(path: str, *, figsize=(6, 3.6), nrows: int = 1, ncols: int = 1,
            dpi: int = 100, **subplots_kw):
   """Yields `(fig, axes)` of `plt.subplots(nrows, ncols)`; on exit applies
   `tight_layout`, saves to `path` and closes the figure."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fig, axes = plt.subplots(nrows, ncols, figsize=figsize, **subplots_kw)
   try:
     yield fig, axes

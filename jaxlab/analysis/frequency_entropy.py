@@ -48,6 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab import plotting
+
 PAIRINGS = ("native", "half_split", "adjacent")
 WINDOWS = ("hann", "hamming", "rect")
 SIDES = ("above", "below")
@@ -259,9 +261,7 @@ def plot_fe_heatmaps(fe_lnp, path: str, *, title: str = "FE",
                      layer_labels: Sequence[str] | None = None,
                      vmin: float = 0.0, vmax: float = 1.0) -> str:
   """One heads x pairs heatmap per layer (matplotlib PNG); returns `path`."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fe = np.asarray(fe_lnp)
   n_layers = fe.shape[0]
   fig, axes = plt.subplots(1, n_layers, figsize=(3.2 * n_layers, 2.8),
@@ -624,9 +624,7 @@ def selection_scores(model, input_ids_bt,
 def plot_alpha_sweep(sweeps: Mapping[str, Mapping[str, Any]],
                      path: str) -> str:
   """Perplexity against alpha, one line per selection (`alpha_sweep`s)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(6, 3.6))
   for name, sw in sweeps.items():
     if sw["num_selected"]:

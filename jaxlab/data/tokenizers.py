@@ -195,6 +195,13 @@ def row_template_kwargs(row: Any, base: Mapping[str, Any] | None = None
   return out
 
 
+def padded_vocab_size(vocab_size: int, multiple: int = 64) -> int:
+  """The model's vocabulary for a tokenizer of `vocab_size` ids: rounded up
+  to a multiple of `multiple` (64), so the vocab axis divides any
+  `mesh.tensor`; the padding ids are never produced by the tokenizer."""
+  return -(-int(vocab_size) // multiple) * multiple
+
+
 TOKENIZER_NAMES = ("byte", "sentencepiece", "auto", "hf")
 # Further tokenizers by name: `fn(*, path, checkpoint) -> Tokenizer`,
 # registered from their own module of `jaxlab.data` (found by package walk,

@@ -49,6 +49,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from jaxlab import plotting
 from jaxlab import registry
 from jaxlab.decoding import sampler as sampler_lib
 from jaxlab.evals import text as text_lib
@@ -400,9 +401,7 @@ def plot_reliability(confidences, correct, *, ax=None, title: str = "",
   """Draws the smoothed reliability diagram with its bootstrap band, the
   diagonal, and the confidence density (as a shaded strip at the bottom).
   Returns the axis and `reliability_curve`'s dict."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   curve = reliability_curve(confidences, correct, num_bootstrap=num_bootstrap,
                             seed=seed)
   if ax is None:
@@ -578,9 +577,7 @@ def probe_heldout_kl(model, tokenizer, prompts: Sequence[str],
 def plot_reliability_grid(groups: dict[str, tuple[np.ndarray, np.ndarray]],
                           path: str, *, num_bootstrap: int = 100) -> str:
   """One `plot_reliability` panel per label -> (confidences, correct)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.4))
   axes = np.atleast_1d(axes)
   for i, (ax, (label, (f, y))) in enumerate(zip(axes, groups.items())):

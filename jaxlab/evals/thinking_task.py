@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxlab import plotting
 from jaxlab.data.synthetic.thinking_task import EOS
 from jaxlab.data.synthetic.thinking_task import Task
 from jaxlab.decoding import sampler
@@ -55,9 +56,7 @@ def plot_curves(runs, path: str) -> str | None:
   variant (mean over seeds, min-max band); `runs[v]` = per-seed dicts with
   a `curve` of `evaluate` results and `step`."""
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    plt = plotting.pyplot()
   except ImportError:
     return None
   keys = ("acc", "acc_hackable", "acc_informative",

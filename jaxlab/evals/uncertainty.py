@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab import plotting
 from jaxlab.decoding import sampler
 
 CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
@@ -423,9 +424,7 @@ def plot_rejection(curves: dict[str, np.ndarray], path: str, title: str
                    ) -> str:
   """Rejection-accuracy curves (name -> `[seeds, len(QUANTILES)]`, plotted
   as their mean over seeds) saved to `path`."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(5.5, 3.8))
   for name, c in curves.items():
     ax.plot(QUANTILES, np.asarray(c).mean(0), marker="o", ms=3, label=name)

@@ -24,14 +24,14 @@ from jaxlab.data.synthetic import algorithmic as alg
 from jaxlab.data.synthetic.controller_data import eval_sets, pad_lengths  # pylint: disable=unused-import
 from jaxlab.evals.controller_eval import (  # pylint: disable=unused-import
     VARIANT_LABELS, evaluate, flop_rows, model_config)
+from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import results as results_lib
 from jaxlab.objectives.controller_train import loss_config, train_variant  # pylint: disable=unused-import
 
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  log = lambda msg: print(f"[controller {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("controller")
   tasks = [t for t in config.tasks.split(",") if t]
   # A tuple of registered names (a comma-separated string still works).
   variants = [v.strip() for v in (config.variants.split(",")

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from jaxlab.data import tokenizers
+from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import params as params_io
@@ -42,8 +43,7 @@ def run(config, workdir: str) -> dict:
   d = dict(cfg.problems)
   fim_pool, train, test, coarse = problem_pools(cfg)
   t0 = time.time()
-  log = lambda msg: print(f"[mathfimer {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("mathfimer")
   split = lambda p: fim.split_steps(p.solution,  # pylint: disable=g-long-lambda
                                     min_chars=cfg.fim.min_step_chars)
   fine_items = [(p.question, split(p)) for p in train]

@@ -25,6 +25,7 @@ import time
 
 from flax import nnx
 
+from jaxlab.data import tokenizers
 from jaxlab.data.synthetic.rerank_groups import (  # pylint: disable=unused-import
     GroupSource, embedding_eval_inputs, embedding_source, eval_inputs,
     make_tokenizer, retrieval_source)
@@ -56,7 +57,7 @@ def ensure_backbone(config, workdir: str):
   path = os.path.join(workdir, "backbone")
   if not os.path.exists(os.path.join(path, "config.json")):
     from jaxlab.testing import hf_fixtures  # pylint: disable=g-import-not-at-top
-    vocab = -(-make_tokenizer(config).vocab_size // 64) * 64
+    vocab = tokenizers.padded_vocab_size(make_tokenizer(config).vocab_size)
     hf_fixtures.make_hf_checkpoint(
         path + ".tmp", b.fixture, vocab_size=vocab,
         hidden_size=int(b.hidden_size),

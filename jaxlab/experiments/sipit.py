@@ -20,6 +20,7 @@ from flax import nnx
 from jaxlab.analysis import figures
 from jaxlab.analysis import injectivity as inj
 from jaxlab.analysis import sipit
+from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import pretrained
 from jaxlab.models import decoder
@@ -296,7 +297,7 @@ def _run_toy(config, workdir, log) -> tuple[list, tuple, int]:
 
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
-  log = lambda m: print(f"[sipit {time.time() - t0:6.0f}s] {m}", flush=True)
+  log = log_lib.logger("sipit")
   real = bool(config.get("init_from"))
   per_seed, layers, vocab = (_run_pretrained if real else _run_toy)(
       config, workdir, log)

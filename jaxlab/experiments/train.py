@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 
+from jaxlab import plotting
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import paths
 from jaxlab.train import metrics as metrics_lib
@@ -28,9 +29,7 @@ def plot_loss(workdir: str) -> str | None:
   ev = [(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r]
   if not tr:
     return None
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(5, 3.2))
   ax.plot(*zip(*tr), label="train")
   if ev:

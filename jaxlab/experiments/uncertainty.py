@@ -21,6 +21,7 @@ from jaxlab.data import short_qa
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.evals import uncertainty as unc
+from jaxlab.experiments import log as log_lib
 from jaxlab.io import pretrained
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
@@ -157,8 +158,7 @@ def plot_rejection(per_seed: list, cfg, path: str) -> str:
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  log = lambda msg: print(f"[uncertainty {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("uncertainty")
   if config.cluster.key not in KEYS:
     raise ValueError(f"config.cluster.key must be one of {sorted(KEYS)}, got "
                      f"{config.cluster.key!r}")

@@ -17,11 +17,9 @@ from __future__ import annotations
 import os
 import time
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
+from jaxlab import plotting
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import video_reason as vr
 from jaxlab.data.synthetic.video_reason import lm_data
@@ -32,6 +30,8 @@ from jaxlab.objectives import video_lm  # pylint: disable=unused-import
 from jaxlab.train import runner
 from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
+
+plt = plotting.pyplot()
 
 SKILL_LABELS = {"recall_order": "RecO", "recall_count": "RecC",
                 "infer_state": "InfS", "compare_state": "CmpS",

@@ -28,9 +28,11 @@ from typing import Any
 import numpy as np
 from flax import nnx
 
+from jaxlab import plotting
 from jaxlab.experiments import results as results_lib
 from jaxlab.compression import vulcan
 from jaxlab.data import images
+from jaxlab.experiments import log as log_lib
 from jaxlab.models import vit_classifier as vc
 from jaxlab.train import runner
 
@@ -61,9 +63,7 @@ def _optim(pc, *, warmup: int = 0):
 
 def plot(table: results_lib.Table, path: str) -> str:
   """Target accuracy vs fraction of parameters kept (mean ± std)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   data = table.to_json()
   groups: dict[str, list] = {}
   for row in data["rows"]:
@@ -91,8 +91,7 @@ def plot(table: results_lib.Table, path: str) -> str:
 
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
-  log = lambda msg: print(f"[vulcan {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("vulcan")
   os.makedirs(workdir, exist_ok=True)
   mcfg = vc.config_from_dict(config.model)
   n_cls = mcfg.num_classes

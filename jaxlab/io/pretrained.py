@@ -228,7 +228,8 @@ def _load_trainer(step_dir: str, *, dtype: str, mesh, rules,
     factory = lambda: decoder_lib.Decoder(dcfg, rngs=nnx.Rngs(0))  # pylint: disable=unnecessary-lambda-assignment
   else:
     tok = _tokenizer_of_config(cfg)
-    vocab = -(-tok.vocab_size // 64) * 64  # as the trainer rounds it
+    from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+    vocab = tokenizers.padded_vocab_size(tok.vocab_size)  # as the trainer
     model_cfg = model_cfg.copy_and_resolve_references()
     with model_cfg.unlocked():
       model_cfg.dtype = dtype
@@ -286,7 +287,9 @@ def load_config(spec: str, *, dtype: str = "float32", **kwargs: Any):
     if cfg.get("init_from", ""):
       return load_config(cfg.init_from, dtype=dtype, **kwargs)
     from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
-    vocab = -(-_tokenizer_of_config(cfg).vocab_size // 64) * 64
+    from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+    vocab = tokenizers.padded_vocab_size(
+        _tokenizer_of_config(cfg).vocab_size)
     return registry.decoder_config(cfg.model, vocab_size=vocab)
   return hf.config_from_hf(hf._read_config(src), dtype=dtype, where=src,  # pylint: disable=protected-access
                            **kwargs)
@@ -392,6 +395,18 @@ def tokenizer_dir(name: str) -> str:
       import shutil  # pylint: disable=g-import-not-at-top
       shutil.rmtree(tmp, ignore_errors=True)
   return out
+
+
+def data_tokenizer(kind: str, *, path: str = "", init_from: str = ""):
+  """The tokenizer `config.data.tokenizer` names (`kind`): `auto` is the
+  `init_from` checkpoint's own (`tokenizer_dir`), `hf` / `sentencepiece`
+  read `path`, `byte` needs neither. What the trainer and the AOT compile
+  tokenise with (`data.tokenizers.build`)."""
+  from jaxlab.data import tokenizers as tokenizers_lib  # pylint: disable=g-import-not-at-top
+  return tokenizers_lib.build(
+      kind, path=path,
+      checkpoint=tokenizer_dir(init_from) if init_from else "",
+      field="data.tokenizer")
 
 
 def tokenizer(name: str):

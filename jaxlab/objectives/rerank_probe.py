@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxlab.data import tokenizers
 from jaxlab.evals import ranking
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.models import qwen2_vl
@@ -62,7 +63,7 @@ def reranker_config(config, tok) -> rr.RerankerConfig:
   vocabulary, context length, image size and ViT output width follow from
   the tokenizer, the prompt, the task and the decoder."""
   r = config.reranker
-  vocab = -(-tok.vocab_size // 64) * 64
+  vocab = tokenizers.padded_vocab_size(tok.vocab_size)
   dec = decoder_lib.DecoderConfig(
       **r.decoder, vocab_size=vocab,
       max_position_embeddings=max(int(config.prompt.max_len), 64))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from jaxlab import plotting
 from jaxlab.data.synthetic import charts as charts_lib
 from jaxlab.rewards import chart
 
@@ -57,9 +58,7 @@ def evaluate(model, charts, max_len, reward_cfg, render=None
 
 def plot_curves(runs, path: str) -> None:
   """The SFT held-out NLL and the RL rollouts' exec rate, per seed."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.3))
   for r in runs:
     h = r["sft_history"]

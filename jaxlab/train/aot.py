@@ -685,13 +685,10 @@ def _vocab_size(config) -> int | None:
     return None
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
-  init_from = config.get("init_from", "")
-  tok = tokenizers.build(config.data.tokenizer,
-                         path=config.data.get("tokenizer_path", ""),
-                         checkpoint=(pretrained.tokenizer_dir(init_from)
-                                     if init_from else ""),
-                         field="data.tokenizer")
-  return -(-tok.vocab_size // 64) * 64
+  tok = pretrained.data_tokenizer(config.data.tokenizer,
+                                  path=config.data.get("tokenizer_path", ""),
+                                  init_from=config.get("init_from", ""))
+  return tokenizers.padded_vocab_size(tok.vocab_size)
 
 
 def make_mesh(mesh_config, devices: Sequence[Any]) -> jax.sharding.Mesh:

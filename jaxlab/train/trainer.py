@@ -368,14 +368,10 @@ def _default_sources(config, train_source, eval_source):
   if train_source is not None:
     return train_source, eval_source, None, None
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
-  from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
-  init_from = _field(config, "init_from")
-  tok = tokenizers.build(_field(config, "data.tokenizer"),
-                         path=_field(config, "data.tokenizer_path"),
-                         checkpoint=(pretrained.tokenizer_dir(init_from)
-                                     if init_from else ""),
-                         field="data.tokenizer")
+  tok = pretrained.data_tokenizer(_field(config, "data.tokenizer"),
+                                  path=_field(config, "data.tokenizer_path"),
+                                  init_from=_field(config, "init_from"))
   tr, ev, prov = pipeline.lm_data(config.data,
                                   seq_len=int(config.train.seq_len),
                                   tokenizer=tok)
@@ -440,9 +436,8 @@ def train(config, workdir: str, *, model: Any = None,
       config, train_source, eval_source)
   vocab = None
   if tokenizer is not None:
-    # Round up so the vocab axis divides any mesh.tensor (padding ids are
-    # never produced by the tokenizer).
-    vocab = -(-tokenizer.vocab_size // 64) * 64
+    from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
+    vocab = tokenizers.padded_vocab_size(tokenizer.vocab_size)
 
   mesh = mesh or parallel.make_mesh(config.mesh)
   n_batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]

@@ -160,5 +160,15 @@ class SentencePieceTokenizerTest(absltest.TestCase):
                                                      "no_such.model"))
 
 
+
+class PaddedVocabTest(absltest.TestCase):
+
+  def test_rounds_up_to_a_multiple_of_64(self):
+    self.assertEqual(tokenizers.padded_vocab_size(259), 320)  # bytes + 3
+    self.assertEqual(tokenizers.padded_vocab_size(49152), 49152)
+    self.assertEqual(tokenizers.padded_vocab_size(49153), 49216)
+    self.assertEqual(tokenizers.padded_vocab_size(1), 64)
+    self.assertEqual(tokenizers.padded_vocab_size(100, multiple=128), 128)
+
 if __name__ == "__main__":
   absltest.main()

@@ -19,6 +19,8 @@ import functools
 
 import numpy as np
 
+from jaxlab import plotting
+
 PAD, BOS, EOS = 0, 1, 2
 KINDS = ("bar", "plot", "scatter")
 TITLES = ("cost", "sales", "rate", "time")
@@ -70,9 +72,7 @@ def detokenize(ids) -> str:
 
 def render_trusted(code: str, size=(64, 64)) -> np.ndarray:
   """The sandbox's rendering path, in-process, for trusted ground truth."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = plotting.pyplot()
   plt.close("all")
   exec(compile(code, "<gt>", "exec"), {"plt": plt, "np": np})  # noqa: S102
   fig = plt.figure(plt.get_fignums()[-1])
