@@ -22,6 +22,9 @@ completion in two steps:
   (the whole `answer` field, `doc_to_target: "{{answer}}"`), then both
   lowercased and compared as strings. `normalize` / `exact_match`.
 
+Generation stops at the task's `until` strings ("Question:", "</s>",
+"<|im_end|>"; `cut`) before the filter reads the completion.
+
 `answer_class` is the same two steps as a collapsing function B (paper N,
 B-calibration on GSM8K: samples with equal normalised final answers form
 one class; None where the filter finds nothing). The numeric collapser of
@@ -46,6 +49,7 @@ FILTERS: dict[str, tuple[str, int]] = {
 }
 INVALID = "[invalid]"   # RegexFilter's fallback
 REGEXES_TO_IGNORE = (",", r"\$", r"(?s).*#### ", r"\.$")
+UNTIL = ("Question:", "</s>", "<|im_end|>")   # generation_kwargs.until
 _COMPILED = {k: (re.compile(p), g) for k, (p, g) in FILTERS.items()}
 
 
@@ -67,6 +71,14 @@ def extract(completion: str, filter_name: str = FLEXIBLE) -> str:
   if isinstance(match, tuple):
     match = [m for m in match if m][0]
   return match.strip()
+
+
+def cut(completion: str, until: Sequence[str] = UNTIL) -> str:
+  """`completion` up to the first of the `until` strings (the harness's
+  stop sequences; the whole text when none occurs)."""
+  end = min([i for i in (completion.find(u) for u in until) if i >= 0],
+            default=len(completion))
+  return completion[:end]
 
 
 def normalize(text: str) -> str:
