@@ -241,16 +241,19 @@ def results_tables(per_seed: dict, seeds, cfg=None) -> tuple[list, list]:
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   real = config.get("init_from")
+  gsm = config.get("data") is not None and config.data.get("source") == "hf"
+  if gsm and not real:
+    raise ValueError("config.data.source='hf' (GSM8K) needs a checkpoint: "
+                     "set --config.init_from")
+  if gsm and config.gsm8k.filter not in gsm8k.FILTERS:
+    raise ValueError(f"config.gsm8k.filter={config.gsm8k.filter!r}; valid: "
+                     f"{', '.join(gsm8k.FILTERS)}")
   field, valid = ("collapse", COLLAPSE) if real else ("variants", VARIANTS)
   names = [v for v in config[field].split(",") if v]
   if set(names) - set(valid):
     raise ValueError(f"config.{field} has unknown "
                      f"{sorted(set(names) - set(valid))}; valid: "
                      f"{', '.join(valid)}")
-  gsm = config.get("data") is not None and config.data.get("source") == "hf"
-  if gsm and not real:
-    raise ValueError("config.data.source='hf' (GSM8K) needs a checkpoint: "
-                     "set --config.init_from")
   t0 = time.time()
   log = lambda msg: print(f"[calibration {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
                           flush=True)

@@ -160,6 +160,13 @@ class Gsm8kTest(parameterized.TestCase):
       self.assertEqual(gsm8k.is_correct(completion, ANSWER, gsm8k.FLEXIBLE),
                        flexible, completion)
 
+  def test_cut_at_the_tasks_stop_strings(self):
+    self.assertEqual(gsm8k.cut("#### 4\nQuestion: 5 + 5?\n#### 10"),
+                     "#### 4\n")
+    self.assertEqual(gsm8k.cut("12</s>13<|im_end|>"), "12")
+    self.assertEqual(gsm8k.cut("no stop 7"), "no stop 7")
+    self.assertEqual(gsm8k.cut("a|b", until=("|",)), "a")
+
   def test_answer_class_groups_equal_answers(self):
     classes = [gsm8k.answer_class(c) for c in
                ("so $1,200.", "it is 1200", "1200.", "no idea", "1,201")]

@@ -214,6 +214,19 @@ class CalibrationGsm8kTest(absltest.TestCase):
     with open(os.path.join(workdir, "results.json")) as f:
       self.assertEqual(json.load(f)["data"]["rows"], {"test": 4})
 
+  def test_errors_are_named(self):
+    with self.assertRaisesRegex(ValueError, "columns 'question' and 'answer'"):
+      calibration.gsm8k_questions([{"problem": "1 + 1?", "solution": "2"}])
+    c = self._config()
+    c.init_from = ""
+    with self.assertRaisesRegex(ValueError, "needs a checkpoint"):
+      calibration.run(c, os.path.join(self.root, "no_ckpt"))
+    c = self._config()
+    c.gsm8k.filter = "strict"
+    with self.assertRaisesRegex(ValueError, "gsm8k.filter='strict'; valid: "
+                                "strict-match, flexible-extract"):
+      calibration.run(c, os.path.join(self.root, "bad_filter"))
+
 
 if __name__ == "__main__":
   absltest.main()
