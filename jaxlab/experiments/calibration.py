@@ -183,7 +183,10 @@ def run_seed_gsm8k(cfg, seed: int, log, model, tok, questions, answers
       pad_multiple=e.get("pad_multiple"))
   texts = [[gsm8k.cut(t) for t in texts[i * m:(i + 1) * m]]
            for i in range(len(questions))]
-  grade = lambda i, t: gsm8k.is_correct(t, answers[i], filt)  # pylint: disable=g-long-lambda
+
+  def grade(i: int, text: str) -> bool:
+    return gsm8k.is_correct(text, answers[i], filt)
+
   acc = float(np.mean([grade(i, t) for i, ts in enumerate(texts)
                        for t in ts]))
   collapse = gsm8k_collapsers(filt)
