@@ -32,9 +32,12 @@ machine shared by many jobs); `tiny` runs in a few minutes on 2 CPU cores;
 
 `paper`: Qwen2.5-7B-Instruct from `init_from` (`Qwen/Qwen2.5-7B-Instruct`)
 on GSM8K as released (`data.path=openai/gsm8k`, `data.subset=main`:
-`question`, `answer` ending in `#### n`; train / test), M = 50 samples a
-question. `short` (e.g. `paper,short`): the same run with its budget cut
-(`jaxlab.configs._scale.short`: 1 seed, 2 steps, 2 samples, 8 rows).
+`question`, `answer` ending in `#### n`; its `test` split), M = 50 samples
+a question at T = 1 through the chat template; B = the final number as
+lm-evaluation-harness extracts it (`jaxlab.evals.gsm8k`, `gsm8k.filter`),
+correct = the harness's exact match with the row's answer. `short` (e.g.
+`paper,short`): the same run with its budget cut
+(`jaxlab.configs._scale.short`: 1 seed, 2 samples, 8 rows).
 """
 
 import ml_collections
@@ -125,9 +128,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.probe.update(steps=2, batch_size=3)
   if args.paper:
     scale.preset(c, PAPER)
+    # Evaluation only: the released test split (1319 rows), every row.
     scale.paper_run(c, init_from="Qwen/Qwen2.5-7B-Instruct",
-                    path="openai/gsm8k", subset="main", split="train",
-                    eval_split="test")
+                    path="openai/gsm8k", subset="main", split="test")
+    # B = the final number as lm-evaluation-harness's gsm8k task extracts
+    # it (`flexible-extract`: the last number; the paper has an LLM extract
+    # "the final number" [notes]), correct = the harness's exact match.
+    # Concise answer style (the paper's "concise") [inferred prompt].
+    c.collapse = "semantic,normalized,exact"
+    c.gsm8k = dict(filter="flexible-extract",
+                   system="Solve the problem. Answer with the final number "
+                          "only.")
+    # M = 50 at T = 1 (spec N.3); <= 128 new tokens (PAPER's sampler).
+    c.eval.update(num_samples=50, temperature=1.0, max_new_tokens=128,
+                  sample_batch_size=400, pad_multiple=64, num_bootstrap=100)
   if args.short:
     scale.short(c)
   return c

@@ -7,11 +7,20 @@ reward 1[B(z) = mode]), `dpo` (DPO copy, mode ≻ other) and `cot` (the base
 model prompted " T:"). `config.init_from` (preset `smollm2`), per seed: a
 subset of `data.short_qa`, M answers sampled through the chat template,
 B-calibration under each collapsing function of `config.collapse`.
-Writes WORKDIR/results.json (table `calibration`) and reliability.png.
+`config.data.source == "hf"` (preset `paper`: GSM8K as released,
+`data.subset=main`, split `test`): every row of `pipeline.read_split`, M
+answers per question through the checkpoint's chat template (the harness's
+"Question: ...\nAnswer:" prompt when the tokenizer has none), each cut at
+the harness's stop strings; the semantic B is the harness's extracted final
+answer (`jaxlab.evals.gsm8k`, `config.gsm8k.filter`) and correctness its
+exact match with the row's `answer`. Writes WORKDIR/results.json (table
+`calibration`; `data.rows` counts the rows read), reliability.png and, for
+GSM8K, completions.jsonl (every sample, its class and label).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -19,10 +28,12 @@ from flax import nnx
 import jax
 import numpy as np
 
+from jaxlab.data import pipeline
 from jaxlab.data import short_qa
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import aleatoric
 from jaxlab.evals import calibration as cal
+from jaxlab.evals import gsm8k
 from jaxlab.evals import uncertainty as unc
 from jaxlab.io import pretrained
 from jaxlab.models import decoder
@@ -129,6 +140,76 @@ def run_seed_pretrained(cfg, seed: int, log) -> tuple[dict, dict]:
   return out, {"examples": texts[:4]}
 
 
+def gsm8k_collapsers(filter_name: str) -> dict:
+  """The collapsing functions of a GSM8K run: the harness's normalised
+  extracted answer (`semantic`) and the surface strings."""
+  return {"semantic": lambda q, t: gsm8k.answer_class(t, filter_name),
+          "normalized": COLLAPSE["normalized"], "exact": COLLAPSE["exact"]}
+
+
+def gsm8k_questions(rows, question_key: str = "question",
+                    answer_key: str = "answer") -> tuple[list[str], list[str]]:
+  """(questions, answers) of GSM8K rows as released (`question`, `answer`
+  ending in `#### n`; `config.data.question_key` / `answer_key`)."""
+  rows = [rows[i] for i in range(len(rows))]
+  if rows and not {question_key, answer_key} <= set(rows[0]):
+    raise ValueError(f"GSM8K rows need columns {question_key!r} and "
+                     f"{answer_key!r} (config.data.question_key / answer_key;"
+                     f" as released, openai/gsm8k); got {sorted(rows[0])}")
+  return [r[question_key] for r in rows], [r[answer_key] for r in rows]
+
+
+def gsm8k_prompts(tok, questions, system: str) -> list:
+  """Chat-template ids asking each question (with `system`), or the
+  harness's zero-shot "Question: {q}\nAnswer:" text for a tokenizer
+  without a chat template (a base model)."""
+  if getattr(tok, "chat_template", None):
+    return short_qa.encode_chat(tok, questions, system)
+  return [f"Question: {q}\nAnswer:" for q in questions]
+
+
+def run_seed_gsm8k(cfg, seed: int, log, model, tok, questions, answers
+                   ) -> tuple[dict, dict, list[dict]]:
+  """B-calibration of `model`'s sampled answers to GSM8K questions: M
+  samples at T each, cut at the harness's stop strings, classes under each
+  B of `config.collapse`, correct = the harness's exact match of the
+  plurality class's first sample."""
+  e, m, filt = cfg.eval, cfg.eval.num_samples, cfg.gsm8k.filter
+  prompts = gsm8k_prompts(tok, questions, cfg.gsm8k.system)
+  texts, _ = unc.generate_answers(
+      model, tok, [x for x in prompts for _ in range(m)],
+      key=jax.random.key(20_000 + seed), temperature=e.temperature,
+      max_new_tokens=e.max_new_tokens, batch_size=e.sample_batch_size,
+      pad_multiple=e.get("pad_multiple"))
+  texts = [[gsm8k.cut(t) for t in texts[i * m:(i + 1) * m]]
+           for i in range(len(questions))]
+
+  def grade(i: int, text: str) -> bool:
+    return gsm8k.is_correct(text, answers[i], filt)
+
+  acc = float(np.mean([grade(i, t) for i, ts in enumerate(texts)
+                       for t in ts]))
+  collapse = gsm8k_collapsers(filt)
+  out, records = {}, [
+      {"seed": seed, "index": i, "question": q, "answer": a,
+       "completions": ts, "confidence": {}, "correct": {}, "classes": {}}
+      for i, (q, a, ts) in enumerate(zip(questions, answers, texts))]
+  for b in cfg.collapse.split(","):
+    classes = [[collapse[b](q, t) for t in ts]
+               for q, ts in zip(questions, texts)]
+    d = cal.b_calibration_graded(texts, classes, grade)
+    out[b] = {**cal.calibration_metrics(d["confidence"], d["correct"],
+                                        num_bins=e.num_bins),
+              "sample_accuracy": acc, "_conf": d["confidence"].tolist(),
+              "_correct": d["correct"].tolist()}
+    for r, cs, c, y in zip(records, classes, d["confidence"], d["correct"]):
+      r["classes"][b], r["confidence"][b], r["correct"][b] = (
+          cs, float(c), bool(y))
+  log(f"seed {seed}: {len(questions)} questions x {m} samples, "
+      f"sample accuracy ({filt}) {acc:.3f}")
+  return out, {"examples": texts[:4]}, records
+
+
 COLUMNS = (
     results_lib.Column("smece", "smECE ↓", 3),
     results_lib.Column("binned_ece", "binned ECE (10 bins)", 3),
@@ -163,6 +244,13 @@ def results_tables(per_seed: dict, seeds, cfg=None) -> tuple[list, list]:
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   real = config.get("init_from")
+  gsm = config.get("data") is not None and config.data.get("source") == "hf"
+  if gsm and not real:
+    raise ValueError("config.data.source='hf' (GSM8K) needs a checkpoint: "
+                     "set --config.init_from")
+  if gsm and config.gsm8k.filter not in gsm8k.FILTERS:
+    raise ValueError(f"config.gsm8k.filter={config.gsm8k.filter!r}; valid: "
+                     f"{', '.join(gsm8k.FILTERS)}")
   field, valid = ("collapse", COLLAPSE) if real else ("variants", VARIANTS)
   names = [v for v in config[field].split(",") if v]
   if set(names) - set(valid):
@@ -172,10 +260,26 @@ def run(config, workdir: str) -> dict:
   t0 = time.time()
   log = lambda msg: print(f"[calibration {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
                           flush=True)
-  per_seed, extra = {v: [] for v in names}, {}
+  per_seed, extra, records, data = {v: [] for v in names}, {}, [], None
+  if gsm:
+    rows = pipeline.read_split(config.data)
+    questions, answers = gsm8k_questions(
+        rows, config.data.get("question_key", "question"),
+        config.data.get("answer_key", "answer"))
+    data = results_lib.data_provenance(
+        config, rows={config.data.split: len(questions)})
+    model, _ = pretrained.load(config.init_from, cache=True)
+    tok = pretrained.tokenizer(config.init_from)
+    log(f"read {len(questions)} rows of {config.data.path} "
+        f"({config.data.get('subset', '')}, {config.data.split})")
   for seed in config.seeds:
-    out, extra[f"seed{seed}"] = (run_seed_pretrained if real else run_seed)(
-        config, int(seed), log)
+    if gsm:
+      out, extra[f"seed{seed}"], recs = run_seed_gsm8k(
+          config, int(seed), log, model, tok, questions, answers)
+      records += recs
+    else:
+      out, extra[f"seed{seed}"] = (run_seed_pretrained if real else
+                                   run_seed)(config, int(seed), log)
     for v, r in out.items():
       per_seed[v].append(r)
       log(f"seed {seed}: {v}: " + ", ".join(
@@ -194,7 +298,11 @@ def run(config, workdir: str) -> dict:
              "seeds": [int(s) for s in config.seeds], "per_seed": {
                  v: [{k: x for k, x in r.items() if not k.startswith("_")}
                      for r in rows] for v, rows in per_seed.items()}}
+  if gsm:
+    with open(os.path.join(workdir, "completions.jsonl"), "w") as f:
+      for r in records:
+        f.write(json.dumps(r) + "\n")
   results_lib.write(workdir, "calibration", tables=tables,
                     comparisons=comparisons, extra=results, config=config,
-                    start_time=t0)
+                    start_time=t0, data=data)
   return results
