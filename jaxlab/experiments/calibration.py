@@ -35,6 +35,7 @@ from jaxlab.data.synthetic import aleatoric
 from jaxlab.evals import calibration as cal
 from jaxlab.evals import gsm8k
 from jaxlab.evals import uncertainty as unc
+from jaxlab.experiments import log as log_lib
 from jaxlab.io import pretrained
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
@@ -258,8 +259,7 @@ def run(config, workdir: str) -> dict:
                      f"{sorted(set(names) - set(valid))}; valid: "
                      f"{', '.join(valid)}")
   t0 = time.time()
-  log = lambda msg: print(f"[calibration {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("calibration")
   per_seed, extra, records, data = {v: [] for v in names}, {}, [], None
   if gsm:
     rows = pipeline.read_split(config.data)
