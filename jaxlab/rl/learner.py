@@ -261,7 +261,6 @@ class GRPOLearner:
     steps = int(steps)
     if steps < 0:
       raise ValueError(f"GRPOLearner.train: steps={steps} must be >= 0")
-    g = self.cfg.group_size
     history: list[dict[str, Any]] = []
     done = 0
     ckpt = None
