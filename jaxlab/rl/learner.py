@@ -226,7 +226,9 @@ class GRPOLearner:
             reward_fn: FieldRewardFn, *, steps: int, key: jax.Array,
             eval_fn: EvalFn | None = None, eval_every: int = 0,
             checkpoint_dir: str | None = None,
-            checkpoint_every: int = 0) -> list[dict[str, Any]]:
+            checkpoint_every: int = 0,
+            on_row: Callable[[dict[str, Any]], None] | None = None
+            ) -> list[dict[str, Any]]:
     """`steps` RL steps over `prompt_batches`; returns the history.
 
     Step i (0-based within this call) takes the next dict of
@@ -246,7 +248,8 @@ class GRPOLearner:
     `eval_fn(self, i + 1)` runs; a returned mapping becomes a history row.
 
     Returns a list of rows: `{"step": i + 1, **step metrics}` per step and
-    `{"step": i + 1, "eval": {...}}` per evaluation, in order.
+    `{"step": i + 1, "eval": {...}}` per evaluation, in order; `on_row`
+    (optional) gets each new row as it is made (streamed metrics files).
 
     With `checkpoint_dir` the policy and optimizer state (the trainer's
     state), the learner's step count, this call's progress, `key` and the
@@ -286,11 +289,16 @@ class GRPOLearner:
           raise ValueError(f"GRPOLearner.train: prompt_batches ran out after "
                            f"{i} batches; steps={steps}") from None
         metrics = self._train_step(batch, reward_fn, jax.random.fold_in(key, i))
-        history.append({"step": i + 1, **metrics})
+        rows = [{"step": i + 1, **metrics}]
+        if on_row is not None:
+          on_row(rows[0])
         if eval_every and ((i + 1) % int(eval_every) == 0 or i + 1 == steps):
           ev = eval_fn(self, i + 1) if eval_fn is not None else None
           if ev is not None:
-            history.append({"step": i + 1, "eval": dict(ev)})
+            rows.append({"step": i + 1, "eval": dict(ev)})
+            if on_row is not None:
+              on_row(rows[-1])
+        history.extend(rows)
         if ckpt is not None and (i + 1 == steps or (
             checkpoint_every and (i + 1) % int(checkpoint_every) == 0)):
           self._save(ckpt, i + 1, steps, key_data, history)

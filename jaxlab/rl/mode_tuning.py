@@ -20,6 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from jaxlab import parallel
 from jaxlab.data.synthetic import aleatoric
 from jaxlab.evals import calibration as cal
 from jaxlab.objectives import dpo as dpo_lib
@@ -33,27 +34,31 @@ def _tuned(kind: str, base, tok, task, cfg, seed: int):
   base model) copy of `base` and its training history."""
   if kind == "rl":
     rl = cfg.rl
+    gcfg = learner_lib.GRPOConfig(**dict(cfg.grpo), eos_id=tok.eos_id,
+                                  pad_id=tok.pad_id)
+    n_prompts = min(rl.prompts_per_step, len(task.questions))
     learner = learner_lib.GRPOLearner(
-        nnx.clone(base), learner_lib.GRPOConfig(
-            **dict(cfg.grpo), eos_id=tok.eos_id, pad_id=tok.pad_id),
-        {"lr": rl.lr}, total_steps=rl.steps, seed=seed)
-    rng, hist = np.random.default_rng(40_000 + seed), []
-    for step in range(rl.steps):
-      qis = rng.choice(len(task.questions), min(rl.prompts_per_step, len(
-          task.questions)), replace=False)
-      prompts = [tok.encode(task.prompt(task.questions[i], aleatoric.DIRECT,
-                                        int(rng.integers(len(
-                                            aleatoric.QUESTION_TEMPLATES)))),
-                            add_bos=True) for i in qis]
-      def reward_fn(batch, step, qis=qis):
-        gs = batch.group_size
-        return np.array([float(cal.collapse_numeric("", tok.decode(
-            [t for t in c if t < 256])) == str(task.questions[qis[i // gs]]
-                                               .mode)) for i, c in
-                         enumerate(batch.completions)], np.float32), {}
-      hist.append(learner.step(prompts, reward_fn, key=jax.random.key(
-          41_000 + seed * 1000 + step))["reward_mean"])
-    return learner.policy, hist
+        nnx.clone(base), gcfg, {"lr": rl.lr}, total_steps=rl.steps,
+        seed=seed, rules=cfg.get("sharding_rules"),
+        mesh=parallel.mesh_from_config(
+            cfg, batch=n_prompts * gcfg.group_size // gcfg.num_minibatches))
+
+    def batches():
+      rng = np.random.default_rng(40_000 + seed)
+      while True:
+        qis = rng.choice(len(task.questions), n_prompts, replace=False)
+        yield {"prompts": [tok.encode(task.prompt(
+            task.questions[i], aleatoric.DIRECT, int(rng.integers(len(
+                aleatoric.QUESTION_TEMPLATES)))), add_bos=True) for i in qis],
+               "mode": [str(task.questions[i].mode) for i in qis]}
+
+    def reward_fn(*, completions, mode, **_):
+      return np.array([float(cal.collapse_numeric("", tok.decode(
+          [t for t in c if t < 256])) == m) for c, m in zip(completions, mode)],
+                      np.float32)
+    history = learner.train(batches(), reward_fn, steps=rl.steps,
+                            key=jax.random.key(41_000 + seed))
+    return learner.policy, [row["reward_mean"] for row in history]
   prompts, chosen, rejected = aleatoric.dpo_pairs(
       task, cfg.dpo.pairs_per_question, seed)
   batch = {}
