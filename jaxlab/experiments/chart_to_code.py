@@ -29,6 +29,7 @@ from jaxlab import parallel
 from jaxlab.data.synthetic import charts as charts_lib
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import memo
+from jaxlab.io import stages
 from jaxlab.io import params as params_io
 from jaxlab.models import prefix_lm
 from jaxlab.objectives import prefix_lm as prefix_lm_loss
@@ -256,18 +257,18 @@ def run(config, workdir: str) -> dict:
   """All seeds; writes WORKDIR/results.json (the phase table and the SFT
   curve per seed, stage comparisons paired by seed; curves, timings and
   example completions under `extra`) and chart_to_code.png. Resumable by
-  seed (WORKDIR/seeds/seed_<s>.json is kept and skipped on a rerun;
-  results.json is rewritten after every seed); each seed's SFT model is
+  seed (`io.stages.run_seeds`: WORKDIR/seeds/seed_<s>.json, keyed by the
+  config, is reused by a rerun of the same config; results.json is
+  rewritten after every seed); each seed's SFT model is
   saved in `config.cache_dir` (default WORKDIR) for RL sweeps to share.
   """
   t0 = time.time()
-  os.makedirs(os.path.join(workdir, "seeds"), exist_ok=True)
-  seeds, runs = [int(x) for x in config.seeds], []
-  for s in seeds:
-    runs.append(memo.json_file(
-        os.path.join(workdir, "seeds", f"seed_{s}.json"),
-        lambda s=s: run_one(config, s, config.get("cache_dir") or workdir)))
-    _write(workdir, config, seeds[:len(runs)], runs, t0)
+  runs = stages.run_seeds(
+      [int(x) for x in config.seeds],
+      lambda s: run_one(config, s, config.get("cache_dir") or workdir),
+      workdir=workdir, config=config,
+      exclude=("seeds", "cache_dir", "table_caption"),
+      write=lambda done, rs: _write(workdir, config, done, rs, t0))
   chart_eval.plot_curves(runs, os.path.join(workdir, "chart_to_code.png"))
   return {f"{p}/{m}": float(np.mean([r["phases"][p][m] for r in runs]))
           for p in runs[0]["phases"] for m, _ in METRICS

@@ -22,8 +22,10 @@ evaluation pass them as the prefix inputs.
 
 Writes WORKDIR/results.json (per variant and seed: final greedy accuracy
 on all / hackable / informative questions, sampled hack rates, how often
-gamma < 1 fired on hackable vs informative groups), curves.json and
-accuracy.png.
+gamma < 1 fired on hackable vs informative groups; rewritten after every
+seed), curves.json and accuracy.png. Each (variant, seed) result is kept
+in WORKDIR/seeds/ (`jaxlab.io.stages.run_seeds`) and reused by a rerun of
+the same config, so a killed run resumes at the next seed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from jaxlab import parallel
 from jaxlab.data.synthetic import thinking_task
 from jaxlab.evals import thinking_task as task_eval
 from jaxlab.experiments import results as results_lib
+from jaxlab.io import stages
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import prefix_lm as prefix_lm_loss
 from jaxlab.rewards import learned_trm
@@ -229,20 +232,32 @@ def run(config, workdir: str) -> dict:
   runs: dict[str, list] = {}
   trm_cache: dict = {}   # one learned TRM per seed, shared by the variants
   t0 = time.time()
+
+  def write(v, done, rs):
+    """results.json of what has run so far (rewritten after every seed)."""
+    runs[v] = rs
+    part = {k: r for k, r in runs.items() if r}
+    tables, comparisons = results_tables(
+        part, list(config.seeds), config.trust.get("trm", "synthetic"))
+    results_lib.write(workdir, "trust_grpo", tables=tables,
+                      comparisons=comparisons,
+                      # Per-seed finals only (small enough to commit); the
+                      # accuracy curves go to WORKDIR/curves.json.
+                      extra={"summary": summarize(part),
+                             "seeds": list(config.seeds),
+                             "runs": {k: [{"final": r["final"]} for r in rs]
+                                      for k, rs in part.items()}},
+                      config=config, start_time=t0)
+    del done
+
+  # Per (variant, seed): WORKDIR/seeds/<variant>_<seed>.json, keyed by the
+  # config (`io.stages.run_seeds`); a rerun resumes at the next seed.
   for v in variants:
-    for seed in config.seeds:
-      runs.setdefault(v, []).append(run_one(config, v, seed, trm_cache))
+    stages.run_seeds(
+        config.seeds, lambda seed, v=v: run_one(config, v, seed, trm_cache),
+        workdir=workdir, config=config, exclude=("seeds", "variants"),
+        name=v, write=lambda done, rs, v=v: write(v, done, rs))
   table = summarize(runs)
-  tables, comparisons = results_tables(
-      runs, list(config.seeds), config.trust.get("trm", "synthetic"))
-  results_lib.write(workdir, "trust_grpo", tables=tables,
-                    comparisons=comparisons,
-                    # Per-seed finals only (small enough to commit); the
-                    # accuracy curves go to WORKDIR/curves.json.
-                    extra={"summary": table, "seeds": list(config.seeds),
-                           "runs": {v: [{"final": r["final"]} for r in rs]
-                                    for v, rs in runs.items()}},
-                    config=config, start_time=t0)
   with open(os.path.join(workdir, "curves.json"), "w") as f:
     json.dump({v: [r["curve"] for r in rs] for v, rs in runs.items()}, f)
   task_eval.plot_curves(runs, os.path.join(workdir, "accuracy.png"))

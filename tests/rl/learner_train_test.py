@@ -10,7 +10,6 @@ ValueError.
 """
 
 import itertools
-import tempfile
 
 from absl.testing import absltest
 import chex
@@ -120,7 +119,7 @@ class LearnerTrainTest(absltest.TestCase):
 
   def test_resume_equals_uninterrupted(self):
     key = jax.random.key(7)
-    eval_fn = lambda lr, s: {"kl_probe": float(  # noqa: E731
+    eval_fn = lambda lr, s: {"param_sum": float(  # noqa: E731
         np.asarray(jax.tree.leaves(nnx.state(lr.policy, nnx.Param))[0]
                    ).sum())}
     full = _learner()
@@ -135,40 +134,40 @@ class LearnerTrainTest(absltest.TestCase):
         raise Killed()
       return _reward(**kw)
 
-    with tempfile.TemporaryDirectory() as d:
-      with self.assertRaises(Killed):
-        _learner().train(_batches(), dies_at_step_2, steps=4, key=key,
-                         eval_fn=eval_fn, eval_every=1, checkpoint_dir=d,
-                         checkpoint_every=1)
-      resumed = _learner()        # a new process: built as the first was
-      steps_run = []
+    d = self.create_tempdir().full_path
+    with self.assertRaises(Killed):
+      _learner().train(_batches(), dies_at_step_2, steps=4, key=key,
+                       eval_fn=eval_fn, eval_every=1, checkpoint_dir=d,
+                       checkpoint_every=1)
+    resumed = _learner()        # a new process: built as the first was
+    steps_run = []
 
-      def counting(**kw):
-        steps_run.append(kw["step"])
-        return _reward(**kw)
-      got = resumed.train(_batches(), counting, steps=4, key=key,
-                          eval_fn=eval_fn, eval_every=1, checkpoint_dir=d,
-                          checkpoint_every=1)
-      self.assertEqual(steps_run, [2, 3])  # from the step-2 checkpoint on
-      self.assertEqual(resumed.step_count, 4)
-      self.assertEqual(len(got), len(want))
-      for g, w in zip(got, want):
-        self.assertEqual(g.keys(), w.keys())
-        for k in w:
-          if k == "eval":
-            self.assertAlmostEqual(g[k]["kl_probe"], w[k]["kl_probe"],
-                                   places=5)
-          else:
-            self.assertAlmostEqual(g[k], w[k], places=6, msg=k)
-      chex.assert_trees_all_close(_params(resumed), _params(full), atol=1e-6)
-      # Finished: a third call restores the end and runs nothing.
-      again = _learner()
-      self.assertLen(again.train(iter(()), _reward, steps=4, key=key,
-                                 checkpoint_dir=d), len(want))
-      chex.assert_trees_all_close(_params(again), _params(full), atol=1e-6)
-      with self.assertRaisesRegex(ValueError, "another key"):
-        _learner().train(_batches(), _reward, steps=4,
-                         key=jax.random.key(8), checkpoint_dir=d)
+    def counting(**kw):
+      steps_run.append(kw["step"])
+      return _reward(**kw)
+    got = resumed.train(_batches(), counting, steps=4, key=key,
+                        eval_fn=eval_fn, eval_every=1, checkpoint_dir=d,
+                        checkpoint_every=1)
+    self.assertEqual(steps_run, [2, 3])  # from the step-2 checkpoint on
+    self.assertEqual(resumed.step_count, 4)
+    self.assertEqual(len(got), len(want))
+    for g, w in zip(got, want):
+      self.assertEqual(g.keys(), w.keys())
+      for k in w:
+        if k == "eval":
+          self.assertAlmostEqual(g[k]["param_sum"], w[k]["param_sum"],
+                                 places=5)
+        else:
+          self.assertAlmostEqual(g[k], w[k], places=6, msg=k)
+    chex.assert_trees_all_close(_params(resumed), _params(full), atol=1e-6)
+    # Finished: a third call restores the end and runs nothing.
+    again = _learner()
+    self.assertLen(again.train(iter(()), _reward, steps=4, key=key,
+                               checkpoint_dir=d), len(want))
+    chex.assert_trees_all_close(_params(again), _params(full), atol=1e-6)
+    with self.assertRaisesRegex(ValueError, "another key"):
+      _learner().train(_batches(), _reward, steps=4,
+                       key=jax.random.key(8), checkpoint_dir=d)
 
   def test_one_step_on_8_devices_equals_one(self):
     """A whole train step: rollout under the mesh, then the updates.
