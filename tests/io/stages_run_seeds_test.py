@@ -2,6 +2,8 @@
 
 import json
 import os
+import shutil
+import tempfile
 
 from absl.testing import absltest
 import ml_collections
@@ -12,7 +14,8 @@ from jaxlab.io import stages
 class RunSeedsTest(absltest.TestCase):
 
   def test_cache_write_after_each_seed_and_resume(self):
-    workdir = self.create_tempdir().full_path
+    workdir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
     config = ml_collections.ConfigDict({"seeds": (0, 1, 2), "lr": 0.1,
                                         "label": "a"})
     calls, writes = [], []

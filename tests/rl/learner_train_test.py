@@ -10,6 +10,8 @@ ValueError.
 """
 
 import itertools
+import shutil
+import tempfile
 
 from absl.testing import absltest
 import chex
@@ -134,7 +136,8 @@ class LearnerTrainTest(absltest.TestCase):
         raise Killed()
       return _reward(**kw)
 
-    d = self.create_tempdir().full_path
+    d = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, d, ignore_errors=True)
     with self.assertRaises(Killed):
       _learner().train(_batches(), dies_at_step_2, steps=4, key=key,
                        eval_fn=eval_fn, eval_every=1, checkpoint_dir=d,
