@@ -50,6 +50,7 @@ from flax import nnx
 
 from jaxlab import parallel
 from jaxlab.objectives import grpo  # registers the `grpo` loss
+from jaxlab.parallel import preemption
 from jaxlab.rl import rollout as rollout_lib
 from jaxlab.train import runner as runner_lib
 
@@ -258,8 +259,10 @@ class GRPOLearner:
     step. A later call with the same directory, on a learner built as the
     first one was (same initial policy, config and optimizer), restores the
     latest checkpoint, skips the batches already used and continues: its
-    result equals an uninterrupted run's. A stateful `reward_fn` (counters)
-    is not saved.
+    result equals an uninterrupted run's. Use one directory per `train`
+    call. A stateful `reward_fn` (counters) is not saved. After Ctrl-C or
+    SIGTERM (`jaxlab.parallel.preemption`) a run with `checkpoint_dir`
+    saves at the end of the step and raises `preemption.Preempted`.
     """
     steps = int(steps)
     if steps < 0:
@@ -299,9 +302,14 @@ class GRPOLearner:
             if on_row is not None:
               on_row(rows[-1])
         history.extend(rows)
-        if ckpt is not None and (i + 1 == steps or (
+        stop = ckpt is not None and preemption.requested()
+        if ckpt is not None and (i + 1 == steps or stop or (
             checkpoint_every and (i + 1) % int(checkpoint_every) == 0)):
           self._save(ckpt, i + 1, steps, key_data, history)
+        if stop and i + 1 < steps:
+          raise preemption.Preempted(
+              f"{preemption.reason()}: GRPO stopped after step {i + 1} of "
+              f"{steps}; saved in {checkpoint_dir}, a rerun resumes")
     finally:
       if ckpt is not None:
         ckpt.close()

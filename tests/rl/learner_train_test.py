@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxlab import parallel
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.parallel import preemption
 from jaxlab.rl import learner as learner_lib
 
 _TARGET = 7
@@ -171,6 +172,26 @@ class LearnerTrainTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "another key"):
       _learner().train(_batches(), _reward, steps=4,
                        key=jax.random.key(8), checkpoint_dir=d)
+
+  def test_preemption_saves_and_stops(self):
+    d = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+    self.addCleanup(preemption.clear)
+
+    def reward(**kw):
+      if kw["step"] == 1:
+        preemption.request("test")     # as Ctrl-C during step 2 would
+      return _reward(**kw)
+
+    with self.assertRaises(preemption.Preempted):
+      _learner().train(_batches(), reward, steps=4, key=jax.random.key(0),
+                       checkpoint_dir=d)
+    preemption.clear()
+    resumed = _learner()
+    history = resumed.train(_batches(), _reward, steps=4,
+                            key=jax.random.key(0), checkpoint_dir=d)
+    self.assertEqual([r["step"] for r in history], [1, 2, 3, 4])
+    self.assertEqual(resumed.step_count, 4)
 
   def test_one_step_on_8_devices_equals_one(self):
     """A whole train step: rollout under the mesh, then the updates.
