@@ -64,9 +64,10 @@ def sft_format(model, task, cfg, seed: int, *, mesh=None,
                                     b2=0.999, eps=1e-8),
       steps=cfg.steps, seed=seed, mesh=mesh, rules=rules)
   rng = np.random.default_rng(seed)
-  for step in range(cfg.steps):
-    runner.step(thinking_task.format_batch(
-        task, rng, batch_size=cfg.batch_size, hack_prob=cfg.hack_prob), step)
+  runner_lib.train_on_batches(
+      runner, lambda _: thinking_task.format_batch(
+          task, rng, batch_size=cfg.batch_size, hack_prob=cfg.hack_prob),
+      steps=cfg.steps)
   runner.write_back()
 
 

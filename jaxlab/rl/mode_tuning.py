@@ -10,7 +10,9 @@ proper loss), expected to break B-calibration.
                     reference = the base model.
 
 `cfg` holds the `grpo`, `rl`, `dpo` and `pretrain.max_len` fields of
-`jaxlab/configs/calibration.py`. Each returns (tuned copy, history).
+`jaxlab/configs/calibration.py` (and `mesh` / `sharding_rules`: both
+sub-trainings run on `config.mesh` fitted to their batch,
+`parallel.mesh_from_config`). Each returns (tuned copy, history).
 """
 
 from __future__ import annotations
@@ -68,15 +70,18 @@ def _tuned(kind: str, base, tok, task, cfg, seed: int):
                                                   "mask")})
   batch.update(dpo_lib.reference_logps(base, batch))
   d = cfg.dpo
-  run = runner.StepRunner(nnx.clone(base), loss="dpo", loss_config=(
-      ml_collections.ConfigDict({"beta": float(d.beta)})),
-                          optim=runner.optim_config(lr=d.lr), steps=d.steps,
-                          seed=seed)
-  rng, hist = np.random.default_rng(61_000 + seed), []
-  for step in range(d.steps):
-    idx = rng.choice(len(prompts), min(d.batch_size, len(prompts)),
-                     replace=False)
-    hist.append(run.step({k: v[idx] for k, v in batch.items()}, step))
+  rows = min(d.batch_size, len(prompts))
+  run = runner.StepRunner(
+      nnx.clone(base), loss="dpo", loss_config=ml_collections.ConfigDict(
+          {"beta": float(d.beta)}), optim=runner.optim_config(lr=d.lr),
+      steps=d.steps, seed=seed, rules=cfg.get("sharding_rules"),
+      mesh=parallel.mesh_from_config(cfg, batch=rows))
+  rng = np.random.default_rng(61_000 + seed)
+
+  def draw(_):
+    idx = rng.choice(len(prompts), rows, replace=False)
+    return {k: v[idx] for k, v in batch.items()}
+  hist = runner.train_on_batches(run, draw, steps=d.steps)
   return run.model(), hist
 
 

@@ -168,6 +168,15 @@ class StepRunner:
     return self._target
 
 
+def train_on_batches(runner: StepRunner,
+                     batch_fn: Callable[[int], dict[str, Any]], *,
+                     steps: int) -> list[dict[str, float]]:
+  """`steps` updates of `runner`, step i on `batch_fn(i)` (batches built
+  from the current weights or a generator: warm starts, DPO pairs).
+  Returns every step's metrics."""
+  return [runner.step(batch_fn(i), i) for i in range(int(steps))]
+
+
 def train_on_arrays(runner: StepRunner, data: dict[str, np.ndarray], *,
                     steps: int, batch_size: int, seed: int,
                     log_every: int = 0, log: Callable[[int, float], None]
