@@ -19,7 +19,9 @@ functions get the dataset's columns), updates, evaluates every
 `eval_every` steps, and with `checkpoint_dir` saves (orbax) and resumes:
 
     history = learner.train(batches, reward_fn, steps=100,
-                            key=jax.random.key(0), checkpoint_dir=ckpt) Each rollout batch is used for `num_iterations` optimisation steps
+                            key=jax.random.key(0), checkpoint_dir=ckpt)
+
+Each rollout batch is used for `num_iterations` optimisation steps
 (mu in the GRPO paper; the PPO ratio moves away from 1 after the first),
 each over `num_minibatches` minibatches of whole rows.
 
@@ -291,7 +293,8 @@ class GRPOLearner:
         except StopIteration:
           raise ValueError(f"GRPOLearner.train: prompt_batches ran out after "
                            f"{i} batches; steps={steps}") from None
-        metrics = self._train_step(batch, reward_fn, jax.random.fold_in(key, i))
+        metrics = self._train_step(batch, reward_fn,
+                                   jax.random.fold_in(key, i))
         rows = [{"step": i + 1, **metrics}]
         if on_row is not None:
           on_row(rows[0])
