@@ -48,6 +48,18 @@ def optim_config(*, lr: float, warmup_steps: int = 0,
   return out
 
 
+def mesh_for(config: Any, batch_size: int,
+             optim: Any = None) -> jax.sharding.Mesh:
+  """The mesh of a sub-training of `batch_size` rows per update in an
+  experiment with `config`: `parallel.mesh_from_config(config, batch=rows)`,
+  rows = `batch_size // optim.grad_accum` (one micro-batch; `optim`
+  default `config.optim`). Pass it with `rules=config.sharding_rules`."""
+  optim = config.get("optim") if optim is None else optim
+  accum = int(optim.get("grad_accum", 1)) if optim is not None else 1
+  return parallel.mesh_from_config(config,
+                                   batch=int(batch_size) // max(accum, 1))
+
+
 _STEP_CACHE: dict[Any, Callable] = {}
 
 

@@ -82,6 +82,13 @@ class BatchMeshTest(absltest.TestCase):
                      (3, 1, 2))
     self.assertEqual(shape(parallel.mesh_from_config(
         {"data": -1}, batch=5, devices=jax.devices()[:1])), (1, 1, 1))
+    # A sub-training's rows per update are one micro-batch.
+    c = ml_collections.ConfigDict({"mesh": {"data": -1, "fsdp": 1,
+                                            "tensor": 1},
+                                   "optim": {"grad_accum": 4}})
+    self.assertEqual(shape(runner.mesh_for(c, 24)), (6, 1, 1))
+    c.optim.grad_accum = 1
+    self.assertEqual(shape(runner.mesh_for(c, 24)), (8, 1, 1))
 
 
 class ShardedSubTrainingTest(parameterized.TestCase):
