@@ -28,6 +28,7 @@ from flax import nnx
 import jax
 import numpy as np
 
+from jaxlab import parallel
 from jaxlab.data import pipeline
 from jaxlab.data import short_qa
 from jaxlab.data import tokenizers
@@ -101,7 +102,10 @@ def run_seed(cfg, seed: int, log) -> tuple[dict, dict]:
       (aleatoric.DIRECT, aleatoric.COT), p.pop("samples_per_question"),
       seed=seed)
   data = sg.encode_for_lm(tok, prompts, responses, max_len=p.pop("max_len"))
-  loss = runner.train_lm(base, data, seed=seed, log_every=50, **p)[-1]["loss"]
+  loss = runner.train_lm(
+      base, data, seed=seed, log_every=50, rules=cfg.sharding_rules,
+      mesh=parallel.mesh_from_config(cfg, batch=int(p["batch_size"])),
+      **p)[-1]["loss"]
   log(f"seed {seed}: pre-trained, final loss {loss:.3f}")
   out, extra = {}, {"pretrain_loss": loss}
   for v in [v for v in cfg.variants.split(",") if v]:

@@ -25,9 +25,11 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jaxlab import parallel
 from jaxlab.data.synthetic import charts as charts_lib
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import memo
+from jaxlab.io import stages
 from jaxlab.io import params as params_io
 from jaxlab.models import prefix_lm
 from jaxlab.objectives import prefix_lm as prefix_lm_loss
@@ -52,12 +54,15 @@ def _sft_eval_loss(model, batch):
   return prefix_lm_loss.prefix_lm_nll(model, batch)[0]
 
 
-def sft(model, charts, sft_cfg, max_len, val, seed: int) -> list[dict]:
-  """SFT on `charts` with the trainer's update (`StepRunner`): minibatches
-  drawn with replacement; the held-out loss every `eval_every` steps."""
+def sft(model, charts, sft_cfg, max_len, val, seed: int, *, mesh=None,
+        rules=None) -> list[dict]:
+  """SFT on `charts` with the trainer's update (`StepRunner`, on `mesh`
+  with `rules` when given): minibatches drawn with replacement; the
+  held-out loss every `eval_every` steps."""
   runner = runner_lib.StepRunner(model, loss=prefix_lm_loss.prefix_lm_nll,
                                  loss_config=None, optim=sft_cfg.optim,
-                                 steps=int(sft_cfg.steps), seed=seed)
+                                 steps=int(sft_cfg.steps), seed=seed,
+                                 mesh=mesh, rules=rules)
   rng = np.random.default_rng(seed)
   val_arr = jax.tree.map(jax.numpy.asarray,
                          charts_lib.sft_arrays(val, max_len))
@@ -70,35 +75,53 @@ def sft(model, charts, sft_cfg, max_len, val, seed: int) -> list[dict]:
       eval_fn=lambda m: _sft_eval_loss(m, val_arr))
 
 
+def _rows_per_update(optim, rows: int) -> int:
+  return rows // max(int(optim.get("grad_accum", 1)), 1)
+
+
 def make_learner(config, model) -> learner_lib.GRPOLearner:
   """`GRPOConfig(**config.grpo)`, `config.rl.optim`: one optimizer state
-  over both stages (the schedule counts every update)."""
+  over both stages (the schedule counts every update); on `config.mesh`
+  fitted to a minibatch (`parallel.mesh_from_config`)."""
+  gcfg = learner_lib.GRPOConfig(**config.grpo)
+  rows = _rows_per_update(config.rl.optim, int(config.rl.prompts_per_step)
+                          * gcfg.group_size // gcfg.num_minibatches)
   return learner_lib.GRPOLearner(
-      model, learner_lib.GRPOConfig(**config.grpo), config.rl.optim,
-      total_steps=int(config.rl.stage1_steps) + int(config.rl.stage2_steps))
+      model, gcfg, config.rl.optim,
+      total_steps=int(config.rl.stage1_steps) + int(config.rl.stage2_steps),
+      mesh=parallel.mesh_from_config(config, batch=rows),
+      rules=config.sharding_rules)
+
+
+def chart_batches(charts, prompts_per_step: int, seed: int):
+  """Endless GRPO batches: `prompts_per_step` charts drawn with replacement
+  (`default_rng(seed)`), each prompted by `[BOS]` under its image (the
+  `prefix_inputs`), the charts themselves as the `chart` field."""
+  rng = np.random.default_rng(seed)
+  while True:
+    batch = [charts[i] for i in rng.integers(0, len(charts),
+                                             int(prompts_per_step))]
+    yield {"prompts": [[charts_lib.BOS]] * len(batch), "chart": batch,
+           "prefix_inputs": np.stack([charts_lib.small_image(c["image"])
+                                      for c in batch])}
 
 
 def grpo_stage(learner, charts, reward_cfg, rl, steps: int, seed: int,
                log: list, render=None) -> None:
-  """GRPO on `charts` with `reward_cfg` (one rollout -> one update);
-  `rl.prompts_per_step` charts drawn with replacement per step, each
-  sampled G times from `[BOS]` under its image."""
-  g = learner.cfg.group_size
-  rng = np.random.default_rng(seed)
-  for step in range(steps):
-    batch = [charts[i] for i in rng.integers(0, len(charts),
-                                             int(rl.prompts_per_step))]
-    rep = [c for c in batch for _ in range(g)]
-    reward_fn = lambda rb, _, rep=rep: (  # noqa: E731
-        render_cache.chart_rollout_reward(
-            [charts_lib.detokenize(t) for t in rb.completions], rep,
-            reward_cfg, group_size=g, render=render))
-    m = learner.step(
-        [[charts_lib.BOS]] * len(batch), reward_fn,
-        key=jax.random.key(seed * 1000 + step),
-        prefix_inputs=np.stack([charts_lib.small_image(c["image"])
-                                for c in batch]))
-    log.append({"step": step, "reward": m["reward_mean"], **{
+  """GRPO on `charts` with `reward_cfg` (one rollout -> one update) by
+  `learner.train` over `chart_batches` with key `key(seed)`; appends one
+  log row per step."""
+
+  def reward_fn(*, completions, chart: list, group_size: int, **_):
+    return render_cache.chart_rollout_reward(
+        [charts_lib.detokenize(t) for t in completions], chart, reward_cfg,
+        group_size=group_size, render=render)
+
+  history = learner.train(chart_batches(charts, rl.prompts_per_step, seed),
+                          reward_fn, steps=int(steps),
+                          key=jax.random.key(seed))
+  for m in history:
+    log.append({"step": m["step"] - 1, "reward": m["reward_mean"], **{
         k: m[k] for k in ("group_std", "flat_groups", "exec", "text", "vis",
                           "kl", "loss", "grad_norm")}})
 
@@ -117,9 +140,11 @@ def supervised_policy(config, seed: int, sft_charts, val,
   meta["seed"] = seed
   path = (os.path.join(cache_dir, f"sft_seed{seed}_{key}.npz")
           if cache_dir else None)
+  mesh = parallel.mesh_from_config(config, batch=_rows_per_update(
+      config.sft.optim, int(config.sft.batch_size)))
   return model, memo.params_file(model, path, meta, lambda: sft(
-      model, sft_charts, config.sft, int(config.max_len), val, seed),
-                                 field="history")
+      model, sft_charts, config.sft, int(config.max_len), val, seed,
+      mesh=mesh, rules=config.sharding_rules), field="history")
 
 
 def run_one(config, seed: int, cache_dir: str | None = None) -> dict:
@@ -232,18 +257,18 @@ def run(config, workdir: str) -> dict:
   """All seeds; writes WORKDIR/results.json (the phase table and the SFT
   curve per seed, stage comparisons paired by seed; curves, timings and
   example completions under `extra`) and chart_to_code.png. Resumable by
-  seed (WORKDIR/seeds/seed_<s>.json is kept and skipped on a rerun;
-  results.json is rewritten after every seed); each seed's SFT model is
+  seed (`io.stages.run_seeds`: WORKDIR/seeds/seed_<s>.json, keyed by the
+  config, is reused by a rerun of the same config; results.json is
+  rewritten after every seed); each seed's SFT model is
   saved in `config.cache_dir` (default WORKDIR) for RL sweeps to share.
   """
   t0 = time.time()
-  os.makedirs(os.path.join(workdir, "seeds"), exist_ok=True)
-  seeds, runs = [int(x) for x in config.seeds], []
-  for s in seeds:
-    runs.append(memo.json_file(
-        os.path.join(workdir, "seeds", f"seed_{s}.json"),
-        lambda s=s: run_one(config, s, config.get("cache_dir") or workdir)))
-    _write(workdir, config, seeds[:len(runs)], runs, t0)
+  runs = stages.run_seeds(
+      [int(x) for x in config.seeds],
+      lambda s: run_one(config, s, config.get("cache_dir") or workdir),
+      workdir=workdir, config=config,
+      exclude=("seeds", "cache_dir", "table_caption"),
+      write=lambda done, rs: _write(workdir, config, done, rs, t0))
   chart_eval.plot_curves(runs, os.path.join(workdir, "chart_to_code.png"))
   return {f"{p}/{m}": float(np.mean([r["phases"][p][m] for r in runs]))
           for p in runs[0]["phases"] for m, _ in METRICS

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jaxlab import parallel
 from jaxlab.data import sources
 from jaxlab.data import tokenizers
 from jaxlab.io import pretrained
@@ -152,13 +153,15 @@ def run(config, workdir: str) -> dict[str, Any]:
   gcfg = learner_lib.GRPOConfig(**config.grpo, eos_id=tok.eos_id,
                                 pad_id=tok.pad_id, stop_ids=eos_ids)
   decode = _Decoder(tok, eos_ids)
-  learner = learner_lib.GRPOLearner(model, gcfg, config.optim,
-                                    total_steps=int(rl.steps),
-                                    seed=int(config.seed))
+  grad_accum = int(config.optim.get("grad_accum", 1))
+  learner = learner_lib.GRPOLearner(
+      model, gcfg, config.optim, total_steps=int(rl.steps),
+      seed=int(config.seed), rules=config.sharding_rules,
+      mesh=parallel.mesh_from_config(
+          config, batch=int(rl.prompts_per_step) * gcfg.group_size
+          // gcfg.num_minibatches // grad_accum))
   writer = metrics_lib.MetricsWriter(workdir, total_steps=int(rl.steps),
                                      tensorboard=False)
-  rng = np.random.default_rng(int(config.seed) + 1)
-  key = jax.random.key(int(config.seed))
 
   def evaluate(step):
     acc = greedy_accuracy(learner.policy, held_out, eval_prompts, decode,
@@ -166,35 +169,46 @@ def run(config, workdir: str) -> dict[str, Any]:
     writer.write(step, {"eval/accuracy": acc})
     return acc
 
-  before = evaluate(0)
-  rollouts = open(os.path.join(workdir, "rollouts.jsonl"), "w")
-  metrics = {}
-  try:
-    for step in range(int(rl.steps)):
+  def batches():
+    """`prompts_per_step` questions per step (`default_rng(seed + 1)`)."""
+    rng = np.random.default_rng(int(config.seed) + 1)
+    while True:
       picks = rng.choice(len(train), rl.prompts_per_step,
                          replace=len(train) < rl.prompts_per_step)
+      yield {"prompts": [train_prompts[i] for i in picks],
+             "question": [int(i) for i in picks],
+             "answer": [train[i]["answer"] for i in picks]}
 
-      def reward_fn(batch, step_count, picks=picks):
-        g = batch.group_size
-        texts = [decode(c) for c in batch.completions]
-        answers = [train[picks[i // g]]["answer"] for i in range(len(texts))]
-        rewards = answer_lib.answer_rewards(texts, answers,
-                                            collapse=rl.reward)
-        for i, (text, r) in enumerate(zip(texts, rewards)):
-          rollouts.write(json.dumps({
-              "step": step_count, "question": int(picks[i // g]),
-              "completion_ids": [int(t) for t in batch.completions[i]],
-              "completion": text, "answer": answers[i],
-              "reward": float(r)}) + "\n")
-        return rewards, {"accuracy": float(rewards.mean())}
+  before = evaluate(0)
+  rollouts = open(os.path.join(workdir, "rollouts.jsonl"), "w")
 
-      metrics = learner.step([train_prompts[i] for i in picks], reward_fn,
-                             key=jax.random.fold_in(key, step))
-      row = {k: v for k, v in metrics.items() if np.isscalar(v)}
-      writer.write(step + 1, row)
-      if rl.eval_every and (step + 1) % rl.eval_every == 0 and (
-          step + 1) < rl.steps:
-        evaluate(step + 1)
+  def reward_fn(*, completions, question, answer, step, **_):
+    texts = [decode(c) for c in completions]
+    rewards = answer_lib.answer_rewards(texts, answer, collapse=rl.reward)
+    for c, q, a, text, r in zip(completions, question, answer, texts,
+                                rewards):
+      rollouts.write(json.dumps({
+          "step": step, "question": q,
+          "completion_ids": [int(t) for t in c],
+          "completion": text, "answer": a, "reward": float(r)}) + "\n")
+    return rewards, {"accuracy": float(rewards.mean())}
+
+  def eval_fn(_, step):
+    if step < int(rl.steps):   # the last is `after`, below
+      evaluate(step)
+
+  metrics = {}
+
+  def on_row(row):   # streamed: each step's metrics as soon as it is done
+    if "eval" not in row:
+      metrics.update(row)
+      writer.write(row["step"], {k: v for k, v in row.items()
+                                 if k != "step" and np.isscalar(v)})
+
+  try:
+    learner.train(batches(), reward_fn, steps=int(rl.steps),
+                  key=jax.random.key(int(config.seed)), eval_fn=eval_fn,
+                  eval_every=int(rl.eval_every or 0), on_row=on_row)
   finally:
     rollouts.close()
   after = evaluate(int(rl.steps))

@@ -46,11 +46,14 @@ def build_models(config, vocab_size: int, seed: int):
 
 def train_lm(model, data: dict[str, np.ndarray], config, seed: int
              ) -> list[dict[str, float]]:
-  """`runner.train_lm` with the whole `config.optim` and `config.train`."""
-  return runner_lib.train_lm(model, data, steps=int(config.train.steps),
-                             batch_size=int(config.train.batch_size),
-                             seed=int(seed), optim=config.optim,
-                             log_every=int(config.train.log_every))
+  """`runner.train_lm` with the whole `config.optim` and `config.train`,
+  on `config.mesh` fitted to the batch (`runner.mesh_for`)."""
+  return runner_lib.train_lm(
+      model, data, steps=int(config.train.steps),
+      batch_size=int(config.train.batch_size), seed=int(seed),
+      optim=config.optim, log_every=int(config.train.log_every),
+      mesh=runner_lib.mesh_for(config, int(config.train.batch_size)),
+      rules=config.sharding_rules)
 
 
 def train_models(config, tok, seed: int):

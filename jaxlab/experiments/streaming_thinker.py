@@ -81,9 +81,11 @@ def train_model(config, method: str, seed: int):
                               rngs=nnx.Rngs(int(seed)))
   data = training_arrays(config, method, seed)
   steps = int(config.train.steps)
-  runner = runner_lib.StepRunner(model, loss=config.loss.name,
-                                 loss_config=config.loss, optim=config.optim,
-                                 steps=steps, seed=int(seed))
+  runner = runner_lib.StepRunner(
+      model, loss=config.loss.name, loss_config=config.loss,
+      optim=config.optim, steps=steps, seed=int(seed),
+      mesh=runner_lib.mesh_for(config, int(config.train.batch_size)),
+      rules=config.sharding_rules)
   curve = runner_lib.train_on_arrays(
       runner, data, steps=steps, batch_size=int(config.train.batch_size),
       seed=int(seed), log_every=int(config.train.log_every),

@@ -22,8 +22,10 @@ evaluation pass them as the prefix inputs.
 
 Writes WORKDIR/results.json (per variant and seed: final greedy accuracy
 on all / hackable / informative questions, sampled hack rates, how often
-gamma < 1 fired on hackable vs informative groups), curves.json and
-accuracy.png.
+gamma < 1 fired on hackable vs informative groups; rewritten after every
+seed), curves.json and accuracy.png. Each (variant, seed) result is kept
+in WORKDIR/seeds/ (`jaxlab.io.stages.run_seeds`) and reused by a rerun of
+the same config, so a killed run resumes at the next seed.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ import time
 import jax
 import numpy as np
 
+from jaxlab import parallel
 from jaxlab.data.synthetic import thinking_task
 from jaxlab.evals import thinking_task as task_eval
 from jaxlab.experiments import results as results_lib
+from jaxlab.io import stages
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import prefix_lm as prefix_lm_loss
 from jaxlab.rewards import learned_trm
@@ -46,22 +50,49 @@ from jaxlab.rl import learner as learner_lib
 from jaxlab.train import runner as runner_lib
 
 
-def sft_format(model, task, cfg, seed: int) -> None:
+def sft_format(model, task, cfg, seed: int, *, mesh=None,
+               rules=None) -> None:
   """Format warm start (`thinking_task.format_batch`) with the trainer's
   update (`lm` loss; `prefix_lm_nll` on a visual task's images) and plain
   Adam (b2 0.999, constant lr, no clipping or decay); greedy accuracy after
-  it is at chance. Trains `model` in place."""
+  it is at chance. Trains `model` in place (on `mesh` with `rules` when
+  given)."""
   runner = runner_lib.StepRunner(
       model, loss=prefix_lm_loss.prefix_lm_nll if task.visual else "lm",
       loss_config=None,
       optim=runner_lib.optim_config(lr=cfg.lr, clip_norm=0.0, b1=0.9,
                                     b2=0.999, eps=1e-8),
-      steps=cfg.steps, seed=seed)
+      steps=cfg.steps, seed=seed, mesh=mesh, rules=rules)
   rng = np.random.default_rng(seed)
-  for step in range(cfg.steps):
-    runner.step(thinking_task.format_batch(
-        task, rng, batch_size=cfg.batch_size, hack_prob=cfg.hack_prob), step)
+  runner_lib.train_on_batches(
+      runner, lambda _: thinking_task.format_batch(
+          task, rng, batch_size=cfg.batch_size, hack_prob=cfg.hack_prob),
+      steps=cfg.steps)
   runner.write_back()
+
+
+def prompt_batches(task, prompts_per_step: int, seed: int):
+  """Endless GRPO batches: `prompts_per_step` questions (all of them, each
+  repeated, when that many or more; else drawn without replacement by
+  `default_rng(seed + 1000)`), their `question` indices and, on a visual
+  task, their images as `prefix_inputs`."""
+  rng = np.random.default_rng(seed + 1000)
+  n_q = len(task.questions)
+  while True:
+    if prompts_per_step >= n_q:
+      qis = list(range(n_q)) * (prompts_per_step // n_q)
+    else:
+      qis = rng.choice(n_q, prompts_per_step, replace=False).tolist()
+    batch = {"prompts": [task.prompt(q) for q in qis], "question": qis}
+    if task.visual:
+      batch["prefix_inputs"] = task.images(qis)
+    yield batch
+
+
+def learner_mesh(config, rows: int):
+  """`config.mesh` fitted to a sub-training of `rows` rows (the largest
+  divisor of `rows` <= the devices, `parallel.mesh_from_config`)."""
+  return parallel.mesh_from_config(config, batch=rows)
 
 
 def run_one(config, variant: str, seed: int,
@@ -75,36 +106,38 @@ def run_one(config, variant: str, seed: int,
       trm_cache) if trust is not None else (None, {}))
   model = model_registry.get_spec(config.model, vocab_size=task.vocab_size,
                                   seed=seed).factory()
-  sft_format(model, task, config.sft, seed)
+  rules = config.sharding_rules
+  sft_format(model, task, config.sft, seed, rules=rules,
+             mesh=learner_mesh(config, int(config.sft.batch_size)))
   gcfg = learner_lib.GRPOConfig(**config.grpo, max_new_tokens=3,
                                 eos_id=thinking_task.EOS,
                                 pad_id=thinking_task.PAD)
-  learner = learner_lib.GRPOLearner(model, gcfg, config.optim,
-                                    total_steps=rl.steps, seed=seed)
+  grad_accum = int(config.optim.get("grad_accum", 1))
+  learner = learner_lib.GRPOLearner(
+      model, gcfg, config.optim, total_steps=rl.steps, seed=seed,
+      mesh=learner_mesh(config, int(rl.prompts_per_step) * gcfg.group_size
+                        // gcfg.num_minibatches // grad_accum), rules=rules)
   reward = trust_variants.TaskReward(task, trust, thinking_fn,
                                      total_steps=rl.steps)
-  rng = np.random.default_rng(seed + 1000)
-  n_q = len(task.questions)
-  key, eval_key = jax.random.key(seed), jax.random.key(10_000 + seed)
+  eval_key = jax.random.key(10_000 + seed)
   evaluate = lambda k: task_eval.evaluate(  # noqa: E731
       learner.policy, task, samples=rl.eval_samples, key=k)
   curve = [dict(evaluate(eval_key), step=0)]
-  for step in range(rl.steps):
-    if rl.prompts_per_step >= n_q:
-      qis = list(range(n_q)) * (rl.prompts_per_step // n_q)
-    else:
-      qis = rng.choice(n_q, rl.prompts_per_step, replace=False).tolist()
-    metrics = learner.step([task.prompt(q) for q in qis],
-                           lambda b, s, qis=qis: reward(b, s, qis),
-                           key=jax.random.fold_in(key, step),
-                           prefix_inputs=(task.images(qis) if task.visual
-                                          else None))
-    if (step + 1) % rl.eval_every == 0 or step + 1 == rl.steps:
-      ev = evaluate(jax.random.fold_in(eval_key, step + 1))
-      ev.update(step=step + 1, train_outcome=metrics["outcome"],
-                train_hack_rate_hackable=metrics["train_hack_rate_hackable"],
-                kl=metrics.get("kl", 0.0))
-      curve.append(ev)
+  history = learner.train(
+      prompt_batches(task, int(rl.prompts_per_step), seed),
+      reward.from_fields, steps=int(rl.steps), key=jax.random.key(seed),
+      eval_every=int(rl.eval_every), eval_fn=lambda _, s: evaluate(
+          jax.random.fold_in(eval_key, s)))
+  metrics = {}
+  for row in history:
+    if "eval" not in row:
+      metrics = row
+      continue
+    ev = dict(row["eval"])
+    ev.update(step=row["step"], train_outcome=metrics["outcome"],
+              train_hack_rate_hackable=metrics["train_hack_rate_hackable"],
+              kl=metrics.get("kl", 0.0))
+    curve.append(ev)
   final = {k: v for k, v in curve[-1].items() if k != "step"}
   final.update(reward.gamma_rates())
   final.update(trm_info)
@@ -200,20 +233,32 @@ def run(config, workdir: str) -> dict:
   runs: dict[str, list] = {}
   trm_cache: dict = {}   # one learned TRM per seed, shared by the variants
   t0 = time.time()
+
+  def write(v, done, rs):
+    """results.json of what has run so far (rewritten after every seed)."""
+    runs[v] = rs
+    part = {k: r for k, r in runs.items() if r}
+    tables, comparisons = results_tables(
+        part, list(config.seeds), config.trust.get("trm", "synthetic"))
+    results_lib.write(workdir, "trust_grpo", tables=tables,
+                      comparisons=comparisons,
+                      # Per-seed finals only (small enough to commit); the
+                      # accuracy curves go to WORKDIR/curves.json.
+                      extra={"summary": summarize(part),
+                             "seeds": list(config.seeds),
+                             "runs": {k: [{"final": r["final"]} for r in rs]
+                                      for k, rs in part.items()}},
+                      config=config, start_time=t0)
+    del done
+
+  # Per (variant, seed): WORKDIR/seeds/<variant>_<seed>.json, keyed by the
+  # config (`io.stages.run_seeds`); a rerun resumes at the next seed.
   for v in variants:
-    for seed in config.seeds:
-      runs.setdefault(v, []).append(run_one(config, v, seed, trm_cache))
+    stages.run_seeds(
+        config.seeds, lambda seed, v=v: run_one(config, v, seed, trm_cache),
+        workdir=workdir, config=config, exclude=("seeds", "variants"),
+        name=v, write=lambda done, rs, v=v: write(v, done, rs))
   table = summarize(runs)
-  tables, comparisons = results_tables(
-      runs, list(config.seeds), config.trust.get("trm", "synthetic"))
-  results_lib.write(workdir, "trust_grpo", tables=tables,
-                    comparisons=comparisons,
-                    # Per-seed finals only (small enough to commit); the
-                    # accuracy curves go to WORKDIR/curves.json.
-                    extra={"summary": table, "seeds": list(config.seeds),
-                           "runs": {v: [{"final": r["final"]} for r in rs]
-                                    for v, rs in runs.items()}},
-                    config=config, start_time=t0)
   with open(os.path.join(workdir, "curves.json"), "w") as f:
     json.dump({v: [r["curve"] for r in rs] for v, rs in runs.items()}, f)
   task_eval.plot_curves(runs, os.path.join(workdir, "accuracy.png"))

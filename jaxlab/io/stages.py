@@ -206,6 +206,41 @@ def cached(path: str, stage_key: Mapping[str, Any],
   return model, info
 
 
+def run_seeds(seeds: Sequence[int], fn: Callable[[int], Any], *,
+              workdir: str, config: Any = None,
+              exclude: Sequence[str] = ("seeds",), name: str = "seed",
+              write: Callable[[list[int], list[Any]], None] | None = None
+              ) -> list[Any]:
+  """The per-seed runner every experiment shares: `fn(seed)` per seed.
+
+  Each seed's JSON result is a "json" stage (`cached`) at
+  `WORKDIR/seeds/<name>_<seed>.json`, keyed by the seed and, with
+  `config`, every top-level field of `config` but `exclude` (the seed list,
+  and fields that only label the output): a rerun reloads the seeds that
+  finished under the same config and computes the rest; a changed config
+  recomputes. After every seed, `write(seeds done, their results)` runs
+  (the experiment rewrites its results.json there), so a killed run keeps
+  its finished seeds and a rerun resumes at the next one; Ctrl-C / SIGTERM
+  stops at a seed boundary (`preemption.Preempted`). Returns the results
+  in seed order, as JSON reads them back (tuples as lists).
+  """
+  if config is not None:
+    fields = [f for f in config.keys() if f not in set(exclude)]
+    base = key(config, fields)
+  else:
+    base = {}
+  done, out = [], []
+  for seed in seeds:
+    seed = int(seed)
+    out.append(cached(os.path.join(workdir, "seeds", f"{name}_{seed}.json"),
+                      {"config": base, "seed": seed},
+                      lambda seed=seed: fn(seed)))
+    done.append(seed)
+    if write is not None:
+      write(list(done), list(out))
+  return out
+
+
 def directory(parent: str, name: str, stage_key: Mapping[str, Any]) -> str:
   """`parent/NAME_<digest>/`, created, with the key in its `stage.json`.
 

@@ -102,6 +102,62 @@ def make_mesh(mesh_config: Mapping[str, int] | None = None,
   return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, **kw)
 
 
+def batch_mesh(n_batch: int | None = None, *, tensor: int = 1,
+               fsdp: int = 1,
+               devices: Sequence[jax.Device] | None = None
+               ) -> jax.sharding.Mesh:
+  """A mesh for a sub-training whose batch has `n_batch` rows.
+
+  The rule: the batch axes ('data' x 'fsdp') span the largest divisor of
+  `n_batch` that is <= len(devices) // tensor, so every device of the batch
+  axes holds whole rows; 'fsdp' keeps gcd(that divisor, `fsdp`) of them and
+  'data' the rest; the mesh takes the first data * fsdp * tensor devices
+  (default `jax.devices()`). `n_batch=None` uses every device. On one
+  device this is the one-device mesh.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  if tensor < 1 or fsdp < 1 or len(devices) % tensor:
+    raise ValueError(f"batch_mesh: tensor={tensor} (and fsdp={fsdp}) must be "
+                     f">= 1 and tensor must divide the {len(devices)} devices")
+  room = len(devices) // tensor
+  if n_batch is None:
+    rows = room
+  else:
+    if int(n_batch) < 1:
+      raise ValueError(f"batch_mesh: n_batch={n_batch} must be >= 1")
+    rows = max(k for k in range(1, min(room, int(n_batch)) + 1)
+               if int(n_batch) % k == 0)
+  f = math.gcd(rows, int(fsdp))
+  shape = {"data": rows // f, "fsdp": f, "tensor": int(tensor)}
+  return make_mesh(shape, devices=devices[:rows * int(tensor)])
+
+
+def mesh_from_config(config: Any, *, batch: int | None = None,
+                     devices: Sequence[jax.Device] | None = None
+                     ) -> jax.sharding.Mesh:
+  """The mesh of `config.mesh` for a (sub-)training of `batch` rows.
+
+  `config` is a whole config (its `mesh` section is read) or the mesh
+  section itself. When the batch axes of that mesh (data x fsdp) divide
+  `batch` (or `batch` is None) it is that mesh; otherwise
+  `batch_mesh(batch, tensor=..., fsdp=...)` with the config's tensor and
+  fsdp sizes: the largest divisor of `batch` that is <= the devices left by
+  'tensor' (see `batch_mesh`). A config without a `mesh` section gets
+  `{"data": -1}`.
+  """
+  section = config.get("mesh") if hasattr(config, "get") and (
+      "mesh" in config) else config
+  if section is None or not hasattr(section, "get") or not any(
+      a in section for a in MESH_AXES):
+    section = {"data": -1}
+  section = {a: section.get(a, 1) for a in MESH_AXES}
+  n = len(jax.devices() if devices is None else devices)
+  d, f, t = mesh_shape(section, n)
+  if batch is None or int(batch) % (d * f) == 0:
+    return make_mesh({"data": d, "fsdp": f, "tensor": t}, devices=devices)
+  return batch_mesh(int(batch), tensor=t, fsdp=f, devices=devices)
+
+
 def num_slices(devices: Sequence[jax.Device]) -> int:
   """Distinct `slice_index` values of `devices` (1 without multi-slice)."""
   return len({getattr(d, "slice_index", 0) for d in devices})

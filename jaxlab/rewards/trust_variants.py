@@ -14,6 +14,7 @@ steps); "outcome" is outcome-only (None: no R^t). A new variant is one
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -135,6 +136,14 @@ class TaskReward:
         self.fired[sub][0] += int(gamma[p] < 1.0)
         self.fired[sub][1] += 1
     return np.asarray(r), metrics
+
+  def from_fields(self, *, completions, question, step: int, group_size: int,
+                  **_) -> tuple[np.ndarray, dict]:
+    """This reward in `GRPOLearner.train`'s keyword form: `question` holds
+    each completion's question index (G rows per prompt)."""
+    rows = types.SimpleNamespace(completions=completions,
+                                 group_size=group_size)
+    return self(rows, step, [int(q) for q in question[::group_size]])
 
   def gamma_rates(self) -> dict[str, float]:
     """`gamma_lt1_rate_<subset>` (NaN if never defined) and

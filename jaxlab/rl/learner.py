@@ -8,7 +8,20 @@
 `reward_fn(batch: RolloutBatch, step: int) -> (rewards [P*G], metrics)`
 receives the whole rollout batch (all groups), so group-level rewards such as
 Trust-GRPO's gamma (`jaxlab.rewards.thinking.combine_trust_rewards`) plug in
-directly. Each rollout batch is used for `num_iterations` optimisation steps
+directly.
+
+The outer loop lives here once, `GRPOLearner.train` (as tunix's
+`RLLearner.train`): each step takes the next dict of `prompt_batches`
+(`prompts` plus per-prompt fields such as `answers`), rolls out, calls
+`reward_fn(prompts=, completions=, step=, group_size=, **fields)` with every
+field repeated G times (row-aligned with the completions, as tunix's reward
+functions get the dataset's columns), updates, evaluates every
+`eval_every` steps, and with `checkpoint_dir` saves (orbax) and resumes:
+
+    history = learner.train(batches, reward_fn, steps=100,
+                            key=jax.random.key(0), checkpoint_dir=ckpt)
+
+Each rollout batch is used for `num_iterations` optimisation steps
 (mu in the GRPO paper; the PPO ratio moves away from 1 after the first),
 each over `num_minibatches` minibatches of whole rows.
 
@@ -28,7 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -38,11 +52,15 @@ from flax import nnx
 
 from jaxlab import parallel
 from jaxlab.objectives import grpo  # registers the `grpo` loss
+from jaxlab.parallel import preemption
 from jaxlab.rl import rollout as rollout_lib
 from jaxlab.train import runner as runner_lib
 
 RewardFn = Callable[[rollout_lib.RolloutBatch, int],
                     tuple[np.ndarray, Mapping[str, Any]]]
+# train()'s reward function: keyword fields -> rewards or (rewards, metrics).
+FieldRewardFn = Callable[..., Any]
+EvalFn = Callable[["GRPOLearner", int], Mapping[str, Any] | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +119,10 @@ class GRPOLearner:
   names under `rules` (default `jaxlab/configs/common.sharding_rules()`) and every
   update's minibatch is split over the batch axes ('data', 'fsdp'); the same
   code then runs data-, FSDP- and tensor-parallel. Minibatch rows must divide
-  by data * fsdp * optim.grad_accum. Without a mesh the learner uses one
-  device.
+  by data * fsdp * optim.grad_accum (`parallel.mesh_from_config(config,
+  batch=rows)` gives such a mesh from `config.mesh`). Rollouts (the KV-cache
+  sampler and the teacher-forced log-probs) run under the same mesh and
+  rules, on the sharded weights. Without a mesh the learner uses one device.
   """
 
   def __init__(self, policy: nnx.Module, cfg: GRPOConfig,
@@ -188,7 +208,9 @@ class GRPOLearner:
     """One RL step: rollout, rewards on the whole batch, updates."""
     k_roll, k_upd = jax.random.split(key)
     batch = self.rollout(prompts, k_roll, prefix_inputs=prefix_inputs)
-    rewards, reward_metrics = reward_fn(batch, self.step_count)
+    out = reward_fn(batch, self.step_count)
+    rewards, reward_metrics = (out if isinstance(out, tuple) and len(out) == 2
+                               else (out, {}))
     rewards = np.asarray(rewards, np.float32)
     if rewards.shape != (len(batch.completions),):
       raise ValueError(f"reward_fn returned shape {rewards.shape}, expected "
@@ -198,3 +220,157 @@ class GRPOLearner:
     metrics.update(reward_metrics)
     self.step_count += 1
     return metrics
+
+  # ------------------------------------------------------------------------
+  # The outer loop.
+  # ------------------------------------------------------------------------
+
+  def train(self, prompt_batches: Iterable[Mapping[str, Any]],
+            reward_fn: FieldRewardFn, *, steps: int, key: jax.Array,
+            eval_fn: EvalFn | None = None, eval_every: int = 0,
+            checkpoint_dir: str | None = None,
+            checkpoint_every: int = 0,
+            on_row: Callable[[dict[str, Any]], None] | None = None
+            ) -> list[dict[str, Any]]:
+    """`steps` RL steps over `prompt_batches`; returns the history.
+
+    Step i (0-based within this call) takes the next dict of
+    `prompt_batches`: `prompts` (P token-id lists), optionally
+    `prefix_inputs` (`[P, ...]`, the rollout's prefix hook, not passed to
+    the reward) and any per-prompt fields (P values each: answers, question
+    ids, charts, ...). It samples with key `fold_in(key, i)` (split into
+    rollout and update keys as `step` does) and calls
+
+        reward_fn(prompts=[P*G prompts], completions=[P*G token lists],
+                  step=learner step count, group_size=G,
+                  **{field: its P values each repeated G times})
+
+    (row r belongs to prompt r // G, as tunix repeats a batch's columns),
+    which returns rewards `[P*G]` or (rewards, metrics). After step i,
+    when `eval_every` > 0 and (i + 1) is a multiple of it or the last step,
+    `eval_fn(self, i + 1)` runs; a returned mapping becomes a history row.
+
+    Returns a list of rows: `{"step": i + 1, **step metrics}` per step and
+    `{"step": i + 1, "eval": {...}}` per evaluation, in order; `on_row`
+    (optional) gets each new row as it is made (streamed metrics files).
+
+    With `checkpoint_dir` the policy and optimizer state (the trainer's
+    state), the learner's step count, this call's progress, `key` and the
+    history are saved with orbax (`jaxlab.train.checkpoint.Checkpointer`)
+    every `checkpoint_every` steps (0: only at the end) and after the last
+    step. A later call with the same directory, on a learner built as the
+    first one was (same initial policy, config and optimizer), restores the
+    latest checkpoint, skips the batches already used and continues: its
+    result equals an uninterrupted run's. Use one directory per `train`
+    call. A stateful `reward_fn` (counters) is not saved. After Ctrl-C or
+    SIGTERM (`jaxlab.parallel.preemption`) a run with `checkpoint_dir`
+    saves at the end of the step and raises `preemption.Preempted`.
+    """
+    steps = int(steps)
+    if steps < 0:
+      raise ValueError(f"GRPOLearner.train: steps={steps} must be >= 0")
+    history: list[dict[str, Any]] = []
+    done = 0
+    ckpt = None
+    key_data = np.asarray(jax.random.key_data(key)).tolist()
+    if checkpoint_dir:
+      from jaxlab.train import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+      ckpt = ckpt_lib.Checkpointer(checkpoint_dir, keep=2, async_save=False)
+      latest = ckpt.latest_step()
+      if latest is not None:
+        done, history = self._restore(ckpt, latest, key_data)
+        if done > steps:
+          raise ValueError(
+              f"GRPOLearner.train: {checkpoint_dir} holds a run of {done} "
+              f"steps, more than steps={steps}; use a fresh checkpoint_dir")
+    batches = iter(prompt_batches)
+    for _ in range(done):  # the batches the restored steps used
+      next(batches, None)
+    try:
+      for i in range(done, steps):
+        try:
+          batch = dict(next(batches))
+        except StopIteration:
+          raise ValueError(f"GRPOLearner.train: prompt_batches ran out after "
+                           f"{i} batches; steps={steps}") from None
+        metrics = self._train_step(batch, reward_fn,
+                                   jax.random.fold_in(key, i))
+        rows = [{"step": i + 1, **metrics}]
+        if on_row is not None:
+          on_row(rows[0])
+        if eval_every and ((i + 1) % int(eval_every) == 0 or i + 1 == steps):
+          ev = eval_fn(self, i + 1) if eval_fn is not None else None
+          if ev is not None:
+            rows.append({"step": i + 1, "eval": dict(ev)})
+            if on_row is not None:
+              on_row(rows[-1])
+        history.extend(rows)
+        stop = ckpt is not None and preemption.requested()
+        if ckpt is not None and (i + 1 == steps or stop or (
+            checkpoint_every and (i + 1) % int(checkpoint_every) == 0)):
+          self._save(ckpt, i + 1, steps, key_data, history)
+        if stop and i + 1 < steps:
+          raise preemption.Preempted(
+              f"{preemption.reason()}: GRPO stopped after step {i + 1} of "
+              f"{steps}; saved in {checkpoint_dir}, a rerun resumes")
+    finally:
+      if ckpt is not None:
+        ckpt.close()
+    return history
+
+  def _train_step(self, batch: dict[str, Any], reward_fn: FieldRewardFn,
+                  key: jax.Array) -> dict[str, Any]:
+    if "prompts" not in batch:
+      raise ValueError("GRPOLearner.train: each batch needs 'prompts' (token "
+                       f"id lists); got fields {sorted(batch)}")
+    prompts = [list(p) for p in batch.pop("prompts")]
+    prefix_inputs = batch.pop("prefix_inputs", None)
+    g, n = self.cfg.group_size, len(prompts)
+    fields = {}
+    for name, v in batch.items():
+      if not hasattr(v, "__len__") or isinstance(v, (str, bytes)) or len(
+          v) != n:
+        raise ValueError(f"GRPOLearner.train: batch field {name!r} must hold "
+                         f"one value per prompt ({n}), got {str(v)[:60]!r}")
+      fields[name] = (np.repeat(v, g, axis=0) if isinstance(v, np.ndarray)
+                      else [x for x in v for _ in range(g)])
+
+    def rewards(rb, step_count):
+      return reward_fn(prompts=rb.repeated_prompts,
+                       completions=rb.completions, step=step_count,
+                       group_size=g, **fields)
+    return self.step(prompts, rewards, key=key, prefix_inputs=prefix_inputs)
+
+  def _abstract_state(self):
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+        self.runner._state)  # pylint: disable=protected-access
+
+  def _save(self, ckpt, done: int, steps: int, key_data, history) -> None:
+    meta = {"done": int(done), "steps": int(steps),
+            "step_count": int(self.step_count), "key": key_data,
+            "history": json.loads(json.dumps(history, default=_jsonable))}
+    ckpt.save(self.step_count, self.runner._state, None, meta)  # pylint: disable=protected-access
+    ckpt.wait()
+
+  def _restore(self, ckpt, latest: int, key_data) -> tuple[int, list]:
+    state, meta = ckpt.restore(latest, self._abstract_state())
+    if meta.get("key") != key_data:
+      raise ValueError(
+          f"GRPOLearner.train: {ckpt.directory} was written by a run with "
+          "another key; pass the same key to resume or a fresh "
+          "checkpoint_dir")
+    self.runner._state = state  # pylint: disable=protected-access
+    self.runner._model = None  # pylint: disable=protected-access
+    self.step_count = int(meta["step_count"])
+    return int(meta["done"]), list(meta["history"])
+
+
+def _jsonable(x):
+  if isinstance(x, np.ndarray):
+    return x.tolist()
+  if isinstance(x, np.generic):
+    return x.item()
+  if isinstance(x, jax.Array):
+    return np.asarray(x).tolist()
+  return str(x)

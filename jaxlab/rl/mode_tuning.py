@@ -10,7 +10,9 @@ proper loss), expected to break B-calibration.
                     reference = the base model.
 
 `cfg` holds the `grpo`, `rl`, `dpo` and `pretrain.max_len` fields of
-`jaxlab/configs/calibration.py`. Each returns (tuned copy, history).
+`jaxlab/configs/calibration.py` (and `mesh` / `sharding_rules`: both
+sub-trainings run on `config.mesh` fitted to their batch,
+`parallel.mesh_from_config`). Each returns (tuned copy, history).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from jaxlab import parallel
 from jaxlab.data.synthetic import aleatoric
 from jaxlab.evals import calibration as cal
 from jaxlab.objectives import dpo as dpo_lib
@@ -33,27 +36,31 @@ def _tuned(kind: str, base, tok, task, cfg, seed: int):
   base model) copy of `base` and its training history."""
   if kind == "rl":
     rl = cfg.rl
+    gcfg = learner_lib.GRPOConfig(**dict(cfg.grpo), eos_id=tok.eos_id,
+                                  pad_id=tok.pad_id)
+    n_prompts = min(rl.prompts_per_step, len(task.questions))
     learner = learner_lib.GRPOLearner(
-        nnx.clone(base), learner_lib.GRPOConfig(
-            **dict(cfg.grpo), eos_id=tok.eos_id, pad_id=tok.pad_id),
-        {"lr": rl.lr}, total_steps=rl.steps, seed=seed)
-    rng, hist = np.random.default_rng(40_000 + seed), []
-    for step in range(rl.steps):
-      qis = rng.choice(len(task.questions), min(rl.prompts_per_step, len(
-          task.questions)), replace=False)
-      prompts = [tok.encode(task.prompt(task.questions[i], aleatoric.DIRECT,
-                                        int(rng.integers(len(
-                                            aleatoric.QUESTION_TEMPLATES)))),
-                            add_bos=True) for i in qis]
-      def reward_fn(batch, step, qis=qis):
-        gs = batch.group_size
-        return np.array([float(cal.collapse_numeric("", tok.decode(
-            [t for t in c if t < 256])) == str(task.questions[qis[i // gs]]
-                                               .mode)) for i, c in
-                         enumerate(batch.completions)], np.float32), {}
-      hist.append(learner.step(prompts, reward_fn, key=jax.random.key(
-          41_000 + seed * 1000 + step))["reward_mean"])
-    return learner.policy, hist
+        nnx.clone(base), gcfg, {"lr": rl.lr}, total_steps=rl.steps,
+        seed=seed, rules=cfg.get("sharding_rules"),
+        mesh=parallel.mesh_from_config(
+            cfg, batch=n_prompts * gcfg.group_size // gcfg.num_minibatches))
+
+    def batches():
+      rng = np.random.default_rng(40_000 + seed)
+      while True:
+        qis = rng.choice(len(task.questions), n_prompts, replace=False)
+        yield {"prompts": [tok.encode(task.prompt(
+            task.questions[i], aleatoric.DIRECT, int(rng.integers(len(
+                aleatoric.QUESTION_TEMPLATES)))), add_bos=True) for i in qis],
+               "mode": [str(task.questions[i].mode) for i in qis]}
+
+    def reward_fn(*, completions, mode, **_):
+      return np.array([float(cal.collapse_numeric("", tok.decode(
+          [t for t in c if t < 256])) == m) for c, m in zip(completions, mode)],
+                      np.float32)
+    history = learner.train(batches(), reward_fn, steps=rl.steps,
+                            key=jax.random.key(41_000 + seed))
+    return learner.policy, [row["reward_mean"] for row in history]
   prompts, chosen, rejected = aleatoric.dpo_pairs(
       task, cfg.dpo.pairs_per_question, seed)
   batch = {}
@@ -63,15 +70,18 @@ def _tuned(kind: str, base, tok, task, cfg, seed: int):
                                                   "mask")})
   batch.update(dpo_lib.reference_logps(base, batch))
   d = cfg.dpo
-  run = runner.StepRunner(nnx.clone(base), loss="dpo", loss_config=(
-      ml_collections.ConfigDict({"beta": float(d.beta)})),
-                          optim=runner.optim_config(lr=d.lr), steps=d.steps,
-                          seed=seed)
-  rng, hist = np.random.default_rng(61_000 + seed), []
-  for step in range(d.steps):
-    idx = rng.choice(len(prompts), min(d.batch_size, len(prompts)),
-                     replace=False)
-    hist.append(run.step({k: v[idx] for k, v in batch.items()}, step))
+  rows = min(d.batch_size, len(prompts))
+  run = runner.StepRunner(
+      nnx.clone(base), loss="dpo", loss_config=ml_collections.ConfigDict(
+          {"beta": float(d.beta)}), optim=runner.optim_config(lr=d.lr),
+      steps=d.steps, seed=seed, rules=cfg.get("sharding_rules"),
+      mesh=parallel.mesh_from_config(cfg, batch=rows))
+  rng = np.random.default_rng(61_000 + seed)
+
+  def draw(_):
+    idx = rng.choice(len(prompts), rows, replace=False)
+    return {k: v[idx] for k, v in batch.items()}
+  hist = runner.train_on_batches(run, draw, steps=d.steps)
   return run.model(), hist
 
 

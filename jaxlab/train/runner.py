@@ -48,6 +48,18 @@ def optim_config(*, lr: float, warmup_steps: int = 0,
   return out
 
 
+def mesh_for(config: Any, batch_size: int,
+             optim: Any = None) -> jax.sharding.Mesh:
+  """The mesh of a sub-training of `batch_size` rows per update in an
+  experiment with `config`: `parallel.mesh_from_config(config, batch=rows)`,
+  rows = `batch_size // optim.grad_accum` (one micro-batch; `optim`
+  default `config.optim`). Pass it with `rules=config.sharding_rules`."""
+  optim = config.get("optim") if optim is None else optim
+  accum = int(optim.get("grad_accum", 1)) if optim is not None else 1
+  return parallel.mesh_from_config(config,
+                                   batch=int(batch_size) // max(accum, 1))
+
+
 _STEP_CACHE: dict[Any, Callable] = {}
 
 
@@ -66,12 +78,17 @@ class StepRunner:
   loss updates kept, state donated, `optim.grad_accum` micro-batches).
 
   `optim` is a complete `config.optim` section (`optim_config(...)` or
-  `jaxlab/configs/common.base_config().optim`). The default mesh is one device: the
-  loop alternates with the KV-cache sampler, and the tiny models of the
-  miniatures gain nothing from sharding. Pass `mesh` (and the logical-axis
-  `rules`, default `jaxlab/configs/common.sharding_rules()`) to shard the update
-  like the trainer does (batch rows must then divide by
-  mesh.data * mesh.fsdp * optim.grad_accum). `lora` (fields of
+  `jaxlab/configs/common.base_config().optim`). The default mesh (`mesh=None`)
+  is one device. Pass `mesh` (an experiment passes
+  `parallel.mesh_from_config(config, batch=rows)`, a mesh whose batch axes
+  divide its batch) and the logical-axis `rules` (default
+  `jaxlab/configs/common.sharding_rules()`; an experiment passes
+  `config.sharding_rules`) to shard the update like the trainer does: the
+  model state is placed by its logical axis names (`trainer.build`, as
+  `parallel.shard_params`), every batch by `parallel.batch_sharding`, and
+  the step runs under `jax.set_mesh(mesh)` and `nnx.logical_axis_rules`
+  (batch rows must divide by mesh.data * mesh.fsdp * optim.grad_accum).
+  `lora` (fields of
   `config.lora`: rank, alpha, targets) adds LoRA factors and trains only
   them, as the trainer does; `model()` then holds them unmerged.
   """
@@ -163,6 +180,15 @@ class StepRunner:
     return self._target
 
 
+def train_on_batches(runner: StepRunner,
+                     batch_fn: Callable[[int], dict[str, Any]], *,
+                     steps: int) -> list[dict[str, float]]:
+  """`steps` updates of `runner`, step i on `batch_fn(i)` (batches built
+  from the current weights or a generator: warm starts, DPO pairs).
+  Returns every step's metrics."""
+  return [runner.step(batch_fn(i), i) for i in range(int(steps))]
+
+
 def train_on_arrays(runner: StepRunner, data: dict[str, np.ndarray], *,
                     steps: int, batch_size: int, seed: int,
                     log_every: int = 0, log: Callable[[int, float], None]
@@ -192,7 +218,9 @@ def train_on_arrays(runner: StepRunner, data: dict[str, np.ndarray], *,
 def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
              batch_size: int, lr: float | None = None, warmup_steps: int = 0,
              weight_decay: float = 0.0, clip_norm: float = 1.0, seed: int = 0,
-             log_every: int = 0, optim: Any = None) -> list[dict[str, float]]:
+             log_every: int = 0, optim: Any = None,
+             mesh: jax.sharding.Mesh | None = None,
+             rules: Any = None) -> list[dict[str, float]]:
   """Masked next-token training (`lm` loss) on `inputs/targets/loss_mask`.
 
   `data` holds `[N, T]` arrays (e.g. `encode_for_lm` or `fim.encode_batch`);
@@ -200,6 +228,7 @@ def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
   trainer's (`StepRunner`): with `optim` (a whole `config.optim` section)
   exactly that optimizer; otherwise AdamW from `jaxlab.train.optim` with
   `lr`, linear warmup then cosine decay to 0 and global-norm clipping.
+  `mesh` / `rules` shard the update (see `StepRunner`; None: one device).
   Trains `model` in place and returns the logged losses.
   """
   n = len(data["inputs"])
@@ -214,7 +243,7 @@ def train_lm(model, data: dict[str, np.ndarray], *, steps: int,
   elif lr is not None:
     raise ValueError("train_lm takes lr= or optim=, not both")
   runner = StepRunner(model, loss="lm", loss_config=None, optim=optim,
-                      steps=steps, seed=seed)
+                      steps=steps, seed=seed, mesh=mesh, rules=rules)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   logs = []

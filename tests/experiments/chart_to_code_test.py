@@ -256,9 +256,9 @@ class SupervisedCacheTest(absltest.TestCase):
     charts = charts_lib.make_charts(4, 5)
     cache = tempfile.mkdtemp()
 
-    def fake_sft(model, *args):
+    def fake_sft(model, *args, **kwargs):
       """Moves every parameter (so a reload is visible) and logs a curve."""
-      del args
+      del args, kwargs  # the data, and the mesh / rules
       for p in jax.tree.leaves(nnx.state(model, nnx.Param),
                                is_leaf=lambda x: isinstance(x, nnx.Variable)):
         p.set_value(p.get_value() + 0.5)

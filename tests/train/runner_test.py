@@ -163,6 +163,23 @@ class TrainerFeatureTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "empty data set"):
       runner.train_on_arrays(r, {"x": x[:0]}, steps=1, batch_size=1, seed=0)
 
+  def test_train_on_batches_feeds_batch_fn_of_each_step(self):
+    # `stat` sums each batch's mean x: batch i is x = i, so 0 + 1 + 2 + 3.
+    model = _Toy()
+    r = runner.StepRunner(model, loss=_linear_loss, loss_config=None,
+                          optim=_sgd(lr=0.0), steps=4)
+    seen = []
+
+    def batch_fn(i):
+      seen.append(i)
+      return {"x": np.full((2, 2), i, np.float32),
+              "c": np.ones((2, 2), np.float32)}
+    metrics = runner.train_on_batches(r, batch_fn, steps=4)
+    r.write_back()
+    self.assertEqual(seen, [0, 1, 2, 3])
+    self.assertLen(metrics, 4)
+    np.testing.assert_allclose(model.stat[...], [6.0, 6.0])
+
   def test_parameter_groups_through_the_trainer_step(self):
     # Base AdamW lr 0.2 (bias: -0.2 sign(g)), the matrix at lr_mult 0.1
     # with wd 0.5, the multipliers by SGD ascent at lr -0.5 (+0.5 g).
