@@ -416,8 +416,13 @@ def chat_examples(conversations: Iterable[Any], tokenizer, *, seq_len: int,
         f"{type(tokenizer).__name__}")
   ids, masks = [], []
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
-  for conv in conversations:
+  for i, conv in enumerate(conversations):
     messages = conv["messages"] if isinstance(conv, dict) else conv
+    if not any(isinstance(m, dict) and m.get("role") == "assistant"
+               for m in messages):
+      raise ValueError(
+          f"conversation {i + 1} has no assistant message: nothing to train "
+          f"on (roles: {[m.get('role') for m in messages]})")
     doc_ids, doc_mask = tokenizer.chat_loss_mask(
         messages, **tokenizers.row_template_kwargs(conv, template_kwargs))
     ids.append(doc_ids)

@@ -135,6 +135,9 @@ def _message_problem(m: Any) -> str | None:
     return "a message must be a dict with a string 'role'"
   content = m.get("content")
   calls = m.get("tool_calls")
+  if "content" not in m and not calls:
+    return (f"a message needs 'content' (a string, parts or null beside "
+            f"'tool_calls'); it has {sorted(m)}")
   if calls is not None and not (isinstance(calls, list) and all(
       isinstance(c, dict) for c in calls)):
     return "'tool_calls' must be a list of dicts"

@@ -91,6 +91,9 @@ def check_workdir(workdir: str) -> str:
   """
   paths.check_backend(workdir)
   workdir = paths.resolve(workdir)
+  if not paths.is_url(workdir) and os.path.isfile(workdir):
+    raise ValueError(f"--workdir {workdir} is a file, not a directory; pick "
+                     "a directory (it is created when missing)")
   try:
     paths.makedirs(workdir)
     probe = paths.join(workdir, f".write_test_{os.getpid()}")

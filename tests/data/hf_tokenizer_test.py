@@ -449,6 +449,16 @@ class Qwen3TokenizerTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "conversation 1: message 0: "
                                 "'content' may be null only"):
       sources.read_chat_rows(path)
+    with open(path, "w") as f:  # `text` where the schema says `content`
+      f.write(json.dumps({"messages": [{"role": "user", "text": "hi"}]})
+              + "\n")
+    with self.assertRaisesRegex(ValueError, r"message 0: a message needs "
+                                r"'content'.*\['role', 'text'\]"):
+      sources.read_chat_rows(path)
+    with self.assertRaisesRegex(ValueError, "conversation 2 has no assistant "
+                                r"message.*\['user'\]"):
+      pipeline.chat_examples([image_chat, image_chat[:1]], self.tok,
+                             seq_len=64)
 
 
   def test_generate_and_rl_pass_template_kwargs(self):

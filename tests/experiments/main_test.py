@@ -258,6 +258,12 @@ class MainTest(absltest.TestCase):
     self.assertNotEqual(rc, 0)
     self.assertIn("is not writable", err)
     self.assertNotIn("Traceback", err)
+    a_file = os.path.join(tmp, "a_file")
+    with open(a_file, "w") as f:
+      f.write("x")
+    rc, _, err = launch(a_file)
+    self.assertNotEqual(rc, 0)
+    self.assertIn("is a file, not a directory", err)
 
     bad = os.path.join(tmp, "bad.jsonl")
     with open(bad, "w") as f:
