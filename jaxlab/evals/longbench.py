@@ -1,4 +1,4 @@
-"""LongBench (Bai et al. 2024, arXiv 2308.14508) as released: prompts, lengths, per-task metrics.
+"""LongBench (Bai et al. 2024) as released: prompts, lengths, metrics.
 
     rows = pipeline.read_split(config.data)        # data.subset = a task
     ids, truncated = longbench.prompt_ids(tok, "qasper", rows[0],
