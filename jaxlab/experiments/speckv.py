@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 import numpy as np
+from absl import logging
 from flax import nnx
 
 from jaxlab.data import pipeline
@@ -226,11 +227,14 @@ def run_longbench(config, workdir: str, t0: float) -> dict[str, Any]:
   t = config.task
   max_new = int(t.max_new_tokens) or lb.max_new_tokens(task)
   batch = max(1, int(t.batch_size))
-  info = {}
+  if config.get("draft_from"):
+    logging.warning("speckv: draft_from=%r is not read yet; the draft is the "
+                    "target's first draft_layers layers (0: half)",
+                    config.draft_from)
 
   def evaluate_all():
     target, _ = pretrained.load(config.init_from, cache=True)
-    draft, info["draft_layers"] = draft_of(config, target)
+    draft, n_layers = draft_of(config, target)
     tok = pretrained.tokenizer(config.init_from)
     stops = tuple(getattr(tok, "eos_ids", ())) or (tok.eos_id,)
     built = [lb.prompt_ids(tok, task, rows[i], max_length=int(t.max_length))
@@ -248,16 +252,17 @@ def run_longbench(config, workdir: str, t0: float) -> dict[str, Any]:
             tok, task, i, rows[i], built[i][0], built[i][1],
             {n: {b: toks[j] for b, toks in per_b.items()}
              for n, per_b in answers.items()}, stops)
-    return [recs[i] for i in range(len(rows))]
+    return [dict(recs[i], draft_layers=n_layers)
+            for i in range(len(rows))]
 
   per_seed = stages.cached(os.path.join(workdir, "eval.json"),
                            LONGBENCH_PLAN.eval_key(config, 0), evaluate_all)
-  n_draft = info.get("draft_layers", config.get("draft_layers", 0))
+  n_draft = per_seed[0]["draft_layers"]
   tables, comparisons = _tables(
       config, per_seed, LONGBENCH_COLUMNS,
       lambda b: (f"LongBench {task} ({len(rows)} rows; seeds = rows): "
                  f"C_max = {b}, {config.init_from} (draft: its first "
-                 f"{n_draft or 'half its'} layers); score = LongBench's "
+                 f"{n_draft} layers); score = LongBench's "
                  f"{lb.METRICS[task].__name__} of each answer"),
       lambda rec, name, b: {"score": rec["score"][name][b],
                             "agree": rec["agree"].get(name, {}).get(
@@ -270,6 +275,8 @@ def run_longbench(config, workdir: str, t0: float) -> dict[str, Any]:
              for b in config.methods.budgets}
       for name in config.methods.names}
   extra = {"task": task, "metric": lb.METRICS[task].__name__,
+           "draft": {"init_from": config.init_from,
+                     "first_layers": n_draft},
            "max_new_tokens": max_new, "task_scores": task_scores,
            "seeds": [r["seed"] for r in per_seed], "per_seed": per_seed}
   results_lib.write(workdir, "speckv_longbench", tables=tables,

@@ -132,6 +132,9 @@ class SpeckvLongBenchTest(absltest.TestCase):
   def test_trec_classification_with_all_classes(self):
     extra, res = self._run("trec")
     self.assertEqual(res["data"]["rows"], {"test": 3})
+    self.assertEqual(extra["draft"]["first_layers"], 1)  # half of 2
+    again, _ = self._run("trec")  # eval.json is reused
+    self.assertEqual(again["per_seed"], extra["per_seed"])
     self.assertEqual(extra["metric"], "classification_score")
     for r in extra["per_seed"]:
       self.assertEqual(r["all_classes"], CLASSES)
