@@ -28,10 +28,28 @@ plumbing only, used by the colab test), `seeds=N`, `steps=N`,
 `samples=N` (held-out prompts per task and question side).
 
 `paper`: the target Llama-3.1-8B-Instruct from `init_from`
-(`meta-llama/Llama-3.1-8B-Instruct`) with the draft Llama-3.2-1B-Instruct
-(`draft_from`), on LongBench as released (`data.path=THUDM/LongBench`,
-`data.subset` a task, default `qasper`; test split). `short`: the same run
-with its budget cut (`jaxlab.configs._scale.short`).
+(`meta-llama/Llama-3.1-8B-Instruct`) on LongBench as released
+(`data.path=THUDM/LongBench` or a local copy: `<task>/test-*.parquet` as on
+the Hub, or its data.zip's `data/<task>.jsonl`; `data.subset` a task,
+default `qasper`; the `test` split), scored with LongBench's own metric per
+task (`jaxlab.evals.longbench`):
+
+    python -m jaxlab.main --config=speckv:paper,short \
+        --config.init_from=smollm2-135m-instruct \
+        --config.data.path=/data/LongBench --config.data.subset=qasper \
+        --workdir=/tmp/speckv_longbench
+
+The methods are the paper's at its LongBench settings (SpecKV / SnapKV:
+window 32, kernel 7, max reduce, lookahead = the whole answer, C_max 256 /
+512 / 1024; SpecPC: window 64, kernel 32, keep 64, one draft token, layers
+from 8; its paper budgets are 1024-3072: `--config.methods.budgets`). The
+draft is the target's first `draft_layers` layers (0: half);
+`draft_from` names the paper's draft Llama-3.2-1B-Instruct, not read yet.
+Prompts longer than `task.max_length` tokens keep their first and last
+halves (LongBench's pred.py; 31500 = its 32K models' limit); answers get
+`task.max_new_tokens` tokens (0: the task's LongBench length). `short`:
+the same run with its budget cut (`jaxlab.configs._scale.short`: the first
+8 rows).
 """
 
 import ml_collections
@@ -135,8 +153,30 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                     path="THUDM/LongBench", subset="qasper", split="test",
                     eval_split="test")
     c.draft_from = "meta-llama/Llama-3.2-1B-Instruct"
+    longbench_run(c)
   if args.short:
     scale.short(c)
+  return c
+
+
+def longbench_run(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The `paper` run's LongBench task and method settings (docstring)."""
+  c.draft_layers = 0              # 0: the target's first half
+  c.task = ml_collections.ConfigDict({
+      "max_length": 31500,        # prompt tokens kept (pred.py, 32K models)
+      "max_new_tokens": 0,        # 0: LongBench's dataset2maxlen per task
+      "batch_size": 1,            # rows per prefill (pred.py: one)
+  })
+  c.methods = ml_collections.ConfigDict({
+      "budgets": (256, 512, 1024),
+      "names": ("full", "snapkv", "speckv", "specpc", "streaming", "last_n",
+                "draft"),
+      "window": 32, "kernel": 7, "reduce": "max",
+      "sink": 4,                  # StreamingLLM attention sinks
+      "lookahead": 0,             # SpecKV draft tokens; 0 = the answer
+      "pc_window": 64, "pc_kernel": 32, "pc_keep_window": 64,
+      "pc_lookahead": 1, "pc_start_layer": 8,
+  })
   return c
 
 

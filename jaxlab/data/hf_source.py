@@ -15,8 +15,11 @@ larger than memory is fine and every process opens the same table and reads
 only the rows it is given (`pipeline.batched_dataset`).
 
 A local copy that declares no configs but keeps each one in a folder or file
-named after it (`forget10/…`, `forget10.json`) is read with `data_dir` /
-`data_files`, so `data.subset` names a released subset in every layout.
+named after it (`forget10/…`, `forget10.json`, or `data/qasper.jsonl` as in
+LongBench's data.zip) is read with `data_dir` / `data_files`, so
+`data.subset` names a released subset in every layout. A file per subset
+names no split: its rows are the split asked for (LongBench's loading script
+calls `data/<task>.jsonl` its `test` split; TOFU's files are `train`).
 Nothing here downloads unless `path` is a Hub id (the user's VM, online).
 """
 
@@ -44,8 +47,10 @@ def is_local(path: str) -> bool:
   return os.path.exists(os.path.expanduser(path))
 
 
-def _subset_kwargs(path: str, subset: str) -> dict[str, Any]:
-  """`load_dataset` keywords that select `subset` in a local copy."""
+def _subset_kwargs(path: str, subset: str, split: str = ""
+                   ) -> dict[str, Any]:
+  """`load_dataset` keywords that select `subset` in a local copy (a file
+  per subset is registered as `split`, default `train`)."""
   ds = _datasets()
   if not subset:
     return {}
@@ -58,11 +63,16 @@ def _subset_kwargs(path: str, subset: str) -> dict[str, Any]:
   sub = os.path.join(path, subset)
   if os.path.isdir(sub):
     return {"data_dir": subset}
-  files = sorted(f for f in glob.glob(os.path.join(glob.escape(path),
-                                                   glob.escape(subset) + ".*"))
-                 if f.endswith(DATA_EXTENSIONS))
-  if files:  # one file per subset: its rows are the `train` split
-    return {"data_files": {"train": [os.path.relpath(f, path) for f in files]}}
+  files = []
+  for folder in (path, os.path.join(path, "data")):
+    files = sorted(f for f in glob.glob(os.path.join(
+        glob.escape(folder), glob.escape(subset) + ".*"))
+                   if f.endswith(DATA_EXTENSIONS))
+    if files:
+      break
+  if files:  # one file per subset: no split name of its own
+    name = split.split("[")[0] or "train"
+    return {"data_files": {name: [os.path.relpath(f, path) for f in files]}}
   folders = sorted(d for d in os.listdir(path)
                    if os.path.isdir(os.path.join(path, d))
                    and not d.startswith("."))
@@ -73,8 +83,10 @@ def _subset_kwargs(path: str, subset: str) -> dict[str, Any]:
       "the Hub, or give data.subset='')")
 
 
-def builder_kwargs(path: str, subset: str = "") -> dict[str, Any]:
-  """The `datasets.load_dataset` keywords for `path` / `subset`.
+def builder_kwargs(path: str, subset: str = "", split: str = ""
+                   ) -> dict[str, Any]:
+  """The `datasets.load_dataset` keywords for `path` / `subset` (`split`:
+  the split a file-per-subset copy is read as).
 
   Raises:
     ValueError: `path` is neither an existing local copy nor a Hub id, or a
@@ -90,7 +102,7 @@ def builder_kwargs(path: str, subset: str = "") -> dict[str, Any]:
       ext = os.path.splitext(local)[1].lstrip(".")
       ext = {"jsonl": "json", "tsv": "csv", "txt": "text"}.get(ext, ext)
       return {"path": ext, "data_files": [local]}
-    return {"path": local, **_subset_kwargs(local, subset)}
+    return {"path": local, **_subset_kwargs(local, subset, split)}
   if path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:
     raise FileNotFoundError(f"data.path={path!r} does not exist (a local "
                             "copy laid out as on the Hub, or a Hub id "
@@ -116,7 +128,7 @@ def load_rows(path: str, *, subset: str = "", split: str = "train",
       split and what the dataset has instead.
   """
   ds = _datasets()
-  kw = builder_kwargs(path, subset)
+  kw = builder_kwargs(path, subset, split)
   where = f"data.path={path!r}" + (f", data.subset={subset!r}" if subset
                                    else "")
   try:
@@ -143,7 +155,7 @@ def load_rows(path: str, *, subset: str = "", split: str = "train",
 def data_files(path: str, subset: str = "", split: str = "") -> list[str]:
   """The local files `load_rows` reads for `split` ('' = every split)."""
   ds = _datasets()
-  kw = builder_kwargs(path, subset)
+  kw = builder_kwargs(path, subset, split)
   local = os.path.expanduser(path)
   if not os.path.exists(local):
     return []

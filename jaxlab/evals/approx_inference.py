@@ -153,24 +153,24 @@ def evaluate(target, draft, config, tok, examples, *, timing: bool = False
   return out
 
 
-def evaluate_shared(target, draft, config, tok, examples
-                    ) -> list[dict[str, Any]]:
-  """Per example: {"correct": {method: {budget: 0/1}}, "agree": ...}.
+def shared_answers(target, draft, config, prompts: list[list[int]], *,
+                   max_new: int, eos_id: int | None = None,
+                   stop_ids: tuple[int, ...] = ()
+                   ) -> dict[str, dict[str, list[list[int]]]]:
+  """{method: {budget: greedy answer tokens per prompt}} of every method in
+  `config.methods.names` at every budget, sharing the expensive passes.
 
-  One draft pass gives the lookahead (`methods.lookahead`, 0 = the answer
-  length) and SpecPC's first tokens; one scored target prefill per batch
-  serves full, snapkv, speckv and streaming at every budget
-  (`shared_prefill`; "speckv_oracle" adds a second prefill whose lookahead
-  is the full cache's answer, cut to the shortest row's length); SpecPC's
-  draft importance is computed once per prompt
-  and selected per budget. "correct" = the needle's value appears in the
-  decoded answer (`part_recall`); "agree" = the greedy answer equals the
-  full cache's token for token.
+  One draft pass gives the lookahead (`methods.lookahead`, 0 = `max_new`)
+  and SpecPC's first tokens; one scored target prefill per batch serves
+  full, snapkv, speckv and streaming at every budget (`shared_prefill`;
+  "speckv_oracle" adds a second prefill whose lookahead is the full cache's
+  answer, cut to the shortest row's length); SpecPC's draft importance is
+  computed once per prompt and selected per budget. Target answers stop at
+  `eos_id` / `stop_ids` (kept); the draft's run `max(lookahead, 1)` tokens.
   """
   m = config.methods
-  prompts = [ex.prompt_ids.tolist() for ex in examples]
-  max_new = int(m.max_new_tokens)
   look = int(m.lookahead) or max_new
+  stops = dict(eos_id=eos_id, stop_ids=tuple(stop_ids))
   drafted = sampler.generate(draft, prompts, max_new_tokens=max(look, 1),
                              pad_multiple=64).tokens
   answers: dict[str, dict[str, list[list[int]]]] = {}
@@ -179,8 +179,9 @@ def evaluate_shared(target, draft, config, tok, examples
                                      window=int(m.window), reduce=m.reduce,
                                      room=max_new + 16)
   cfg = pc_config(config)
-  importance = [pc.token_importance(draft, p, d[:cfg.lookahead], cfg)
-                for p, d in zip(prompts, drafted)]
+  importance = ([pc.token_importance(draft, p, d[:cfg.lookahead], cfg)
+                 for p, d in zip(prompts, drafted)]
+                if "specpc" in m.names else None)
   oracle = None
   for name in m.names:
     for budget in (str(int(b)) for b in m.budgets):
@@ -196,28 +197,42 @@ def evaluate_shared(target, draft, config, tok, examples
         answers.setdefault(name, {})[budget] = (
             shared_prefill.generate_from_prefill(
                 target, oracle, "speckv", prompts, budget=int(budget),
-                max_new_tokens=max_new, eos_id=tok.eos_id, **kv))
+                max_new_tokens=max_new, **stops, **kv))
       elif name in shared_prefill.CROPS:
         answers.setdefault(name, {})[budget] = (
             shared_prefill.generate_from_prefill(
                 target, sp, name, prompts, budget=int(budget),
-                max_new_tokens=max_new, eos_id=tok.eos_id, **kv))
+                max_new_tokens=max_new, **stops, **kv))
       elif name == "specpc":
         comp = pc.specpc_compress(prompts, budget=int(budget), draft=draft,
                                   config=cfg, draft_tokens=drafted,
                                   importance=importance)
         answers.setdefault(name, {})[budget] = sampler.generate(
-            target, comp.prompts, max_new_tokens=max_new,
-            eos_id=tok.eos_id).tokens
+            target, comp.prompts, max_new_tokens=max_new, **stops).tokens
       elif name in ("random", "last_n"):
         comp = pc.COMPRESSORS.get(name)(prompts, budget=int(budget), seed=0,
                                         keep_window=cfg.keep_window)
         answers.setdefault(name, {})[budget] = sampler.generate(
-            target, comp.prompts, max_new_tokens=max_new,
-            eos_id=tok.eos_id).tokens
+            target, comp.prompts, max_new_tokens=max_new, **stops).tokens
       else:
         raise ValueError(f"method {name!r} has no shared-prefill evaluation;"
                          f" valid: {METHODS} less speckv_pc")
+  return answers
+
+
+def evaluate_shared(target, draft, config, tok, examples
+                    ) -> list[dict[str, Any]]:
+  """Per example: {"correct": {method: {budget: 0/1}}, "agree": ...}.
+
+  The answers of `shared_answers` (`methods.max_new_tokens` each, stopping
+  at the tokenizer's eos). "correct" = the needle's value appears in the
+  decoded answer (`part_recall`); "agree" = the greedy answer equals the
+  full cache's token for token.
+  """
+  prompts = [ex.prompt_ids.tolist() for ex in examples]
+  answers = shared_answers(target, draft, config, prompts,
+                           max_new=int(config.methods.max_new_tokens),
+                           eos_id=tok.eos_id)
   full = next(iter(answers["full"].values())) if "full" in answers else None
   out = []
   for i, ex in enumerate(examples):

@@ -11,6 +11,21 @@ first `draft_layers` layers the draft (`early_exit.first_layers`), prompts
 chat needles in English haystacks (samples = seeds), scored by
 `approx_inference.evaluate_shared` (one target prefill per prompt for every
 KV method and budget); `eval.json` is cached under `PRETRAINED_PLAN`.
+
+`config.data.source == "hf"` (`paper` preset): LongBench as released
+(`run_longbench`): the rows of task `data.subset` (`pipeline.read_split`),
+prompts built as LongBench's pred.py builds them with the checkpoint's own
+tokenizer (`evals.longbench.prompt_ids`: the task's format, middle
+truncation to `task.max_length` tokens, its chat rule), every method of
+`methods.names` at every budget through `approx_inference.shared_answers`
+(greedy, `task.max_new_tokens` or the task's LongBench length, stopping at
+the tokenizer's eos ids), each answer scored with the task's LongBench
+metric (`evals.longbench.score`). The draft is the target's first
+`draft_layers` layers (0: half of them); `config.draft_from` (a separate
+draft checkpoint) is not read yet. `eval.json` (predictions and scores per
+row) is cached under `LONGBENCH_PLAN`; results.json's tables have one
+record per row (the table mean x 100 is the LongBench task score), `data`
+the rows read.
 """
 
 import os
@@ -18,12 +33,16 @@ import time
 from typing import Any
 
 import numpy as np
+from absl import logging
 from flax import nnx
 
+from jaxlab.data import pipeline
 from jaxlab.data.word_tokenizer import WordTokenizer  # noqa: F401 (public)
 from jaxlab.evals import long_context as lc
+from jaxlab.evals import longbench as lb
 from jaxlab.evals.approx_inference import (  # noqa: F401 (public names)
-    evaluate, evaluate_shared, importance_correlation, pc_config, run_method)
+    evaluate, evaluate_shared, importance_correlation, pc_config, run_method,
+    shared_answers)
 from jaxlab.evals.ruler_task import (  # noqa: F401 (public names)
     HELD_OUT_SEED, TEMPLATES, held_out, make_example, training_arrays)
 from jaxlab.experiments import results as results_lib
@@ -76,6 +95,9 @@ PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE)
 train_key, eval_key = PLAN.train_key, PLAN.eval_key
 PRETRAINED_PLAN = stages.Plan(("init_from", "draft_layers"),
                               ("task", "methods"))
+# LongBench: the checkpoint and draft; the prompts, methods and rows read.
+LONGBENCH_PLAN = stages.Plan(("init_from", "draft_layers"),
+                             ("task", "methods", "data"))
 
 
 def seed_models(config, tok, seed: int, seed_dir: str):
@@ -108,6 +130,8 @@ COLUMNS = [_col("exact", "exact %"), _col("part_recall", "part recall %"),
            _col("decode_cache", "decode cache", 0, 1.0, spread=False)]
 PRETRAINED_COLUMNS = [_col("correct", "correct %"),
                       _col("agree", "= full answer %")]
+LONGBENCH_COLUMNS = [_col("score", "LongBench score", 2),
+                     _col("agree", "= full answer %")]
 COMPARISONS = (("speckv", "snapkv", "exact"),
                ("speckv", "snapkv", "exact_q_first"),
                ("specpc", "random", "exact"), ("specpc", "last_n", "exact"),
@@ -115,7 +139,9 @@ COMPARISONS = (("speckv", "snapkv", "exact"),
                ("speckv", "snapkv", "correct"),
                ("speckv_oracle", "snapkv", "correct"),
                ("specpc", "snapkv", "correct"), ("specpc", "last_n", "correct"),
-               ("snapkv", "streaming", "correct"))
+               ("snapkv", "streaming", "correct"),
+               ("speckv", "snapkv", "score"), ("specpc", "snapkv", "score"),
+               ("specpc", "last_n", "score"), ("snapkv", "streaming", "score"))
 
 
 def _tables(config, per_seed, columns, caption, get):
@@ -165,8 +191,109 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
   return extra
 
 
+def draft_of(config, target):
+  """The draft: the target's first `config.draft_layers` layers (0: half)."""
+  n = int(config.get("draft_layers", 0)) or max(1, target.cfg.num_layers // 2)
+  return early_exit.first_layers(target, n), n
+
+
+def longbench_record(tok, task: str, index: int, row, ids: list[int],
+                     truncated: bool, answers, stop_ids) -> dict[str, Any]:
+  """One row's record: every method's decoded prediction and its LongBench
+  score per budget, and whether it equals the full cache's prediction."""
+  pred = {name: {b: lb.answer_text(tok, task, toks, stop_ids)
+                 for b, toks in per_b.items()}
+          for name, per_b in answers.items()}
+  full = next(iter(pred["full"].values())) if "full" in pred else None
+  classes = row.get("all_classes") or ()
+  return {
+      "seed": int(index), "_id": row.get("_id", ""),
+      "length": row.get("length"), "prompt_tokens": len(ids),
+      "truncated": bool(truncated), "answers": list(row["answers"]),
+      "all_classes": list(classes), "pred": pred,
+      "score": {name: {b: lb.score(task, p, row["answers"], classes)
+                       for b, p in per_b.items()}
+                for name, per_b in pred.items()},
+      "agree": {name: {b: float(p == full) for b, p in per_b.items()}
+                for name, per_b in pred.items()} if full is not None else {}}
+
+
+def run_longbench(config, workdir: str, t0: float) -> dict[str, Any]:
+  """LongBench as released (module docstring): rows of task `data.subset`,
+  every method and budget, LongBench's metric per answer."""
+  task = lb.check_task(config.data.subset)
+  split = config.data.get("split", "") or "test"
+  rows = pipeline.read_split(config.data, split)
+  if not len(rows):
+    raise ValueError(f"data.path={config.data.path!r}, data.subset={task!r}"
+                     f": split {split!r} has no rows")
+  t = config.task
+  max_new = int(t.max_new_tokens) or lb.max_new_tokens(task)
+  batch = max(1, int(t.batch_size))
+  if config.get("draft_from"):
+    logging.warning("speckv: draft_from=%r is not read yet; the draft is the "
+                    "target's first draft_layers layers (0: half)",
+                    config.draft_from)
+
+  def evaluate_all():
+    target, _ = pretrained.load(config.init_from, cache=True)
+    draft, n_layers = draft_of(config, target)
+    tok = pretrained.tokenizer(config.init_from)
+    stops = tuple(getattr(tok, "eos_ids", ())) or (tok.eos_id,)
+    built = [lb.prompt_ids(tok, task, rows[i], max_length=int(t.max_length))
+             for i in range(len(rows))]
+    # Batches of similar lengths (left-padded together); records by row.
+    order = sorted(range(len(rows)), key=lambda i: len(built[i][0]))
+    recs = {}
+    for k in range(0, len(order), batch):
+      chunk = order[k:k + batch]
+      answers = shared_answers(target, draft, config,
+                               [built[i][0] for i in chunk], max_new=max_new,
+                               eos_id=tok.eos_id, stop_ids=stops)
+      for j, i in enumerate(chunk):
+        recs[i] = longbench_record(
+            tok, task, i, rows[i], built[i][0], built[i][1],
+            {n: {b: toks[j] for b, toks in per_b.items()}
+             for n, per_b in answers.items()}, stops)
+    return [dict(recs[i], draft_layers=n_layers)
+            for i in range(len(rows))]
+
+  per_seed = stages.cached(os.path.join(workdir, "eval.json"),
+                           LONGBENCH_PLAN.eval_key(config, 0), evaluate_all)
+  n_draft = per_seed[0]["draft_layers"]
+  tables, comparisons = _tables(
+      config, per_seed, LONGBENCH_COLUMNS,
+      lambda b: (f"LongBench {task} ({len(rows)} rows; seeds = rows): "
+                 f"C_max = {b}, {config.init_from} (draft: its first "
+                 f"{n_draft} layers); score = LongBench's "
+                 f"{lb.METRICS[task].__name__} of each answer"),
+      lambda rec, name, b: {"score": rec["score"][name][b],
+                            "agree": rec["agree"].get(name, {}).get(
+                                b, float("nan"))})
+  task_scores = {
+      name: {str(int(b)): lb.task_score(
+          task, [r["pred"][name][str(int(b))] for r in per_seed],
+          [r["answers"] for r in per_seed],
+          per_seed[0]["all_classes"])
+             for b in config.methods.budgets}
+      for name in config.methods.names}
+  extra = {"task": task, "metric": lb.METRICS[task].__name__,
+           "draft": {"init_from": config.init_from,
+                     "first_layers": n_draft},
+           "max_new_tokens": max_new, "task_scores": task_scores,
+           "seeds": [r["seed"] for r in per_seed], "per_seed": per_seed}
+  results_lib.write(workdir, "speckv_longbench", tables=tables,
+                    comparisons=comparisons, extra=extra, config=config,
+                    start_time=t0,
+                    data=results_lib.data_provenance(
+                        config, rows={split: len(rows)}))
+  return extra
+
+
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
+  if config.get("data") and config.data.get("source", "") == "hf":
+    return run_longbench(config, workdir, t0)
   if config.get("init_from"):
     return run_pretrained(config, workdir, t0)
   tok = WordTokenizer()

@@ -91,6 +91,26 @@ class HfSourceTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "folders: forget01"):
       hf_source.load_rows(d, subset="retain90", cache_dir=self.cache)
 
+  def test_subset_file_under_data_is_the_split_asked_for(self):
+    # LongBench's data.zip: data/<task>.jsonl, the `test` split of its
+    # loading script (THUDM/LongBench LongBench.py).
+    d = os.path.join(self.root, "longbench")
+    os.makedirs(os.path.join(d, "data"))
+    self.ds.to_json(os.path.join(d, "data", "qasper.jsonl"))
+    self.ds.select(range(3)).to_json(os.path.join(d, "data", "trec.jsonl"))
+    test = hf_source.load_rows(d, subset="qasper", split="test",
+                               cache_dir=self.cache)
+    self.assertEqual(test.to_list(), self.ds.to_list())
+    self.assertLen(hf_source.load_rows(d, subset="trec", split="test",
+                                       cache_dir=self.cache), 3)
+    self.assertEqual(
+        [os.path.relpath(f, d) for f in hf_source.data_files(d, "trec",
+                                                             "test")],
+        [os.path.join("data", "trec.jsonl")])
+    self.assertLen(hf_source.digest(d, "trec", ("test",)), 64)
+    self.assertNotEqual(hf_source.digest(d, "trec", ("test",)),
+                        hf_source.digest(d, "qasper", ("test",)))
+
   def test_data_dir_splits_in_json_and_parquet_agree(self):
     rows = {}
     for kind in ("parquet", "json"):
