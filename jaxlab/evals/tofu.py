@@ -174,19 +174,25 @@ def answer_losses(model, tokenizer, prompts: Sequence[str],
     enc = sg.encode_pairs(tokenizer, prompts[s:s + batch_size],
                           answers[s:s + batch_size], max_len=max_len)
     n[s:s + len(enc["mask"])] = enc["mask"].sum(-1)
-  return np.asarray(summed, np.float64) / np.maximum(n, 1)
+  if not n.all():
+    raise ValueError(
+        f"{int((n == 0).sum())} of {len(n)} (prompt, answer) rows keep no "
+        f"answer token within max_len={max_len} (the prompt fills it); raise "
+        "the max_len (config.unlearn.max_len)")
+  return np.asarray(summed, np.float64) / n
 
 
 def task_stats(model, tokenizer, rows, prompt_fn: Callable[[str], str], *,
                base_answer_key: str, perturbed_answer_key: str,
-               generations: Sequence[str], max_len: int,
+               generations: Sequence[str] | None, max_len: int,
                batch_size: int = 64) -> dict[str, Any]:
   """The per-item arrays of one TOFU task (`evaluate_util.get_all_evals`).
 
   `rows` are the task's released rows (`question`, `answer`,
   `base_answer_key`, `perturbed_answer_key` a list); `generations` the
   model's greedy answers to them (scored by ROUGE-L recall against
-  `answer`, rouge_score with the stemmer as TOFU's `eval_rouge_recall`).
+  `answer`, rouge_score with the stemmer as TOFU's `eval_rouge_recall`;
+  None: no `rouge_l_recall`, e.g. for the retain model of forget quality).
   """
   from jaxlab.evals import text  # pylint: disable=g-import-not-at-top
   qs = [r["question"] for r in rows]
@@ -202,11 +208,13 @@ def task_stats(model, tokenizer, rows, prompt_fn: Callable[[str], str], *,
   k = k.pop()
   flat = loss([p for p in prompts for _ in range(k)],
               [a for ps in perturbed for a in ps])
-  return {
+  out = {
       "avg_gt_loss": loss(prompts, [r["answer"] for r in rows]),
       "avg_paraphrased_loss": loss(prompts,
                                    [r[base_answer_key] for r in rows]),
       "average_perturb_loss": flat.reshape(len(rows), k),
-      "rouge_l_recall": np.array([text.rouge_l(g, r["answer"])[1]
-                                  for g, r in zip(generations, rows)]),
   }
+  if generations is not None:
+    out["rouge_l_recall"] = np.array([text.rouge_l(g, r["answer"])[1]
+                                      for g, r in zip(generations, rows)])
+  return out

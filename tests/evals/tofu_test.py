@@ -221,6 +221,8 @@ class ModelLossTest(absltest.TestCase):
       logits = np.asarray(model(np.array([ids], np.int32)))
       self.assertAlmostEqual(g, float(tofu.per_token_loss(logits, labels)[0]),
                              places=4)
+    with self.assertRaisesRegex(ValueError, "max_len=6"):
+      tofu.answer_losses(model, tok, prompts, answers, max_len=6)
 
 
 if __name__ == "__main__":
