@@ -48,7 +48,7 @@ TASKS = {
 UTILITY_TASKS = ("retain", "real_authors", "world_facts")
 
 
-# -- losses from model outputs ----------------------------------------------------
+# -- losses from model outputs -------------------------------------------------
 
 
 def batch_loss(logits: Any, labels: Any) -> np.ndarray:
@@ -74,7 +74,7 @@ def per_token_loss(logits: Any, labels: Any) -> np.ndarray:
   return batch_loss(logits, labels) / n
 
 
-# -- the statistics ---------------------------------------------------------------
+# -- the statistics ------------------------------------------------------------
 
 
 def _perturbed(average_perturb_loss: Any, n: int) -> np.ndarray:
@@ -152,7 +152,7 @@ def model_utility(per_task: Mapping[str, Mapping[str, float]]) -> float:
   return float(stats.hmean(vals))
 
 
-# -- running a model over a task's rows ---------------------------------------------
+# -- running a model over a task's rows ----------------------------------------
 
 
 def answer_losses(model, tokenizer, prompts: Sequence[str],

@@ -1,12 +1,6 @@
 """PMC miniatures (spec B, "CPU-only miniature"): see jaxlab/configs/pmc.py.
 
 1. Lottery machine: pi_t(forget colours) with and without retain data.
-With `data.source="hf"` (the `paper` preset) the unlearning part runs on
-TOFU as released from the checkpoint `init_from` instead
-(`run_unlearning_tofu`): PMC's UQ / utility and TOFU's own model utility /
-forget quality per method; results.json's `data.rows` counts the rows read
-per released subset.
-
 2. Tiny LM: memorise a TOFU-like fact set (+ a real-authors split), then
    unlearn its forget split with PMC and the baselines (GA, GD, NPO, SimNPO,
    IDK, DPO) from the same start; report UQ, utility (retain, world, real
@@ -16,6 +10,12 @@ per released subset.
    (`jaxlab.evals.unlearning`).
 The methods and their evaluation are `jaxlab.objectives.pmc_methods`.
 Writes WORKDIR/results.json, lottery.png, table.md (rendered from it).
+
+With `data.source="hf"` (the `paper` preset) the unlearning part runs on
+TOFU as released from the checkpoint `init_from` instead
+(`run_unlearning_tofu`): PMC's UQ / utility and TOFU's own model utility /
+forget quality per method; results.json's `data.rows` counts the rows read
+per released subset.
 """
 
 from __future__ import annotations
@@ -368,7 +368,11 @@ def run(config, workdir: str) -> dict:
                      "lottery, unlearn")
   t0 = time.time()
   results = {}
-  tofu = config.get("data", {}).get("source", "") == "hf"
+  source = config.get("data", {}).get("source", "")
+  if source in ("grain", "tfds") and "unlearn" in parts:
+    raise ValueError(f"pmc reads TOFU's subsets with data.source='hf' (a Hub "
+                     f"id or a local copy of its files), not {source!r}")
+  tofu = source == "hf"
   data = None
   if "lottery" in parts:
     results.update(run_lottery(config, workdir))

@@ -7,7 +7,10 @@ PMC (`pmc.run_pmc`) or a baseline (GA, GD, NPO, SimNPO, IDK, DPO through
 `self_generated.run_self_generated`), and its evaluation
 (`pmc.evaluate_unlearning` + the multiple-choice least-likely attack + the
 log-prob drift of the forget values, `jaxlab.evals.unlearning`); and the
-lottery machine's final forget mass / top-colour mass per seed.
+lottery machine's final forget mass / top-colour mass per seed. On TOFU
+as released (`jaxlab.data.tofu.Splits`), `evaluate_tofu` is the evaluation:
+PMC's UQ / utility (unlearning/experiment.py) and TOFU's model utility /
+forget quality (`jaxlab.evals.tofu`).
 """
 
 from __future__ import annotations

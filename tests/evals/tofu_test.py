@@ -19,7 +19,7 @@ from jaxlab.evals import tofu
 from jaxlab.models import decoder
 
 
-# -- the reference (ported) -----------------------------------------------------------
+# -- the reference (ported) ----------------------------------------------------
 
 
 def ref_get_batch_loss(output, labels):
@@ -95,7 +95,8 @@ def ref_get_model_utility(eval_result_dict):
                                                      1 / curr_stat_1))
     else:
       paraphrased_perturb_ratio = np.mean(np.maximum(0, 1 - 1 / curr_stat_1))
-    output_result[f"Truth Ratio {eval_task_dict[k]}"] = paraphrased_perturb_ratio
+    output_result[f"Truth Ratio {eval_task_dict[k]}"] = (
+        paraphrased_perturb_ratio)
   model_utility_cands = []
   for k, v in output_result.items():
     if "Forget" not in k:
@@ -104,7 +105,7 @@ def ref_get_model_utility(eval_result_dict):
   return output_result
 
 
-# -- eval logs written by hand ---------------------------------------------------------
+# -- eval logs written by hand -------------------------------------------------
 
 FILES = {"retain": "eval_log.json",
          "real_authors": "eval_real_author_wo_options.json",
