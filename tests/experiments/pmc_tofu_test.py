@@ -142,6 +142,16 @@ class TofuDataTest(absltest.TestCase):
     self.assertLen(sp.retain_eval, 12)
 
 
+  def test_user_errors_are_named(self):
+    cfg = pmc_config.get_config("paper")
+    cfg.data.source = "grain"
+    with self.assertRaisesRegex(ValueError, "data.source='hf'"):
+      pmc_exp.run(cfg, os.path.join(self.root, "grain"))
+    cfg.tofu.system = "x"
+    with self.assertRaisesRegex(ValueError, r"config.tofu has unknown"):
+      pmc_exp.tofu_settings(cfg)
+
+
 class PaperShortTofuTest(absltest.TestCase):
 
   @classmethod
