@@ -22,7 +22,15 @@ preset: warm-up of one epoch over the forget set (`unlearn.warmup_epochs`),
 (`data.path=locuslab/TOFU`, `data.subset=forget10`, whose retain split
 `retain90` follows; `question`, `answer`), with the spec's Llama settings
 (lambda 1.25, T 0.9, 20 samples, 30 epochs). `short`: the same run with
-its budget cut (`jaxlab.configs._scale.short`).
+its budget cut (`jaxlab.configs._scale.short`). With `data.source="hf"` the
+experiment reads TOFU's forget / retain / paraphrased / world-facts /
+real-authors subsets (and TOFU's `*_perturbed` tasks for its own metrics,
+`config.tofu`) and loads the model and tokenizer from `init_from`:
+
+    python -m jaxlab.main --config=jaxlab/configs/pmc.py:paper,short \
+      --config.init_from=smollm2-135m-instruct \
+      --config.data.path=/data/TOFU --config.data.subset=forget10 \
+      --workdir=/tmp/pmc_tofu
 """
 
 import ml_collections
@@ -152,7 +160,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                      max_new_tokens=200, ref_max_new_tokens=200,
                      warmup_epochs=1.0,
                      # 30 epochs x 400 forget questions / (8 x 2) per step
-                     steps=750)
+                     steps=750,
+                     # PMC's max_length of an encoded question + answer
+                     max_len=200)
+    # jaxlab.experiments.pmc.run_unlearning_tofu: PMC's Llama prompt (chat
+    # template, system prompt, date), its Phi-1.5 tags for a checkpoint
+    # without a chat template; TOFU's own metrics on its first 300 rows per
+    # task (ds_size); forget quality needs a retain-only checkpoint
+    # (`--config.tofu.retain_from=`, e.g. TOFU's released retain90 model).
+    c.tofu = dict(system_prompt="You are a helpful assistant.",
+                  date_string="10 Apr 2025", question_start_tag="Question: ",
+                  question_end_tag="\n", answer_tag="Answer: ",
+                  use_chat_template=True, tofu_metrics=True, eval_size=300,
+                  retain_from="")
+    c.table_id = "unlearning_tofu"
+    c.table_caption = "PMC and baselines on TOFU"
   if args.short:
     scale.short(c, {"lottery.rounds": 10})
   return c

@@ -10,6 +10,12 @@
    (`jaxlab.evals.unlearning`).
 The methods and their evaluation are `jaxlab.objectives.pmc_methods`.
 Writes WORKDIR/results.json, lottery.png, table.md (rendered from it).
+
+With `data.source="hf"` (the `paper` preset) the unlearning part runs on
+TOFU as released from the checkpoint `init_from` instead
+(`run_unlearning_tofu`): PMC's UQ / utility and TOFU's own model utility /
+forget quality per method; results.json's `data.rows` counts the rows read
+per released subset.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import time
 import numpy as np
 
 from jaxlab.analysis import figures
+from jaxlab.data import tofu as tofu_data
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.data.synthetic import real_authors as real_authors_lib
+from jaxlab.evals import tofu as tofu_evals
 from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import params as params_io
@@ -32,6 +40,7 @@ from jaxlab.models import registry as model_registry
 from jaxlab.objectives.pmc_methods import (  # pylint: disable=unused-import
     METRICS, dpo_arrays, lottery_runs, pretrained_model, prompts,
     unlearn_config, value_pool)
+from jaxlab.objectives import pmc_methods as _methods
 from jaxlab.objectives.pmc_methods import evaluate as _eval
 from jaxlab.objectives.pmc_methods import unlearn_and_eval as _unlearn_and_eval
 from jaxlab.train import runner
@@ -139,6 +148,126 @@ def run_unlearning(cfg, workdir: str) -> dict:
   return summary
 
 
+# The TOFU run's settings (`config.tofu`; the `paper` preset sets them):
+# PMC's prompt formatting (unlearning/encoding.py: the chat template with the
+# Llama-3.2-Instruct system prompt and date, else the Phi-1.5 tags), whether
+# to compute TOFU's own metrics on its `*_perturbed` tasks (their first
+# `eval_size` rows, TOFU's ds_size), and the retain model (`retain_from`, a
+# checkpoint trained on the retain split only) forget quality compares to.
+TOFU_DEFAULTS = dict(system_prompt="You are a helpful assistant.",
+                     date_string="10 Apr 2025", question_start_tag="Question: ",
+                     question_end_tag="\n", answer_tag="Answer: ",
+                     use_chat_template=True, tofu_metrics=True, eval_size=300,
+                     retain_from="")
+
+
+def tofu_settings(cfg) -> dict:
+  """`TOFU_DEFAULTS` updated with `config.tofu`."""
+  out = dict(TOFU_DEFAULTS)
+  sec = cfg.get("tofu", None)
+  if sec is not None:
+    bad = sorted(set(sec.keys()) - set(out))
+    if bad:
+      raise ValueError(f"config.tofu has unknown {bad}; valid: "
+                       f"{', '.join(sorted(out))}")
+    out.update(dict(sec))
+  return out
+
+
+def tofu_prompt_fn(tok, ts: dict):
+  """PMC's question -> prompt of `tok` (`jaxlab.data.tofu.prompt_fn`)."""
+  return tofu_data.prompt_fn(
+      tok, system_prompt=ts["system_prompt"],
+      chat_kwargs={"date_string": ts["date_string"]} if ts["date_string"]
+      else {}, question_start_tag=ts["question_start_tag"],
+      question_end_tag=ts["question_end_tag"], answer_tag=ts["answer_tag"],
+      use_chat_template=ts["use_chat_template"])
+
+
+def _artifacts(res: dict) -> dict:
+  """`res` without its "_artifacts" (written beside results.json)."""
+  return {k: v for k, v in res.items() if k != "_artifacts"}
+
+
+def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
+  """PMC and the baselines on TOFU as released from `config.init_from`.
+
+  `config.data` names TOFU (`data.subset` the forget split; its retain
+  split, paraphrases, world facts and real authors are read beside it,
+  `jaxlab.data.tofu.read`); the model and its tokenizer come from
+  `config.init_from` (`jaxlab.io.pretrained`). Each seed evaluates the
+  loaded model ("original") and unlearns a clone of it with every method
+  (`pmc_methods.unlearn_and_eval` with `evaluate_tofu`). Per stage,
+  WORKDIR/seedS_<method>_<digest>.json caches the metrics and the
+  generations / per-item arrays they come from (a killed run resumes).
+  Returns (summary as `run_unlearning`'s, rows read per subset).
+  """
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  ts = tofu_settings(cfg)
+  tasks = ({t: sub for t, (sub, _, _) in tofu_evals.TASKS.items()}
+           if ts["tofu_metrics"] else None)
+  eval_size = int(ts["eval_size"]) or None
+  max_rows = int(cfg.data.get("max_rows", 0) or 0)
+  cap = min(x for x in (eval_size, max_rows or None) if x) if (
+      eval_size or max_rows) else None
+  splits = tofu_data.read(cfg.data, perturbed_tasks=tasks, max_rows=cap)
+  t0 = time.time()
+  log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
+                          flush=True)
+  log(f"TOFU rows read: {splits.rows}")
+  dtype = cfg.model.get("dtype", "float32") if "model" in cfg else "float32"
+  base, _ = pretrained.load(cfg.init_from, dtype=dtype)
+  tok = pretrained.tokenizer(cfg.init_from)
+  prompt_fn = tofu_prompt_fn(tok, ts)
+  retain_forget = None
+  if ts["retain_from"] and "forget" in splits.perturbed:
+    retain_model, _ = pretrained.load(ts["retain_from"], dtype=dtype)
+    retain_forget = _methods.tofu_task_stats(
+        retain_model, tok, splits, cfg, prompt_fn, generate=False,
+        only=("forget",))["forget"]
+    del retain_model
+    with open(os.path.join(workdir, "tofu_retain_model_forget.json"),
+              "w") as f:  # what forget quality compares with
+      json.dump({"retain_from": ts["retain_from"],
+                 **{k: np.asarray(v).tolist()
+                    for k, v in retain_forget.items()}}, f)
+  methods = [m for m in cfg.methods.split(",") if m]
+  per_seed = {m: [] for m in ["original"] + methods}
+  extra = {}
+  meta, key = params_io.config_key(cfg, "init_from", "data", "unlearn",
+                                   "eval", "tofu")
+  evaluate_fn = lambda m: _methods.evaluate_tofu(  # pylint: disable=g-long-lambda
+      m, tok, splits, cfg, prompt_fn, retain_forget=retain_forget)
+  for seed in cfg.seeds:
+    smeta = dict(meta, seed=int(seed))
+    stage = lambda name, s=seed: os.path.join(workdir,  # pylint: disable=g-long-lambda
+                                              f"seed{s}_{name}_{key}.json")
+    for method in ["original"] + methods:
+      if method == "original":
+        compute = lambda: {"eval": evaluate_fn(base), "extra": {}}
+      else:
+        compute = lambda m=method, s=seed: _unlearn_and_eval(  # pylint: disable=g-long-lambda
+            m, s, base, cfg, tok, splits, (), prompt_fn=prompt_fn,
+            evaluate_fn=evaluate_fn)
+      res, reused = _cached_json(stage(method), smeta, compute)
+      per_seed[method].append(_artifacts(res["eval"]))
+      extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
+      log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "
+          f"{_artifacts(res['eval'])}")
+  summary = {}
+  for m, rows in per_seed.items():
+    for k in METRICS:
+      vals = [r[k] for r in rows if k in r]
+      if vals:
+        summary[f"{m}/{k}_mean"], summary[f"{m}/{k}_std"], _ = (
+            results_lib.mean_std(vals))
+  summary.update(extra)
+  summary["tofu_rows"] = dict(splits.rows)
+  summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
+                         "methods": per_seed}
+  return summary, dict(splits.rows)
+
+
 METHOD_LABELS = {"original": "original", "pmc": "PMC", "ga": "GA",
                  "gd": "GD", "npo": "NPO", "simnpo": "SimNPO", "idk": "IDK",
                  "dpo": "DPO"}
@@ -157,13 +286,24 @@ TABLE_COLUMNS = (
     ("mc_least_likely_acc", "MC least-likely attack acc. ↓"),
     ("drift", "Δ log p of forget values in unrelated text (nats/token, "
               "not × 100)"))
+# The TOFU run's table: PMC's metrics, then TOFU's own (model utility and,
+# with a retain model, forget quality: a p-value, shown as is).
+TOFU_COLUMNS = (
+    ("uq", "UQ"), ("utility", "utility"),
+    ("recall_forget", "forget recall ↓"),
+    ("recall_forget_paraphrased", "paraphrased forget recall ↓"),
+    ("recall_retain", "retain recall (400-row subsample)"),
+    ("recall_world", "world-facts recall"),
+    ("recall_real_authors", "real-authors recall"),
+    ("model_utility", "TOFU model utility"),
+    ("forget_quality", "TOFU forget quality (KS p-value)"))
 PERCENT_ALREADY = ("uq", "utility")  # pmc.unlearning_quality / utility
-NOT_PERCENT = ("drift",)  # nats per token, shown as is
+NOT_PERCENT = ("drift", "forget_quality")  # shown as is
 
 
 def results_tables(out: dict, table_id: str = "unlearning",
-                   caption: str = "Tiny-LM TOFU-like unlearning"
-                   ) -> tuple[list, list]:
+                   caption: str = "Tiny-LM TOFU-like unlearning",
+                   columns=TABLE_COLUMNS) -> tuple[list, list]:
   """The docs' tables and claimed comparisons from `run`'s results."""
   tables = []
   for tag, label in (("with_retain", "with retain set"),
@@ -185,14 +325,15 @@ def results_tables(out: dict, table_id: str = "unlearning",
   if ps:
     t = results_lib.Table(
         table_id, f"{caption} (values × 100)",
-        [results_lib.Column(k, lab, decimals=2 if k in NOT_PERCENT else 1,
+        [results_lib.Column(k, lab, decimals=(
+            4 if k == "forget_quality" else 2 if k in NOT_PERCENT else 1),
                             scale=1 if k in PERCENT_ALREADY + NOT_PERCENT
                             else 100)
-         for k, lab in TABLE_COLUMNS], row_label="method")
+         for k, lab in columns], row_label="method")
     for m, rows in ps["methods"].items():
       for seed, r in zip(ps["seeds"], rows):
         t.add_seed(METHOD_LABELS.get(m, m), seed,
-                   {k: r[k] for k, _ in TABLE_COLUMNS if k in r})
+                   {k: r[k] for k, _ in columns if k in r})
     tables.append(t)
     methods = ps["methods"]
     cmp = lambda col, a, b: results_lib.Comparison(  # pylint: disable=g-long-lambda
@@ -212,8 +353,9 @@ def results_tables(out: dict, table_id: str = "unlearning",
               ("recall_forget", "pmc", "gd"),
               ("recall_forget", "pmc", "simnpo"),
               ("recall_forget", "pmc", "idk")]
+    keys = {k for k, _ in columns}
     comparisons = [cmp(c, a, b) for c, a, b in wanted
-                   if a in methods and b in methods]
+                   if a in methods and b in methods and c in keys]
   return tables, comparisons
 
 
@@ -226,16 +368,28 @@ def run(config, workdir: str) -> dict:
                      "lottery, unlearn")
   t0 = time.time()
   results = {}
+  source = config.get("data", {}).get("source", "")
+  if source in ("grain", "tfds") and "unlearn" in parts:
+    raise ValueError(f"pmc reads TOFU's subsets with data.source='hf' (a Hub "
+                     f"id or a local copy of its files), not {source!r}")
+  tofu = source == "hf"
+  data = None
   if "lottery" in parts:
     results.update(run_lottery(config, workdir))
   if "unlearn" in parts:
-    results.update(run_unlearning(config, workdir))
+    if tofu:  # TOFU as released from a checkpoint
+      summary, rows = run_unlearning_tofu(config, workdir)
+      results.update(summary)
+      data = results_lib.data_provenance(config, rows=rows)
+    else:  # the synthetic miniature
+      results.update(run_unlearning(config, workdir))
   tables, comparisons = results_tables(
       results, config.get("table_id", "unlearning"),
-      config.get("table_caption", "Tiny-LM TOFU-like unlearning"))
+      config.get("table_caption", "Tiny-LM TOFU-like unlearning"),
+      columns=TOFU_COLUMNS if tofu else TABLE_COLUMNS)
   res = results_lib.write(workdir, "pmc", tables=tables,
                           comparisons=comparisons, extra=results,
-                          config=config, start_time=t0)
+                          config=config, start_time=t0, data=data)
   with open(os.path.join(workdir, "table.md"), "w") as f:
     f.write("\n".join(report.render_table(res, t.id, name="pmc")
                        for t in tables))

@@ -7,7 +7,10 @@ PMC (`pmc.run_pmc`) or a baseline (GA, GD, NPO, SimNPO, IDK, DPO through
 `self_generated.run_self_generated`), and its evaluation
 (`pmc.evaluate_unlearning` + the multiple-choice least-likely attack + the
 log-prob drift of the forget values, `jaxlab.evals.unlearning`); and the
-lottery machine's final forget mass / top-colour mass per seed.
+lottery machine's final forget mass / top-colour mass per seed. On TOFU
+as released (`jaxlab.data.tofu.Splits`), `evaluate_tofu` is the evaluation:
+PMC's UQ / utility (unlearning/experiment.py) and TOFU's model utility /
+forget quality (`jaxlab.evals.tofu`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import jax
 import numpy as np
 
 from jaxlab.data.synthetic import facts as facts_lib
+from jaxlab.evals import tofu as tofu_evals
 from jaxlab.evals import unlearning as unlearning_evals
 from jaxlab.io import params as params_io
 from jaxlab.models import decoder
@@ -32,7 +36,14 @@ METRICS = ("uq", "utility", "recall_forget", "recall_forget_paraphrased",
            "recall_prefill", "leak_sampling", "recall_real_authors",
            "leak_prefill_fixed", "recall_prefill_fixed",
            "mc_least_likely_acc", "mc_most_likely_acc", "drift",
-           "abs_drift")
+           "abs_drift", "model_utility", "forget_quality", "ks_statistic")
+# (metric key, Splits field) of PMC's evaluation on TOFU (spec B.10): greedy
+# ROUGE-L recall against the ground truth on each (the retain set's 400-row
+# subsample).
+TOFU_RECALLS = (("forget", "forget"),
+                ("forget_paraphrased", "forget_paraphrased"),
+                ("retain", "retain_eval"), ("world", "world"),
+                ("real_authors", "real_authors"))
 
 
 def prompts(items):
@@ -64,6 +75,85 @@ def evaluate(model, tok, fs, cfg, seed, *, base=None, authors=()):
   return out
 
 
+def tofu_generate(model, tok, cfg, prompt_fn, questions, generate_fn=None):
+  """Greedy answers to `questions` (`eval.max_new_tokens` new tokens)."""
+  return sg.generate_text(model, tok, [prompt_fn(q) for q in questions],
+                          max_new_tokens=int(cfg.eval.max_new_tokens),
+                          batch_size=int(cfg.unlearn.sample_batch_size),
+                          generate_fn=generate_fn)
+
+
+def tofu_task_stats(model, tok, splits, cfg, prompt_fn, *, generate=True,
+                    only=None, generate_fn=None):
+  """`jaxlab.evals.tofu.task_stats` of every task in `splits.perturbed`
+  (or the tasks in `only`): task -> per-item arrays (+ "generations")."""
+  out = {}
+  for task, rows in splits.perturbed.items():
+    if only is not None and task not in only:
+      continue
+    _, base_key, pert_key = tofu_evals.TASKS[task]
+    gens = (tofu_generate(model, tok, cfg, prompt_fn,
+                          [r["question"] for r in rows], generate_fn)
+            if generate else None)
+    out[task] = tofu_evals.task_stats(
+        model, tok, rows, prompt_fn, base_answer_key=base_key,
+        perturbed_answer_key=pert_key, generations=gens,
+        max_len=int(cfg.unlearn.max_len),
+        batch_size=int(cfg.unlearn.sample_batch_size))
+    if gens is not None:
+      out[task]["generations"] = gens
+  return out
+
+
+def evaluate_tofu(model, tok, splits, cfg, prompt_fn, *, retain_forget=None,
+                  generate_fn=None) -> dict:
+  """PMC's UQ / utility and TOFU's model utility / forget quality on TOFU.
+
+  PMC (unlearning/experiment.py): greedy answers, ROUGE-L recall against the
+  ground truth on the forget set, its paraphrases, the retain subsample,
+  world facts and real authors (`recall_<split>`); `uq` =
+  `pmc.unlearning_quality`, `utility` = `pmc.utility` of the last three.
+  TOFU (`jaxlab.evals.tofu`), when `splits.perturbed` has its tasks:
+  `tofu_<task>_{rouge,prob,truth_ratio}` and `model_utility`; with
+  `retain_forget` (the retain model's forget-task stats) also
+  `forget_quality` and `ks_statistic`. "_artifacts" holds the generations
+  and per-item arrays the numbers come from.
+  """
+  out, arts = {}, {}
+  for key, field in TOFU_RECALLS:
+    items = getattr(splits, field)
+    if not items:
+      continue
+    gens = tofu_generate(model, tok, cfg, prompt_fn,
+                         [x.question for x in items], generate_fn)
+    arts[f"generations_{key}"] = gens
+    out[f"recall_{key}"] = pmc.mean_recall(gens, [x.answer for x in items])
+  out["uq"] = pmc.unlearning_quality(out["recall_forget"],
+                                     out["recall_forget_paraphrased"])
+  out["utility"] = pmc.utility([out[f"recall_{k}"] for k in
+                                ("retain", "world", "real_authors")
+                                if f"recall_{k}" in out])
+  stats = tofu_task_stats(model, tok, splits, cfg, prompt_fn,
+                          generate_fn=generate_fn)
+  per_task = {}
+  for task, st in stats.items():
+    per_task[task] = tofu_evals.task_metrics(
+        task, **{k: v for k, v in st.items() if k != "generations"})
+    out.update({f"tofu_{task}_{m}": v for m, v in per_task[task].items()})
+    arts[f"tofu_{task}"] = {k: np.asarray(v).tolist() if k != "generations"
+                            else v for k, v in st.items()}
+  if all(t in per_task for t in tofu_evals.UTILITY_TASKS):
+    out["model_utility"] = tofu_evals.model_utility(per_task)
+  if retain_forget is not None and "forget" in stats:
+    out.update(tofu_evals.forget_quality(
+        stats["forget"]["avg_paraphrased_loss"],
+        stats["forget"]["average_perturb_loss"],
+        retain_forget["avg_paraphrased_loss"],
+        retain_forget["average_perturb_loss"]))
+  out["_artifacts"] = arts
+  return out
+
+
 def unlearn_config(cfg, method, seed):
   """`pmc.default_config()` with `cfg.unlearn` for `method` and `seed`."""
   u = dict(cfg.unlearn)
@@ -90,10 +180,16 @@ def dpo_arrays(base, tok, prompts, chosen, rejected, max_len):
   return ref_chosen, extra
 
 
-def unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
-  """Unlearns from a clone of `base` with `method`; its eval and extras."""
-  f_prompts = prompts(fs.forget)
-  r_prompts = prompts(fs.retain)
+def unlearn_and_eval(method, seed, base, cfg, tok, fs, authors, *,
+                     prompt_fn=facts_lib.qa_prompt, evaluate_fn=None) -> dict:
+  """Unlearns from a clone of `base` with `method`; its eval and extras.
+
+  `fs` has `forget` / `retain` items with `question` and `answer` (a
+  `FactSet`, or `jaxlab.data.tofu.Splits`); `prompt_fn` formats a question;
+  `evaluate_fn(model)` replaces `evaluate` (the TOFU run's `evaluate_tofu`).
+  """
+  f_prompts = [prompt_fn(x.question) for x in fs.forget]
+  r_prompts = [prompt_fn(x.question) for x in fs.retain]
   r_answers = [x.answer for x in fs.retain]
   model = nnx.clone(base)
   ucfg = unlearn_config(cfg, method, seed)
@@ -103,7 +199,7 @@ def unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
     res = pmc.run_pmc(model, tok, forget_questions=[x.question
                                                     for x in fs.forget],
                       retain_prompts=r_prompts, retain_answers=r_answers,
-                      config=ucfg, prompt_fn=facts_lib.qa_prompt)
+                      config=ucfg, prompt_fn=prompt_fn)
     extra["pmc_cache_done_frac"] = res["history"][-1]["cache_done_frac"]
     extra["pmc_skipped_empty_questions"] = res["skipped_empty_questions"]
   else:
@@ -123,6 +219,8 @@ def unlearn_and_eval(method, seed, base, cfg, tok, fs, authors) -> dict:
                           fixed_forget_answers=answers,
                           ref_forget_nll=ref,
                           extra_forget_arrays=extra_arrays, config=ucfg)
+  if evaluate_fn is not None:
+    return {"eval": evaluate_fn(model), "extra": extra}
   return {"eval": evaluate(model, tok, fs, cfg, seed, base=base,
                         authors=authors), "extra": extra}
 
