@@ -32,6 +32,7 @@ from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.data.synthetic import real_authors as real_authors_lib
 from jaxlab.evals import tofu as tofu_evals
+from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import params as params_io
@@ -106,9 +107,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
-  t0 = time.time()
-  log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("pmc")
   for seed in cfg.seeds:
     base, final_loss, reused = pretrained_model(
         cfg, tok, fs.train + authors, seed, workdir, _PRETRAIN_FIELDS)
@@ -211,9 +210,7 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   cap = min(x for x in (eval_size, max_rows or None) if x) if (
       eval_size or max_rows) else None
   splits = tofu_data.read(cfg.data, perturbed_tasks=tasks, max_rows=cap)
-  t0 = time.time()
-  log = lambda msg: print(f"[pmc {time.time() - t0:6.0f}s] {msg}",  # pylint: disable=g-long-lambda
-                          flush=True)
+  log = log_lib.logger("pmc")
   log(f"TOFU rows read: {splits.rows}")
   dtype = cfg.model.get("dtype", "float32") if "model" in cfg else "float32"
   base, _ = pretrained.load(cfg.init_from, dtype=dtype)

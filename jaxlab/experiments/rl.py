@@ -82,7 +82,7 @@ def _model(config, tok):
   if config.init_from:
     return pretrained.load(config.init_from, dtype=config.model.dtype,
                            param_dtype=config.model.param_dtype)
-  vocab = -(-tok.vocab_size // 64) * 64
+  vocab = tokenizers.padded_vocab_size(tok.vocab_size)
   cfg = model_registry.decoder_config(config.model, vocab_size=vocab)
   return decoder_lib.Decoder(cfg, rngs=nnx.Rngs(int(config.seed))), cfg
 
