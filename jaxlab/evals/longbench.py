@@ -67,6 +67,8 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from jaxlab import _optional
+
 # config/dataset2prompt.json (LongBench v1, commit 2e00731), verbatim: the
 # benchmark's prompt formats ("asconcisely" as released).
 PROMPTS: dict[str, str] = {
@@ -157,11 +159,7 @@ def qa_f1_score(prediction: str, ground_truth: str, **_) -> float:
 
 
 def _jieba_cut(text: str) -> list[str]:
-  try:
-    import jieba  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ImportError("LongBench's Chinese metrics segment words with jieba "
-                      "(pip install jieba)") from None
+  jieba = _optional.require("jieba", "longbench")  # Chinese word segmentation
   return list(jieba.cut(text, cut_all=False))
 
 

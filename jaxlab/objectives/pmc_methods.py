@@ -23,6 +23,7 @@ import numpy as np
 
 from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.evals import tofu as tofu_evals
+from jaxlab.objectives import tofu_stats
 from jaxlab.evals import unlearning as unlearning_evals
 from jaxlab.io import params as params_io
 from jaxlab.models import decoder
@@ -85,7 +86,7 @@ def tofu_generate(model, tok, cfg, prompt_fn, questions, generate_fn=None):
 
 def tofu_task_stats(model, tok, splits, cfg, prompt_fn, *, generate=True,
                     only=None, generate_fn=None):
-  """`jaxlab.evals.tofu.task_stats` of every task in `splits.perturbed`
+  """`jaxlab.objectives.tofu_stats.task_stats` of every task in `splits.perturbed`
   (or the tasks in `only`): task -> per-item arrays (+ "generations")."""
   out = {}
   for task, rows in splits.perturbed.items():
@@ -95,7 +96,7 @@ def tofu_task_stats(model, tok, splits, cfg, prompt_fn, *, generate=True,
     gens = (tofu_generate(model, tok, cfg, prompt_fn,
                           [r["question"] for r in rows], generate_fn)
             if generate else None)
-    out[task] = tofu_evals.task_stats(
+    out[task] = tofu_stats.task_stats(
         model, tok, rows, prompt_fn, base_answer_key=base_key,
         perturbed_answer_key=pert_key, generations=gens,
         max_len=int(cfg.unlearn.max_len),

@@ -16,6 +16,7 @@ from torch import nn
 
 from jaxlab.data import tokenizers
 from jaxlab.evals import tofu
+from jaxlab.objectives import tofu_stats
 from jaxlab.models import decoder
 
 
@@ -213,7 +214,7 @@ class ModelLossTest(absltest.TestCase):
         num_kv_heads=1, mlp_dim=32, init_std=0.5), rngs=nnx.Rngs(0))
     prompts = ["Q: who?\nA: ", "Q: where is it?\nA: "]
     answers = ["Bob.", "In Paris, France."]
-    got = tofu.answer_losses(model, tok, prompts, answers, max_len=40,
+    got = tofu_stats.answer_losses(model, tok, prompts, answers, max_len=40,
                              batch_size=2)
     for p, a, g in zip(prompts, answers, got):
       q_ids = tok.encode(p, add_bos=True)
@@ -223,7 +224,7 @@ class ModelLossTest(absltest.TestCase):
       self.assertAlmostEqual(g, float(tofu.per_token_loss(logits, labels)[0]),
                              places=4)
     with self.assertRaisesRegex(ValueError, "max_len=6"):
-      tofu.answer_losses(model, tok, prompts, answers, max_len=6)
+      tofu_stats.answer_losses(model, tok, prompts, answers, max_len=6)
 
 
 if __name__ == "__main__":

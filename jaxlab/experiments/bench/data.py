@@ -99,14 +99,13 @@ def make_texts(rows: int, *, doc_sentences: int = 20, seed: int = 0
 def write_hub_copy(texts: list[str], root: str, shards: int = 2) -> str:
   """`texts` as a Hub-layout local dataset: `root/data/train-0000K-of-
   0000N.parquet` (column `text`, `shards` files). Returns `root`."""
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
-  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+  import datasets  # pylint: disable=g-import-not-at-top
+  datasets.disable_progress_bars()
   shards = max(1, min(int(shards), len(texts)))
   os.makedirs(os.path.join(root, "data"), exist_ok=True)
   for k, part in enumerate(np.array_split(np.arange(len(texts)), shards)):
-    table = pa.table({"text": [texts[i] for i in part]})
-    pq.write_table(table, os.path.join(
-        root, "data", f"train-{k:05d}-of-{shards:05d}.parquet"))
+    datasets.Dataset.from_dict({"text": [texts[i] for i in part]}).to_parquet(
+        os.path.join(root, "data", f"train-{k:05d}-of-{shards:05d}.parquet"))
   return root
 
 
