@@ -247,7 +247,7 @@ def _load_trainer(step_dir: str, *, dtype: str, mesh, rules,
       shardings = nnx.get_named_sharding(abstract, mesh)
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
     shardings = jax.tree.map(
-        lambda a, s: hf._fit_sharding(s, a.shape),  # pylint: disable=protected-access
+        lambda a, s: hf.fit_sharding(s, a.shape),
         abstract, shardings)
   else:
     graphdef, abstract = nnx.split(nnx.eval_shape(factory))
@@ -288,7 +288,7 @@ def load_config(spec: str, *, dtype: str = "float32", **kwargs: Any):
     from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
     vocab = -(-_tokenizer_of_config(cfg).vocab_size // 64) * 64
     return registry.decoder_config(cfg.model, vocab_size=vocab)
-  return hf.config_from_hf(hf._read_config(src), dtype=dtype, where=src,  # pylint: disable=protected-access
+  return hf.config_from_hf(hf.read_config(src), dtype=dtype, where=src,
                            **kwargs)
 
 
