@@ -173,7 +173,7 @@ class PackagingTest(absltest.TestCase):
 
   def test_the_walk_sees_every_kind_of_import(self):
     found = {(f, m, k) for f, _, m, k, _ in third_party_imports()}
-    self.assertIn(("jaxlab/io/hf.py", "safetensors.numpy", "top"), found)
+    self.assertIn(("jaxlab/io/hf/files.py", "safetensors.numpy", "top"), found)
     self.assertIn(("jaxlab/data/audio.py", "soundfile", "require"), found)
     self.assertIn(("jaxlab/train/metrics.py", "tensorboardX", "lazy"), found)
 

@@ -429,7 +429,7 @@ class LoraTargetsTest(parameterized.TestCase):
     from jaxlab.train import lora  # pylint: disable=g-import-not-at-top
     cfg = hf.config_from_hf(HF_CONFIGS[arch]).replace(scan_layers=scan)
     projections = sorted(
-        path[-1] for path, row in hf._hf_names(cfg).items()  # pylint: disable=protected-access
+        path[-1] for path, row in hf.tensor_table(cfg).items()
         if row[0].endswith("_proj.weight"))
     self.assertLen(projections, 7 * cfg.num_layers)
     model = decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0))

@@ -248,7 +248,7 @@ def _load_trainer(step_dir: str, *, dtype: str, mesh, rules,
       shardings = nnx.get_named_sharding(abstract, mesh)
     from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
     shardings = jax.tree.map(
-        lambda a, s: hf._fit_sharding(s, a.shape),  # pylint: disable=protected-access
+        lambda a, s: hf.fit_sharding(s, a.shape),
         abstract, shardings)
   else:
     graphdef, abstract = nnx.split(nnx.eval_shape(factory))
@@ -291,7 +291,7 @@ def load_config(spec: str, *, dtype: str = "float32", **kwargs: Any):
     vocab = tokenizers.padded_vocab_size(
         _tokenizer_of_config(cfg).vocab_size)
     return registry.decoder_config(cfg.model, vocab_size=vocab)
-  return hf.config_from_hf(hf._read_config(src), dtype=dtype, where=src,  # pylint: disable=protected-access
+  return hf.config_from_hf(hf.read_config(src), dtype=dtype, where=src,
                            **kwargs)
 
 
