@@ -134,6 +134,12 @@ def run_unlearning(cfg, workdir: str) -> dict:
       extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
       log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "
           f"{res['eval']}")
+  return _summary(cfg, per_seed, extra)
+
+
+def _summary(cfg, per_seed: dict, extra: dict, **more) -> dict:
+  """Each method's mean and std over seeds of every METRICS key, the extra
+  values, `more`, and the per-seed records."""
   summary = {}
   for m, rows in per_seed.items():
     for k in METRICS:
@@ -142,6 +148,7 @@ def run_unlearning(cfg, workdir: str) -> dict:
         summary[f"{m}/{k}_mean"], summary[f"{m}/{k}_std"], _ = (
             results_lib.mean_std(vals))
   summary.update(extra)
+  summary.update(more)
   summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
                          "methods": per_seed}
   return summary
@@ -251,18 +258,8 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
       extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
       log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "
           f"{_artifacts(res['eval'])}")
-  summary = {}
-  for m, rows in per_seed.items():
-    for k in METRICS:
-      vals = [r[k] for r in rows if k in r]
-      if vals:
-        summary[f"{m}/{k}_mean"], summary[f"{m}/{k}_std"], _ = (
-            results_lib.mean_std(vals))
-  summary.update(extra)
-  summary["tofu_rows"] = dict(splits.rows)
-  summary["per_seed"] = {"seeds": [int(s) for s in cfg.seeds],
-                         "methods": per_seed}
-  return summary, dict(splits.rows)
+  return (_summary(cfg, per_seed, extra, tofu_rows=dict(splits.rows)),
+          dict(splits.rows))
 
 
 METHOD_LABELS = {"original": "original", "pmc": "PMC", "ga": "GA",
