@@ -17,7 +17,6 @@ from jaxlab.experiments.report import _base
 from jaxlab.experiments.report import render
 from jaxlab.experiments.report import stats
 
-
 # -- adding and merging runs ----------------------------------------------------
 
 
@@ -25,11 +24,16 @@ def merge(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
   """One result from several runs of one experiment (e.g. one per seed)."""
   if len(runs) == 1:
     return runs[0]
-  out = {k: v for k, v in runs[0].items()
-         if k not in ("tables", "comparisons", "extra")}
+  out = {
+      k: v
+      for k, v in runs[0].items()
+      if k not in ("tables", "comparisons", "extra")
+  }
   out["commands"] = [r["command"] for r in runs]
-  out["runs"] = [{k: r.get(k) for k in ("command", "git", "machine",
-                                        "started", "wall_time_s")}
+  out["runs"] = [{
+      k: r.get(k)
+      for k in ("command", "git", "machine", "started", "wall_time_s")
+  }
                  for r in runs]
   out["wall_time_s"] = sum(r.get("wall_time_s") or 0 for r in runs)
   tables: dict[str, dict[str, Any]] = {}
@@ -50,8 +54,8 @@ def merge(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
           dup = set(dcell["seeds"]) & set(cell["seeds"]) - {None}
           if dup:
             raise _base.ReportError(f"table {t['id']!r} row {row['label']!r} "
-                              f"column {key!r}: seed(s) {sorted(dup)} in "
-                              "more than one run")
+                                    f"column {key!r}: seed(s) {sorted(dup)} in "
+                                    "more than one run")
           dcell["seeds"] += cell["seeds"]
           dcell["values"] += cell["values"]
   out["tables"] = list(tables.values())
@@ -71,9 +75,10 @@ def add(name: str, workdirs: Sequence[str], repo: str = _base.REPO) -> str:
   runs = [render.read_run(w) for w in workdirs]
   cut = [w for w, r in zip(workdirs, runs) if r.get("preempted")]
   if cut:
-    raise _base.ReportError(f"{', '.join(cut)}: the run was preempted (results.json "
-                      "says \"preempted\": true); re-run its command to finish "
-                      "it before adding its numbers")
+    raise _base.ReportError(
+        f"{', '.join(cut)}: the run was preempted (results.json "
+        "says \"preempted\": true); re-run its command to finish "
+        "it before adding its numbers")
   res = merge(runs)
   os.makedirs(os.path.join(repo, _base.RESULTS_DIR), exist_ok=True)
   path = os.path.join(repo, _base.RESULTS_DIR, f"{name}.json")
@@ -98,8 +103,10 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[stats.Shift]:
         oc, ncell = r["cells"].get(c["key"]), nr["cells"].get(c["key"])
         if not stats.values(oc) and not stats.values(ncell):
           continue
-        out.append(stats.Shift(t["id"], r["label"], c["key"], render.fmt_cell(oc, c),
-                         render.fmt_cell(ncell, c), stats.cell_shift(oc, ncell, c)))
+        out.append(
+            stats.Shift(t["id"], r["label"], c["key"], render.fmt_cell(oc, c),
+                        render.fmt_cell(ncell, c),
+                        stats.cell_shift(oc, ncell, c)))
   return out
 
 
@@ -118,8 +125,8 @@ def rerun_command(command: str, workdir: str) -> list[str]:
   checkout's absolute path replay on this one.
   """
   argv = shlex.split(command)
-  if (len(argv) > 2 and os.path.basename(argv[0]).startswith("python")
-      and argv[1] == "-m" and argv[2] in _LAUNCHERS):
+  if (len(argv) > 2 and os.path.basename(argv[0]).startswith("python") and
+      argv[1] == "-m" and argv[2] in _LAUNCHERS):
     argv = argv[:2] + ["jaxlab.main"] + results_lib.config_names(argv[3:])
   out, i, seen = [], 0, False
   while i < len(argv):
@@ -140,7 +147,10 @@ def rerun_command(command: str, workdir: str) -> list[str]:
   return out
 
 
-def verify(name: str, *, repo: str = _base.REPO, threshold: float = 3.0,
+def verify(name: str,
+           *,
+           repo: str = _base.REPO,
+           threshold: float = 3.0,
            out=sys.stdout) -> int:
   """Reruns docs/results/NAME.json's command(s); prints shifts; 0/1."""
   path = os.path.join(repo, _base.RESULTS_DIR, f"{name}.json")
@@ -158,21 +168,26 @@ def verify(name: str, *, repo: str = _base.REPO, threshold: float = 3.0,
         print(f"rerun failed (exit {proc.returncode})", file=out)
         return 1
       runs.append(render.read_run(wd))
-  return print_shifts(compare(old, merge(runs)), threshold=threshold,
-                      out=out)
+  return print_shifts(compare(old, merge(runs)), threshold=threshold, out=out)
 
 
-def print_shifts(shifts: Sequence[stats.Shift], *, threshold: float = 3.0,
+def print_shifts(shifts: Sequence[stats.Shift],
+                 *,
+                 threshold: float = 3.0,
                  out=sys.stdout) -> int:
   """Prints one line per cell; 1 when any |shift| > threshold."""
   bad = 0
   for s in shifts:
     flag = "MOVED" if abs(s.shift) > threshold else "ok"
     bad += flag == "MOVED"
-    print(f"{flag:5} {s.shift:+7.2f} SE  {s.table} / {s.row} / {s.column}: "
-          f"{s.old} -> {s.new}", file=out)
-  print(f"{bad} of {len(shifts)} cells moved by more than {threshold:g} "
-        "standard errors", file=out)
+    print(
+        f"{flag:5} {s.shift:+7.2f} SE  {s.table} / {s.row} / {s.column}: "
+        f"{s.old} -> {s.new}",
+        file=out)
+  print(
+      f"{bad} of {len(shifts)} cells moved by more than {threshold:g} "
+      "standard errors",
+      file=out)
   return 1 if bad else 0
 
 
@@ -180,15 +195,20 @@ def main(argv: Sequence[str] | None = None) -> int:
   p = argparse.ArgumentParser(prog="python -m jaxlab.experiments.report",
                               description=_DESCRIPTION)
   g = p.add_mutually_exclusive_group()
-  g.add_argument("--check", action="store_true",
+  g.add_argument("--check",
+                 action="store_true",
                  help="exit 1 if a committed table differs from the "
                  "generated one")
-  g.add_argument("--add", nargs="+", metavar=("NAME", "WORKDIR"),
+  g.add_argument("--add",
+                 nargs="+",
+                 metavar=("NAME", "WORKDIR"),
                  help="copy WORKDIR/results.json (several: merged) to "
                  "docs/results/NAME.json")
-  g.add_argument("--verify", metavar="NAME",
+  g.add_argument("--verify",
+                 metavar="NAME",
                  help="rerun NAME's command and print each cell's shift")
-  g.add_argument("--workdir", metavar="DIR",
+  g.add_argument("--workdir",
+                 metavar="DIR",
                  help="print DIR/results.json's tables (markdown, as the "
                  "docs show them); writes nothing")
   p.add_argument("--threshold", type=float, default=3.0)

@@ -16,7 +16,6 @@ from jaxlab.experiments.report import paper_map
 from jaxlab.experiments.report import stats
 from jaxlab.io import paths
 
-
 # -- formatting -----------------------------------------------------------------
 
 
@@ -32,7 +31,8 @@ def fmt_num(x: float, decimals: int, *, sign: bool = False) -> str:
   return s
 
 
-def fmt_cell(cell: dict[str, Any] | None, column: dict[str, Any],
+def fmt_cell(cell: dict[str, Any] | None,
+             column: dict[str, Any],
              n_default: int | None = None) -> str:
   """mean ± sample std in display units; n noted when not `n_default`."""
   m, s, n = stats.mean_std(stats.values(cell))
@@ -47,7 +47,9 @@ def fmt_cell(cell: dict[str, Any] | None, column: dict[str, Any],
   return out
 
 
-def fmt_interval(st: stats.PairedStat, decimals: int, scale: float = 1.0) -> str:
+def fmt_interval(st: stats.PairedStat,
+                 decimals: int,
+                 scale: float = 1.0) -> str:
   """The interval cell of a comparison: "[low, high]" or why there is none."""
   reason = stats.degenerate_reason(st)
   if reason is not None:
@@ -68,13 +70,15 @@ def _seed_list(seeds: Iterable[Any]) -> str:
 # -- tables ---------------------------------------------------------------------
 
 
-def find_table(result: dict[str, Any], table_id: str,
+def find_table(result: dict[str, Any],
+               table_id: str,
                name: str = "") -> dict[str, Any]:
   for t in result.get("tables", []):
     if t["id"] == table_id:
       return t
-  raise _base.ReportError(f"{name or 'result'} has no table {table_id!r}; tables: "
-                    f"{[t['id'] for t in result.get('tables', [])]}")
+  raise _base.ReportError(
+      f"{name or 'result'} has no table {table_id!r}; tables: "
+      f"{[t['id'] for t in result.get('tables', [])]}")
 
 
 def parse_options(opts: str) -> dict[str, list[str]]:
@@ -83,16 +87,23 @@ def parse_options(opts: str) -> dict[str, list[str]]:
   for tok in shlex.split(opts.strip()):
     key, sep, val = tok.partition("=")
     if not sep or key not in ("columns", "rows"):
-      raise _base.ReportError(f"bad marker option {tok!r}; valid: columns=k1,k2 "
-                        "rows=\"A;B\"")
-    out[key] = [v.strip() for v in val.split("," if key == "columns"
-                                               else ";") if v.strip()]
+      raise _base.ReportError(
+          f"bad marker option {tok!r}; valid: columns=k1,k2 "
+          "rows=\"A;B\"")
+    out[key] = [
+        v.strip()
+        for v in val.split("," if key == "columns" else ";")
+        if v.strip()
+    ]
   return out
 
 
-def render_table(result: dict[str, Any], table_id: str, *,
+def render_table(result: dict[str, Any],
+                 table_id: str,
+                 *,
                  columns: Sequence[str] | None = None,
-                 rows: Sequence[str] | None = None, source: str = "",
+                 rows: Sequence[str] | None = None,
+                 source: str = "",
                  name: str = "") -> str:
   """The generated markdown of one marker block (caption, table, diffs)."""
   table = find_table(result, table_id, name)
@@ -101,7 +112,7 @@ def render_table(result: dict[str, Any], table_id: str, *,
     missing = [c for c in columns if c not in cols]
     if missing:
       raise _base.ReportError(f"{name}/{table_id} has no column(s) {missing}; "
-                        f"columns: {list(cols)}")
+                              f"columns: {list(cols)}")
     shown_cols = [cols[c] for c in columns]
   else:
     shown_cols = list(cols.values())
@@ -109,8 +120,9 @@ def render_table(result: dict[str, Any], table_id: str, *,
   if rows:
     missing = [r for r in rows if r not in by_label]
     if missing:
-      raise _base.ReportError(f"{name}/{table_id} has no row(s) {missing}; rows: "
-                        f"{list(by_label)}")
+      raise _base.ReportError(
+          f"{name}/{table_id} has no row(s) {missing}; rows: "
+          f"{list(by_label)}")
     shown_rows = [by_label[r] for r in rows]
   else:
     shown_rows = list(table["rows"])
@@ -120,8 +132,9 @@ def render_table(result: dict[str, Any], table_id: str, *,
       cell = r["cells"].get(c["key"])
       if stats.values(cell):
         ns.append(len(stats.values(cell)))
-        seeds += [s for s, v in zip(cell["seeds"], cell["values"])
-                  if v is not None]
+        seeds += [
+            s for s, v in zip(cell["seeds"], cell["values"]) if v is not None
+        ]
   n_default = max(set(ns), key=ns.count) if ns else None
   seed_txt = _seed_list(seeds)
   if not ns:
@@ -130,43 +143,51 @@ def render_table(result: dict[str, Any], table_id: str, *,
     n_txt = f"n = {n_default} seed{'s' if n_default != 1 else ''}"
   else:
     n_txt = (f"n = {n_default} seeds (other n marked in the cell)")
-  spread = ("mean ± sample std (ddof 1) over " if n_default and
-            n_default > 1 else "")
+  spread = ("mean ± sample std (ddof 1) over "
+            if n_default and n_default > 1 else "")
   caption = f"*{table['title']}: {spread}{n_txt}"
   if seed_txt:
-    caption += (f" (seeds {seed_txt})" if ("," in seed_txt or "–" in seed_txt)
-                else f" (seed {seed_txt})")
+    caption += (f" (seeds {seed_txt})" if
+                ("," in seed_txt or "–" in seed_txt) else f" (seed {seed_txt})")
   caption += f"; generated from [{os.path.basename(source) or name}]" \
              f"({source}).*" if source else ".*"
   head = [table.get("row_label", "")] + [c["label"] for c in shown_cols]
-  lines = [caption, "",
-           "| " + " | ".join(_base.md_escape(h) for h in head) + " |",
-           "|" + "---|" * len(head)]
+  lines = [
+      caption, "", "| " + " | ".join(_base.md_escape(h) for h in head) + " |",
+      "|" + "---|" * len(head)
+  ]
   for r in shown_rows:
-    cells = [fmt_cell(r["cells"].get(c["key"]), c, n_default)
-             for c in shown_cols]
-    lines.append("| " + " | ".join([_base.md_escape(r["label"])] + cells) + " |")
+    cells = [
+        fmt_cell(r["cells"].get(c["key"]), c, n_default) for c in shown_cols
+    ]
+    lines.append("| " + " | ".join([_base.md_escape(r["label"])] + cells) +
+                 " |")
   shown_keys = {c["key"] for c in shown_cols}
   shown_labels = {r["label"] for r in shown_rows}
-  comps = [c for c in result.get("comparisons", [])
-           if c["table"] == table_id and c["column"] in shown_keys
-           and c["a"] in shown_labels and c["b"] in shown_labels]
+  comps = [
+      c for c in result.get("comparisons", [])
+      if c["table"] == table_id and c["column"] in shown_keys and
+      c["a"] in shown_labels and c["b"] in shown_labels
+  ]
   if comps:
-    lines += ["", "Paired differences (a − b over the seeds both rows have; "
-              "mean and 95 % t-interval):", "",
-              "| comparison | column | difference | 95 % interval | n |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "", "Paired differences (a − b over the seeds both rows have; "
+        "mean and 95 % t-interval):", "",
+        "| comparison | column | difference | 95 % interval | n |",
+        "|---|---|---|---|---|"
+    ]
     for c in comps:
       col = cols[c["column"]]
       d, k = int(col.get("decimals", 3)), float(col.get("scale", 1.0))
-      st = stats.paired_interval(stats.paired_differences(
-          by_label[c["a"]]["cells"].get(c["column"]),
-          by_label[c["b"]]["cells"].get(c["column"])))
+      st = stats.paired_interval(
+          stats.paired_differences(by_label[c["a"]]["cells"].get(c["column"]),
+                                   by_label[c["b"]]["cells"].get(c["column"])))
       interval = fmt_interval(st, d, k)
-      lines.append(f"| {_base.md_escape(c.get('label') or c['a'] + ' − ' + c['b'])}"
-                   f" | {_base.md_escape(col['label'])} | "
-                   f"{fmt_num(st.mean * k, d, sign=True)} | {interval} | "
-                   f"{st.n} |")
+      lines.append(
+          f"| {_base.md_escape(c.get('label') or c['a'] + ' − ' + c['b'])}"
+          f" | {_base.md_escape(col['label'])} | "
+          f"{fmt_num(st.mean * k, d, sign=True)} | {interval} | "
+          f"{st.n} |")
   return "\n".join(lines) + "\n"
 
 
@@ -175,7 +196,8 @@ def render_table(result: dict[str, Any], table_id: str, *,
 
 def load_results(repo: str = _base.REPO) -> dict[str, dict[str, Any]]:
   out = {}
-  for path in sorted(glob.glob(os.path.join(repo, _base.RESULTS_DIR, "*.json"))):
+  for path in sorted(glob.glob(os.path.join(repo, _base.RESULTS_DIR,
+                                            "*.json"))):
     with open(path) as f:
       out[os.path.splitext(os.path.basename(path))[0]] = json.load(f)
   return out
@@ -188,16 +210,21 @@ def doc_paths(repo: str = _base.REPO) -> list[str]:
   return out
 
 
-def render_doc(text: str, results: dict[str, dict[str, Any]], *,
-               doc_dir: str, repo: str = _base.REPO, where: str = "") -> str:
+def render_doc(text: str,
+               results: dict[str, dict[str, Any]],
+               *,
+               doc_dir: str,
+               repo: str = _base.REPO,
+               where: str = "") -> str:
   """`text` with every marker block regenerated."""
   opens, closes = (len(_base.OPEN_MARKER.findall(text)),
                    len(_base.CLOSE_MARKER.findall(text)))
   blocks = _base.MARKER.findall(text)
   if not opens == closes == len(blocks):
-    raise _base.ReportError(f"{where}: {opens} '<!-- report: ' markers, {closes} "
-                      f"'<!-- /report -->' markers, {len(blocks)} well-formed "
-                      "blocks; every marker needs its closing marker")
+    raise _base.ReportError(
+        f"{where}: {opens} '<!-- report: ' markers, {closes} "
+        f"'<!-- /report -->' markers, {len(blocks)} well-formed "
+        "blocks; every marker needs its closing marker")
 
   def sub(m):
     name, table_id = m.group("name"), m.group("table")
@@ -206,11 +233,15 @@ def render_doc(text: str, results: dict[str, dict[str, Any]], *,
               f"{paper_map.render_paper_map(repo, doc_dir)}<!-- /report -->")
     if name not in results:
       raise _base.ReportError(f"{where}: no docs/results/{name}.json (have: "
-                        f"{sorted(results)})")
+                              f"{sorted(results)})")
     opts = parse_options(m.group("opts"))
-    source = os.path.relpath(os.path.join(repo, _base.RESULTS_DIR, f"{name}.json"),
-                             doc_dir).replace(os.sep, "/")
-    body = render_table(results[name], table_id, source=source, name=name,
+    source = os.path.relpath(
+        os.path.join(repo, _base.RESULTS_DIR, f"{name}.json"),
+        doc_dir).replace(os.sep, "/")
+    body = render_table(results[name],
+                        table_id,
+                        source=source,
+                        name=name,
                         **opts)
     return (f"<!-- report: {name}/{table_id}{m.group('opts')} -->\n"
             f"{body}<!-- /report -->")
@@ -225,7 +256,10 @@ def update_docs(repo: str = _base.REPO, *, check: bool = False) -> list[str]:
   for path in doc_paths(repo):
     with open(path) as f:
       text = f.read()
-    new = render_doc(text, results, doc_dir=os.path.dirname(path), repo=repo,
+    new = render_doc(text,
+                     results,
+                     doc_dir=os.path.dirname(path),
+                     repo=repo,
                      where=os.path.relpath(path, repo))
     if new != text:
       stale.append(os.path.relpath(path, repo))
@@ -246,8 +280,9 @@ def read_run(workdir: str) -> dict[str, Any]:
                             "finished, or this is not a run's workdir)")
   res = json.loads(paths.read_text(path))
   if "tables" not in res or "schema" not in res:
-    raise _base.ReportError(f"{path} is not in the jaxlab/experiments/results.py schema "
-                      "(no 'schema'/'tables')")
+    raise _base.ReportError(
+        f"{path} is not in the jaxlab/experiments/results.py schema "
+        "(no 'schema'/'tables')")
   return res
 
 
@@ -255,7 +290,8 @@ def read_run(workdir: str) -> dict[str, Any]:
 _PROVENANCE = frozenset({
     "schema", "experiment", "command", "commands", "argv", "config", "git",
     "packages", "machine", "started", "finished", "wall_time_s", "tables",
-    "comparisons", "extra", "runs", "workdir", "checkpoint_dir", "plot"})
+    "comparisons", "extra", "runs", "workdir", "checkpoint_dir", "plot"
+})
 
 
 def render_workdir(workdir: str) -> str:
@@ -270,17 +306,22 @@ def render_workdir(workdir: str) -> str:
   if res.get("preempted"):
     head += ("\n**Preempted** (stopped by a signal before the end; re-run its "
              "command to resume): the numbers are partial.\n")
-  blocks = [render_table(res, t["id"], source=source, name=t["id"])
-            for t in res.get("tables", [])]
+  blocks = [
+      render_table(res, t["id"], source=source, name=t["id"])
+      for t in res.get("tables", [])
+  ]
   if not blocks:
-    flat = [(k, v) for k, v in res.items() if k not in _PROVENANCE
-            and isinstance(v, (int, float, str, bool)) and v is not None]
+    flat = [(k, v)
+            for k, v in res.items()
+            if k not in _PROVENANCE and isinstance(v, (int, float, str,
+                                                       bool)) and v is not None]
     if flat:
-      rows = [f"| {_base.md_escape(k)} | "
-              f"{fmt_num(v, 4) if isinstance(v, float) else _base.md_escape(v)} |"
-              for k, v in flat]
-      blocks.append("\n".join(["| field | value |", "|---|---|", *rows])
-                    + "\n")
+      rows = [
+          f"| {_base.md_escape(k)} | "
+          f"{fmt_num(v, 4) if isinstance(v, float) else _base.md_escape(v)} |"
+          for k, v in flat
+      ]
+      blocks.append("\n".join(["| field | value |", "|---|---|", *rows]) + "\n")
     else:
       blocks.append("(no tables and no values)\n")
   return "\n".join([head, *blocks])

@@ -12,7 +12,6 @@ from scipy import stats
 
 from jaxlab.experiments import results as results_lib
 
-
 # -- paired statistics -----------------------------------------------------------------
 
 
@@ -31,10 +30,16 @@ def paired_differences(cell_a: dict[str, Any] | None,
   """a − b over the seeds both cells have (finite values), in seed order."""
   if not cell_a or not cell_b:
     return []
-  b = {s: v for s, v in zip(cell_b["seeds"], cell_b["values"])
-       if s is not None and v is not None}
-  return [float(v) - b[s] for s, v in zip(cell_a["seeds"], cell_a["values"])
-          if s is not None and v is not None and s in b]
+  b = {
+      s: v
+      for s, v in zip(cell_b["seeds"], cell_b["values"])
+      if s is not None and v is not None
+  }
+  return [
+      float(v) - b[s]
+      for s, v in zip(cell_a["seeds"], cell_a["values"])
+      if s is not None and v is not None and s in b
+  ]
 
 
 # Fewest paired seeds whose t-interval the tables show: at n = 2 the
@@ -65,8 +70,7 @@ class PairedStat:
   identical: bool = False
 
 
-def paired_interval(diffs: Sequence[float],
-                    level: float = 0.95) -> PairedStat:
+def paired_interval(diffs: Sequence[float], level: float = 0.95) -> PairedStat:
   """Mean paired difference and its two-sided t-interval (n − 1 dof).
 
       mean(d) ± t_{(1 + level) / 2, n − 1} · s_d / sqrt(n)
@@ -75,8 +79,8 @@ def paired_interval(diffs: Sequence[float],
   `degenerate_reason`'s call.
   """
   m, s, n = mean_std(diffs)
-  identical = n >= 1 and (max(diffs) - min(diffs) <= IDENTICAL_RTOL * max(
-      1.0, max(abs(d) for d in diffs)))
+  identical = n >= 1 and (max(diffs) - min(diffs) <= IDENTICAL_RTOL *
+                          max(1.0, max(abs(d) for d in diffs)))
   if n < 2:
     return PairedStat(m, s, n, float("nan"), float("nan"), identical)
   half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * s / math.sqrt(n)
@@ -126,7 +130,7 @@ def cell_shift(old: dict[str, Any] | None, new: dict[str, Any] | None,
     return 0.0
   if no == 0 or nn == 0:
     return math.inf
-  se = math.sqrt(so ** 2 / no + sn ** 2 / nn)
-  floor = 0.5 * 10.0 ** (-int(column.get("decimals", 3))) / float(
+  se = math.sqrt(so**2 / no + sn**2 / nn)
+  floor = 0.5 * 10.0**(-int(column.get("decimals", 3))) / float(
       column.get("scale", 1.0))
   return (mn - mo) / max(se, floor)
