@@ -119,7 +119,12 @@ def run_experiment(config, workdir: str) -> dict:
   module = importlib.import_module(f"jaxlab.experiments.{name}")
   if not hasattr(module, "run"):
     raise ValueError(f"jaxlab.experiments.{name} has no run(config, workdir)")
-  return module.run(config, workdir)
+  from jaxlab import progress  # pylint: disable=g-import-not-at-top
+  progress.start(name)  # stage / step / ETA lines and a heartbeat
+  try:
+    return module.run(config, workdir)
+  finally:
+    progress.stop()
 
 
 def main(argv):
@@ -169,6 +174,26 @@ def main(argv):
           f"with: {results_lib.command_line()}", flush=True)
   else:
     print(outputs_message(workdir, result), flush=True)
+  table = final_tables(workdir)
+  if table:
+    print("\n" + table, flush=True)
+
+
+def final_tables(workdir: str) -> str:
+  """WORKDIR/results.json's tables as the docs show them ('' when it has
+  none: `train` and `generate` print their values above)."""
+  from jaxlab.experiments import report  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import paths  # pylint: disable=g-import-not-at-top
+  path = paths.join(workdir, "results.json")
+  try:
+    if not paths.exists(path) or not json.loads(
+        paths.read_text(path)).get("tables"):
+      return ""
+    return report.render_workdir(workdir)
+  except Exception as e:  # pylint: disable=broad-except
+    # The run's files are written; a table that does not render is a note.
+    return f"(tables not rendered: {type(e).__name__}: {e}; " \
+           f"python -m jaxlab.experiments.report --workdir={workdir})"
 
 
 def _run_preemptible(config, workdir: str) -> dict:

@@ -30,7 +30,7 @@ PACKAGE = os.path.join(ROOT, "jaxlab")
 # generators, a layer of their own so that the trainer (their peer) cannot
 # import them. docs/contributing.md writes the same table.
 LAYERS = (
-    ("jaxlab", "registry", "_optional", "plotting", "parallel"),
+    ("jaxlab", "registry", "_optional", "plotting", "progress", "parallel"),
     ("nn",),
     ("decoding",),
     ("models", "data"),

@@ -1,26 +1,31 @@
-"""An experiment's progress lines, timed from its start.
+"""An experiment's progress lines, timed from the run's start.
 
     log = log_lib.logger("pmc")
     log("GA seed 0")          # [pmc     12s] GA seed 0
 
-Printed on process 0 only, flushed at once (a long run's log shows where it
-is); the seconds count from `logger()`'s call.
+Each message names the stage that starts (`jaxlab.progress.stage`): the
+step / total, loss and ETA lines of the sub-trainings under it, and the
+heartbeat when a stage is long and silent, carry its name. Printed on
+process 0 only, flushed at once.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
-import jax
+from jaxlab import progress
 
 
 def logger(name: str) -> Callable[[str], None]:
-  """A `log(msg)` that prints `[name  Ns] msg` on process 0."""
-  t0 = time.time()
+  """A `log(msg)` that starts stage `msg` of run `name` (progress lines
+  `[name  Ns] ...` on process 0). Under `jaxlab.main` the run's reporter is
+  already started; elsewhere (a notebook, a test) one is started here
+  without a heartbeat thread."""
+  rep = progress.current()
+  if rep.name != name:
+    rep = progress.start(name, heartbeat=0)
 
   def log(msg: str) -> None:
-    if jax.process_index() == 0:
-      print(f"[{name} {time.time() - t0:6.0f}s] {msg}", flush=True)
+    rep.stage(msg)
 
   return log

@@ -39,6 +39,7 @@ import os
 from typing import Any
 
 from jaxlab.io import params as params_io
+from jaxlab import progress
 from jaxlab.parallel import preemption
 
 SUFFIX = ".stage.json"
@@ -141,6 +142,11 @@ def _stop_if_cut_short(path: str) -> None:
         f"{preemption.reason()}: stopped during the stage {path}; not saved")
 
 
+def _label(path: str) -> str:
+  """A stage's progress label: its artefact's last two path parts."""
+  return "/".join(os.path.normpath(path).split(os.sep)[-2:])
+
+
 def cached(path: str, stage_key: Mapping[str, Any],
            compute: Callable[[], Any], *, kind: str = "json",
            init: Callable[[], Any] | None = None) -> Any:
@@ -174,6 +180,7 @@ def cached(path: str, stage_key: Mapping[str, Any],
         return json.load(f)
     _forget([path])
     preemption.check()  # Ctrl-C / SIGTERM: stop at this stage boundary
+    progress.stage(_label(path))
     value = compute()
     _stop_if_cut_short(path)
     _write_json(path, value, indent=1, default=float)
@@ -195,6 +202,7 @@ def cached(path: str, stage_key: Mapping[str, Any],
     return skeleton, _read_sidecar(next(iter(files.values())))["info"]
   _forget(files.values())
   preemption.check()
+  progress.stage(_label(path))
   model, info = compute()
   _stop_if_cut_short(path)
   if multi and set(model) != set(files):
@@ -230,8 +238,9 @@ def run_seeds(seeds: Sequence[int], fn: Callable[[int], Any], *,
   else:
     base = {}
   done, out = [], []
-  for seed in seeds:
+  for i, seed in enumerate(seeds):
     seed = int(seed)
+    progress.say(f"{name} {seed} ({i + 1}/{len(seeds)})")
     out.append(cached(os.path.join(workdir, "seeds", f"{name}_{seed}.json"),
                       {"config": base, "seed": seed},
                       lambda seed=seed: fn(seed)))

@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab import parallel
+from jaxlab import progress
 from jaxlab.train import losses as losses_lib
 from jaxlab.train import optim as optim_lib
 from jaxlab.train import trainer as trainer_lib
@@ -132,6 +133,8 @@ class StepRunner:
             batch_sharding=self.batch_sharding)
       _STEP_CACHE[cache_key] = self._step
     self._key = jax.random.key(int(seed))
+    self.steps = max(int(steps), 1)
+    self._done = 0  # updates through this runner (progress lines)
     self._state = self.ts.state
     self._model = None
 
@@ -161,7 +164,10 @@ class StepRunner:
       self._state, metrics = self._step(
           self._state, batch,
           jax.random.fold_in(self._key, step) if rng is None else rng)
-    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+    out = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    self._done += 1
+    progress.update(self._done, self.steps, loss=out.get("loss"))
+    return out
 
   @property
   def update_count(self) -> int:
