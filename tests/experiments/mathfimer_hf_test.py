@@ -137,8 +137,8 @@ class MathFimerHfTest(absltest.TestCase):
   def _config(self, **data):
     c = mathfimer_cfg.get_config("paper,short")
     c.init_from = self.ckpt
-    c.data.update(path=self.gsm8k, subset="main",
-                  cache_dir=os.path.join(self.root, "hf_cache"), **data)
+    c.data.update({"path": self.gsm8k, "subset": "main",
+                   "cache_dir": os.path.join(self.root, "hf_cache"), **data})
     c.fim_data.path = self.numina
     c.fim.max_new_tokens = 6
     c.fim_train.update(batch_size=8, max_len=160)
