@@ -43,9 +43,12 @@ def _unique(xs) -> tuple[str, ...]:
 
 
 def _number(x) -> str:
-  if isinstance(x, float) and x.is_integer():
-    return str(int(x))
-  return str(x)
+  """An answer number as text: 8.0 (or "8.0") -> "8", 2.5 -> "2.5"."""
+  try:
+    v = float(x)
+  except (TypeError, ValueError):
+    return str(x)
+  return str(int(v)) if v.is_integer() else str(x)
 
 
 def _trivia_qa(row) -> QAItem:

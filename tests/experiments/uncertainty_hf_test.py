@@ -141,6 +141,61 @@ class UncertaintyHfTest(absltest.TestCase):
                            np.mean([e["correct"] for e in ex]))
     self.assertIn("SE", rec["metrics"])
 
+  def test_other_released_sets_with_string_match(self):
+    """NQ-Open, SQuAD 2.0 and SVAMP in their released layouts (cards:
+    google-research-datasets/nq_open config `nq_open`,
+    `nq_open/{split}-00000-of-00001.parquet`; rajpurkar/squad_v2 config
+    `squad_v2`, `squad_v2/{split}-...`; ChilleD/SVAMP config `default`,
+    `data/{train,test}-...`), clustered by the miniature's string match."""
+    nq = {"question": ["who wrote hamlet", "capital of france",
+                       "largest ocean"],
+          "answer": [["Shakespeare"], ["Paris"], ["Pacific", "Pacific Ocean"]]}
+    squad = {"id": ["a", "b", "c"], "title": ["t"] * 3,
+             "context": ["Paris is in France."] * 3,
+             "question": ["Where is Paris?", "Who?", "What is Paris?"],
+             "answers": [{"text": ["France"], "answer_start": [12]},
+                         {"text": [], "answer_start": []},
+                         {"text": ["a city"], "answer_start": [0]}]}
+    svamp = {"ID": ["chal-1", "chal-2", "chal-3"],
+             "Body": ["Jo has 3 bags of 2.", "Al had 9 and lost 4.",
+                      "Sue has 5."],
+             "Question": ["How many in all?", "How many left?",
+                          "How many?"],
+             "Equation": ["( 3.0 * 2.0 )", "( 9.0 - 4.0 )", "( 5.0 )"],
+             "Answer": [6.0, 5.0, 5.0],
+             "Type": ["Multiplication", "Subtraction", "Common-Division"]}
+    cases = (("nq_open", "nq_open", nq, "nq_open/{}-00000-of-00001.parquet",
+              "validation", 3),
+             ("squad", "squad_v2", squad,
+              "squad_v2/{}-00000-of-00001.parquet", "validation", 2),
+             ("svamp", "", svamp, "data/{}-00000-of-00001.parquet", "test",
+              3))
+    for schema, subset, cols, rel, eval_split, n_items in cases:
+      root = os.path.join(self.root, schema)
+      for split in ("train", eval_split):
+        os.makedirs(os.path.dirname(os.path.join(root, rel.format(split))),
+                    exist_ok=True)
+        datasets.Dataset.from_dict(cols).to_parquet(
+            os.path.join(root, rel.format(split)))
+      c = self._config()
+      c.data.update({"path": root, "subset": subset, "schema": schema,
+                     "eval_split": eval_split})
+      c.cluster.entailment = "string"
+      extra = uncertainty.run(c, os.path.join(self.root, f"run_{schema}"))
+      with open(os.path.join(self.root, f"run_{schema}",
+                             "results.json")) as f:
+        saved = json.load(f)
+      self.assertEqual(saved["data"]["rows"], {eval_split: 3, "train": 3},
+                       schema)
+      ex = extra["per_seed"][0]["examples"]
+      self.assertLen(ex, n_items, schema)   # SQuAD's unanswerable dropped
+      for e in ex:
+        self.assertEqual(e["correct"], bool(self.ref_correct(e["greedy"],
+                                                             e["truth"])))
+        norm = [uncertainty.unc.normalise_answer(t) for t in e["samples"]]
+        self.assertEqual(e["ids"][1] == e["ids"][0], norm[1] == norm[0])
+    self.assertEqual([e["truth"] for e in ex], [["6"], ["5"], ["5"]])
+
   def test_errors_are_named(self):
     c = self._config()
     c.cluster.entailment = "deberta"
