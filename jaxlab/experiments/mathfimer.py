@@ -442,7 +442,10 @@ def hf_tables(seeds, solvers, expansion, schema: str) -> tuple[list, list]:
       "solvers", "Solvers fine-tuned on the original / expanded data",
       [col("train_steps_per_solution", "steps / solution", 2), *checks,
        col("gen_steps", "generated steps", 2)], row_label="solver trained on")
-  label = lambda n: n.replace("expanded_r", "expanded, round ")  # pylint: disable=g-long-lambda
+
+  def label(name: str) -> str:
+    return name.replace("expanded_r", "expanded, round ")
+
   for name, rs in solvers.items():
     for seed, r in zip(seeds, rs):
       solver.add_seed(label(name), seed, {c.key: r[c.key]

@@ -103,8 +103,8 @@ class MathFimerHfTest(absltest.TestCase):
                            num_layers=1, init_std=0.05,
                            max_position_embeddings=512)
     cls.gsm8k = os.path.join(cls.root, "gsm8k")
-    cols = lambda rs: {"question": [q for q, _ in rs],  # pylint: disable=g-long-lambda
-                       "answer": [a for _, a in rs]}
+    def cols(rs):
+      return {"question": [q for q, _ in rs], "answer": [a for _, a in rs]}
     _write(cls.gsm8k, {s: f"main/{s}-00000-of-00001.parquet"
                        for s in ("train", "test")},
            {"train": cols(GSM8K[:3]), "test": cols(GSM8K[2:])},
@@ -122,8 +122,9 @@ class MathFimerHfTest(absltest.TestCase):
                         "test": "data/test-00000-of-00001.parquet"},
            {"train": ncols, "test": {k: v[:1] for k, v in ncols.items()}})
     cls.math = os.path.join(cls.root, "math")
-    mcols = lambda rs: {k: [r[i] for r in rs] for i, k in enumerate(  # pylint: disable=g-long-lambda
-        ("problem", "level", "type", "solution"))}
+    def mcols(rs):
+      return {k: [r[i] for r in rs] for i, k in enumerate(
+          ("problem", "level", "type", "solution"))}
     _write(cls.math, {s: f"data/{s}-00000-of-00001.parquet"
                       for s in ("train", "test")},
            {"train": mcols(MATH[:2]), "test": mcols(MATH)})
