@@ -151,13 +151,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.update(max_new_tokens=32)
   if args.paper:
     scale.preset(c, PAPER)
+    # `data.schema`: "gsm8k" (as here) or "math" (MATH as released,
+    # `problem` / `solution` with \boxed{}: --config.data.path=
+    # hendrycks/competition_math --config.data.subset='' --config.data.
+    # schema=math), the data expanded (train) and evaluated (test).
     scale.paper_run(c, init_from="Qwen/Qwen2.5-Math-7B", path="openai/gsm8k",
-                    subset="main", split="train", eval_split="test")
+                    subset="main", split="train", eval_split="test",
+                    schema="gsm8k")
     # The FIM model's training data (spec H.2: NuminaMath-FIM is made from
-    # NuminaMath-CoT's solutions).
+    # NuminaMath-CoT's solutions, config `default`, `problem` / `solution`).
     c.fim_data = ml_collections.ConfigDict(dict(
         source="hf", path="AI-MO/NuminaMath-CoT", subset="", split="train",
-        max_rows=0))
+        max_rows=0, cache_dir=""))
+    # Spec H.5: lr 1e-5, global batch 128, max_len 8192 (the epoch count is
+    # not stated: one pass over the ~2.6M FIM examples of 860k solutions,
+    # [inferred]); decoding greedy, <= 256 new tokens (H.6, [inferred]).
+    c.fim.update(max_new_tokens=256, rounds=3)  # H.7: 1 -> 3 rounds
+    c.fim_train.update(steps=20000, batch_size=128, lr=1e-5,
+                       warmup_steps=200, max_len=8192)
+    # The solvers: SFT from the same checkpoint, 3 epochs of GSM8K-train
+    # (7473 rows / 128 ~ 58 steps per epoch; [inferred], the paper's SFT
+    # settings are not given), answers of <= 512 new tokens.
+    c.solver_train.update(steps=175, batch_size=128, lr=1e-5,
+                          warmup_steps=10, max_len=1024)
+    c.eval.max_new_tokens = 512
+    c.eval.batch_size = 64  # generation rows per sampler call
   if args.short:
-    scale.short(c)
+    scale.short(c, {"fim.rounds": 1} if args.paper else None)
   return c

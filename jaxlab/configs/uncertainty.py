@@ -100,9 +100,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.bootstrap.update(num_resamples=50)
   if args.paper:
     scale.preset(c, PAPER)
+    # `data.schema` names the adapter of the released set
+    # (jaxlab/data/qa_rows.py): trivia_qa (here), nq_open
+    # (google-research-datasets/nq_open, subset nq_open), squad
+    # (rajpurkar/squad_v2, subset squad_v2) or svamp (ChilleD/SVAMP,
+    # subset default, eval split test).
     scale.paper_run(c, init_from="mistralai/Mistral-7B-v0.1",
                     path="mandarjoshi/trivia_qa", subset="rc.nocontext",
-                    split="train", eval_split="validation")
+                    split="train", eval_split="validation",
+                    schema="trivia_qa")
+    # Every validation row (the SE code asks up to 400 questions, spec J.1:
+    # --config.data.max_rows=400).
+    # The SE code's defaults: 5-shot prompt from train, R = 10 samples at
+    # T = 1, <= 50 new tokens; entailment by an LM (EntailmentLlama's
+    # prompt, <= 30 new tokens), here the answering model itself unless
+    # `cluster.entailment_from` names another checkpoint.
+    c.qa_prompt = ml_collections.ConfigDict(dict(num_few_shot=5, pool=200))
+    c.sampling.update(num_samples=10, temperature=1.0, max_new_tokens=50,
+                      batch_size=88)
+    c.cluster.update(entailment="lm", entailment_from="", max_new_tokens=30)
   if args.short:
     scale.short(c)
   return c

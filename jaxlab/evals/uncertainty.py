@@ -35,6 +35,7 @@ vmap-friendly); the metrics are host NumPy.
 
 from __future__ import annotations
 
+import collections
 import re
 import string
 from typing import Any, Callable, Protocol, Sequence
@@ -146,6 +147,129 @@ def semantic_ids(answers: Sequence[str], model: EntailmentModel | None = None,
           ids[j] = next_id
       next_id += 1
   return np.asarray(ids, np.int32)
+
+
+# -- an LM prompted for entailment (the SE code's EntailmentLlama) -----------
+
+
+def entailment_prompt(premise: str, hypothesis: str, question: str) -> str:
+  """`EntailmentLlama.equivalence_prompt` of the SE code
+  (uncertainty/uncertainty_measures/semantic_entropy.py, commit b48e3c1)."""
+  return (f"We are evaluating answers to the question \"{question}\"\n"
+          "Here are two possible answers:\n"
+          f"Possible Answer 1: {premise}\nPossible Answer 2: {hypothesis}\n"
+          "Does Possible Answer 1 semantically entail Possible Answer 2? "
+          "Respond only with entailment, contradiction, or neutral.\n"
+          "Response:")
+
+
+def parse_entailment(response: str) -> int:
+  """`EntailmentLLM.check_implication`'s reading of a response: the first
+  30 characters, lowercased; "entailment" -> 2, else "neutral" -> 1, else
+  "contradiction" -> 0, else 1 (the code's "MANUAL NEUTRAL")."""
+  head = response.lower()[:30]
+  for word, label in (("entailment", ENTAILMENT), ("neutral", NEUTRAL),
+                      ("contradiction", CONTRADICTION)):
+    if word in head:
+      return label
+  return NEUTRAL
+
+
+class LMEntailment:
+  """Bidirectional entailment by a causal LM prompted as the SE code's
+  EntailmentLlama does (`entailment_prompt`, `parse_entailment`; greedy
+  decoding where the code samples at T = 0.02, <= 30 new tokens).
+
+  Responses are cached by prompt; `prefetch` generates every missing
+  prompt of a list in batches (the clustering then only reads the cache,
+  and gives the same ids as asking one pair at a time). `for_question(q)`
+  is the `EntailmentModel` of one question's answers.
+  """
+
+  def __init__(self, model, tokenizer, *, max_new_tokens: int = 30,
+               batch_size: int = 64, pad_multiple: int | None = None):
+    self.model, self.tokenizer = model, tokenizer
+    self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
+    self.pad_multiple = pad_multiple
+    self.responses: dict[str, str] = {}
+
+  def prefetch(self, triples: Sequence[tuple[str, str, str]]) -> int:
+    """Generates the responses of (premise, hypothesis, question) triples
+    not cached yet; returns how many prompts were generated."""
+    todo = list(dict.fromkeys(
+        p for p in (entailment_prompt(*t) for t in triples)
+        if p not in self.responses))
+    if todo:
+      texts, _ = generate_answers(
+          self.model, self.tokenizer, todo, key=jax.random.key(0),
+          temperature=0.0, max_new_tokens=self.max_new_tokens,
+          batch_size=self.batch_size, pad_multiple=self.pad_multiple)
+      self.responses.update(zip(todo, texts))
+    return len(todo)
+
+  def check_implication(self, premise: str, hypothesis: str,
+                        question: str = "") -> int:
+    self.prefetch([(premise, hypothesis, question)])
+    return parse_entailment(
+        self.responses[entailment_prompt(premise, hypothesis, question)])
+
+  def for_question(self, question: str) -> EntailmentModel:
+    outer = self
+
+    class _Bound:
+      def check_implication(self, premise: str, hypothesis: str) -> int:
+        return outer.check_implication(premise, hypothesis, question)
+    return _Bound()
+
+
+def lm_semantic_ids(answers: Sequence[Sequence[str]],
+                    questions: Sequence[str], model: LMEntailment, *,
+                    strict: bool = False) -> np.ndarray:
+  """`semantic_ids` `[Q, R]` of each question's answers under the LM
+  entailment, every ordered pair of a question's answers generated in
+  one batched pass first."""
+  model.prefetch([(a, b, q) for q, ans in zip(questions, answers)
+                  for i, a in enumerate(ans) for j, b in enumerate(ans)
+                  if i != j])
+  return np.stack([semantic_ids(ans, model.for_question(q), strict=strict)
+                   for q, ans in zip(questions, answers)])
+
+
+# -- correctness of a short answer (the SE code's "squad" metric) -----------
+
+
+_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def squad_normalize(text: str) -> str:
+  """SQuAD's `normalize_answer`: lowercase, drop ASCII punctuation, drop
+  the articles a / an / the (regex on word boundaries), single spaces."""
+  text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
+  return " ".join(_SQUAD_ARTICLES.sub(" ", text).split())
+
+
+def squad_f1(prediction: str, reference: str) -> float:
+  """SQuAD v2's token F1 in [0, 1] (`evaluate`'s squad_v2 `compute_f1`):
+  SQuAD normalisation, bag-of-tokens overlap; when either side has no
+  token, 1 if both have none else 0."""
+  pred = squad_normalize(prediction).split()
+  gold = squad_normalize(reference).split()
+  if not pred or not gold:
+    return float(pred == gold)
+  same = sum((collections.Counter(pred) & collections.Counter(gold)).values())
+  if same == 0:
+    return 0.0
+  p, r = same / len(pred), same / len(gold)
+  return 2 * p * r / (p + r)
+
+
+def squad_correct(prediction: str, references: Sequence[str], *,
+                  threshold: float = 0.5) -> bool:
+  """The SE code's accuracy of an answer (`utils.get_metric("squad")`):
+  the best SQuAD v2 F1 over the references (those empty after
+  normalisation dropped; none left: the empty answer) is >= 50 %."""
+  refs = [r for r in references if squad_normalize(r)] or [""]
+  return max(squad_f1(prediction, r) for r in refs) >= threshold
 
 
 # -- entropies (batched over leading axes) -------------------------------------
@@ -351,7 +475,8 @@ def evaluate_scores(scores: dict, correct: np.ndarray, *, seed: int,
 def generate_answers(model, tokenizer, prompts: Sequence[str | Sequence[int]],
                      *, key: jax.Array, temperature: float,
                      max_new_tokens: int, batch_size: int,
-                     pad_multiple: int | None = None
+                     pad_multiple: int | None = None,
+                     stop: Sequence[str] = ()
                      ) -> tuple[list[str], np.ndarray]:
   """One answer per prompt and its length-normalised log-likelihood
   l = mean_t log p(token_t) (raw model log-probs; 0 for an empty answer).
@@ -360,6 +485,9 @@ def generate_answers(model, tokenizer, prompts: Sequence[str | Sequence[int]],
   template's). Batches of `batch_size` rows, the i-th batch sampled with
   `fold_in(key, start)`; answers are cut at the first eos and decoded.
   `pad_multiple` is the sampler's prompt bucket (None: powers of two).
+  `stop`: stop strings (the SE code's stop sequences); an answer keeps
+  the tokens before the first token whose decoded prefix contains one, its
+  text is cut at the stop string, and l is the mean over the kept tokens.
   """
   texts, lls = [], []
   for start in range(0, len(prompts), batch_size):
@@ -369,13 +497,23 @@ def generate_answers(model, tokenizer, prompts: Sequence[str | Sequence[int]],
                            temperature=temperature, eos_id=tokenizer.eos_id,
                            pad_id=tokenizer.pad_id, pad_multiple=pad_multiple,
                            key=jax.random.fold_in(key, start))
-    for row in res.tokens:
-      row = list(row)
+    for row, lp in zip(res.tokens, res.model_logprobs):
+      row, lp = list(row), list(lp)
       if tokenizer.eos_id in row:
         row = row[:row.index(tokenizer.eos_id)]
-      texts.append(tokenizer.decode(row))
-    lls += [float(np.mean(lp)) if lp else 0.0 for lp in res.model_logprobs]
+      text, keep = tokenizer.decode(row), len(lp)  # unstopped: every lp
+      if stop and any(x in text for x in stop):
+        keep = next(k for k in range(1, len(row) + 1) if any(
+            x in tokenizer.decode(row[:k]) for x in stop)) - 1
+        text = _cut(text, stop)
+      texts.append(text)
+      lp = lp[:keep]
+      lls.append(float(np.mean(lp)) if lp else 0.0)
   return texts, np.asarray(lls)
+
+
+def _cut(text: str, stop: Sequence[str]) -> str:
+  return text[:min(i for i in (text.find(x) for x in stop) if i >= 0)]
 
 
 def sample_and_cluster(model, tokenizer, prompts, keys: Sequence[Callable],

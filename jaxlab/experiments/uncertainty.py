@@ -5,6 +5,18 @@ sampled at T = 1 give log-likelihoods and clusters (`evals.uncertainty`),
 every estimator (`analysis.hallucination`) is scored by AUROC / AURAC. Toy:
 a tiny LM trained on `data.synthetic.facts`; `config.init_from` (preset
 `smollm2`): a chat model on `data.short_qa`. Writes results.json, a plot.
+
+`config.data.source == "hf"` (preset `paper`): questions of a released QA
+set (`data.schema`: trivia_qa / nq_open / squad / svamp, one adapter each
+in `jaxlab.data.qa_rows`) from `data.eval_split`, asked with the SE code's
+few-shot prompt (`qa_prompt.num_few_shot` examples drawn from the first
+`qa_prompt.pool` rows of `data.split`); answers cut at the SE code's stop
+strings; the greedy answer is correct when its best SQuAD F1 against the
+references is >= 50 % (the SE code's "squad" metric); clusters by
+bidirectional entailment with an LM prompted as the SE code's
+EntailmentLlama (`cluster.entailment="lm"`, the checkpoint of
+`cluster.entailment_from`, default `init_from`) or, as in the miniature,
+normalised string match (`"string"`). `data.rows` counts the rows read.
 """
 
 from __future__ import annotations
@@ -17,6 +29,8 @@ import jax
 import numpy as np
 
 from jaxlab.analysis import hallucination
+from jaxlab.data import pipeline
+from jaxlab.data import qa_rows
 from jaxlab.data import short_qa
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import facts as facts_lib
@@ -103,6 +117,76 @@ def run_seed(cfg, seed: int, log) -> dict:
       for i in range(0, len(prompts), max(1, len(prompts) // 6))]}
 
 
+# The SE code's stop sequences ("default"): an answer ends at the first.
+STOP = ("\n\n\n\n", "\n\n\n", "\n\n", "\n", "Question:", "Context:",
+        "Answer:")
+ENTAILMENT = ("lm", "string")
+
+
+def read_qa(cfg, log):
+  """(few-shot prompt prefix per seed fn, eval items, rows read) of the
+  released QA set of `cfg.data`."""
+  schema = cfg.data.get("schema", "trivia_qa")
+  rows = pipeline.read_split(cfg.data, cfg.data.eval_split)
+  items, dropped = qa_rows.items(rows, schema)
+  pool_rows = pipeline.read_split(cfg.data, cfg.data.split,
+                                  max_rows=int(cfg.qa_prompt.pool))
+  pool, _ = qa_rows.items(pool_rows, schema)
+  if len(pool) < cfg.qa_prompt.num_few_shot:
+    raise ValueError(f"qa_prompt.num_few_shot={cfg.qa_prompt.num_few_shot}"
+                     f" examples wanted, {len(pool)} answerable rows in the "
+                     f"first qa_prompt.pool={cfg.qa_prompt.pool} rows of "
+                     f"{cfg.data.split!r}")
+  log(f"read {len(rows)} {schema} rows of {cfg.data.eval_split!r} "
+      f"({dropped} without an answer dropped), {len(pool_rows)} of "
+      f"{cfg.data.split!r} for the few-shot prompt")
+
+  def few_shot(seed: int) -> str:
+    idx = np.random.default_rng(seed).choice(
+        len(pool), int(cfg.qa_prompt.num_few_shot), replace=False)
+    return qa_rows.few_shot_prompt([pool[i] for i in sorted(idx)])
+  return few_shot, items, {cfg.data.eval_split: len(rows),
+                           cfg.data.split: len(pool_rows)}
+
+
+def run_seed_hf(cfg, seed: int, log, model, tok, entail, few_shot, items
+                ) -> dict:
+  """One seed of the released-data run (module docstring)."""
+  s, key = cfg.sampling, jax.random.key(10_000 + seed)
+  prefix = few_shot(seed)
+  prompts = [qa_rows.prompt(x, prefix) for x in items]
+  kw = dict(max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
+            pad_multiple=s.get("pad_multiple"), stop=STOP)
+  greedy, _ = unc.generate_answers(model, tok, prompts, key=key,
+                                   temperature=0.0, **kw)
+  r = s.num_samples
+  texts, ll = unc.generate_answers(
+      model, tok, [p for p in prompts for _ in range(r)],
+      key=jax.random.fold_in(key, 1), temperature=s.temperature, **kw)
+  texts = [[t.strip() for t in texts[i * r:(i + 1) * r]]
+           for i in range(len(items))]
+  if entail is None:
+    ids = np.stack([unc.semantic_ids(ts, unc.StringMatchEntailment(
+        cfg.cluster.mode), strict=cfg.cluster.strict) for ts in texts])
+  else:
+    ids = unc.lm_semantic_ids(texts, [x.question for x in items], entail,
+                              strict=cfg.cluster.strict)
+  correct = np.array([unc.squad_correct(g.strip(), x.answers)
+                      for g, x in zip(greedy, items)])
+  metrics, residual = hallucination.evaluate(
+      ll.reshape(len(items), r), ids, correct, cfg,
+      jax.random.fold_in(key, 2), seed)
+  setup = unc.group_summary(correct, [cfg.data.get("schema", "")] *
+                            len(items), ids)
+  setup["qtn_eigenstate_residual"] = residual
+  log(f"seed {seed}: {setup}; AUROC " + ", ".join(
+      f"{k} {v['auroc']:.3f}" for k, v in metrics.items()))
+  return {"seed": seed, "setup": setup, "metrics": metrics, "examples": [
+      {"question": x.question, "truth": list(x.answers), "greedy": g,
+       "correct": bool(c), "samples": ts, "ids": i.tolist()}
+      for x, g, c, ts, i in zip(items, greedy, correct, texts, ids)]}
+
+
 COLUMNS = (("auroc", "AUROC ↑"), ("aurac", "AURAC ↑"),
            ("acc80", "accuracy @ 80 % answered ↑"),
            ("acc90", "accuracy @ 90 % answered ↑"))
@@ -122,12 +206,13 @@ def results_tables(per_seed: list, cfg) -> tuple[list, list]:
       [results_lib.Column(k, f"AUROC 90 % bootstrap {w}", 3, spread=False)
        for k, w in (("auroc_lo", "low"), ("auroc_hi", "high"))],
       row_label="estimator")
+  hf = cfg.get("data") is not None and cfg.data.get("source") == "hf"
   cols = SETUP_COLUMNS if not real else [
       ("accuracy", "greedy accuracy (all)"), ("incorrect_frac",
                                               "incorrect fraction"),
-      ("clusters_mean", "clusters / question")] + [
+      ("clusters_mean", "clusters / question")] + ([] if hf else [
           (f"acc_{c}", f"greedy accuracy: {c}")
-          for c in cfg.qa.categories.split(",")]
+          for c in cfg.qa.categories.split(",")])
   setup = results_lib.Table("setup", f"What {real or 'the tiny LM'} knows",
                             [results_lib.Column(k, lab, 2)
                              for k, lab in cols], row_label="model")
@@ -165,7 +250,33 @@ def run(config, workdir: str) -> dict:
   if config.compare_lambda not in tuple(config.lambdas):
     raise ValueError(f"config.compare_lambda={config.compare_lambda} must be "
                      f"one of config.lambdas {tuple(config.lambdas)}")
-  per_seed = [run_seed(config, int(s), log) for s in config.seeds]
+  hf = config.get("data") is not None and config.data.get("source") == "hf"
+  data = None
+  if hf:
+    if not config.get("init_from"):
+      raise ValueError("config.data.source='hf' needs a checkpoint: set "
+                       "--config.init_from")
+    if config.cluster.get("entailment", "lm") not in ENTAILMENT:
+      raise ValueError(f"config.cluster.entailment="
+                       f"{config.cluster.entailment!r}; valid: "
+                       f"{', '.join(ENTAILMENT)}")
+    few_shot, items, rows = read_qa(config, log)
+    data = results_lib.data_provenance(config, rows=rows)
+    model, _ = pretrained.load(config.init_from)
+    tok = pretrained.tokenizer(config.init_from)
+    entail = None
+    if config.cluster.entailment == "lm":
+      src = config.cluster.get("entailment_from", "") or config.init_from
+      emodel, etok = ((model, tok) if src == config.init_from else
+                      (pretrained.load(src)[0], pretrained.tokenizer(src)))
+      entail = unc.LMEntailment(
+          emodel, etok, max_new_tokens=config.cluster.max_new_tokens,
+          batch_size=config.sampling.batch_size,
+          pad_multiple=config.sampling.get("pad_multiple"))
+    per_seed = [run_seed_hf(config, int(s), log, model, tok, entail,
+                            few_shot, items) for s in config.seeds]
+  else:
+    per_seed = [run_seed(config, int(s), log) for s in config.seeds]
   tables, comps = results_tables(per_seed, config)
   plot = plot_rejection(per_seed, config,
                         os.path.join(workdir, "rejection_accuracy.png"))
@@ -176,7 +287,7 @@ def run(config, workdir: str) -> dict:
   extra = {"summary": summary, "per_seed": per_seed, "plot": plot,
            "quantiles": unc.QUANTILES.tolist()}
   results_lib.write(workdir, "uncertainty", tables=tables, comparisons=comps,
-                    extra=extra, config=config, start_time=t0)
+                    extra=extra, config=config, start_time=t0, data=data)
   return extra
 
 
