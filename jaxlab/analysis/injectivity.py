@@ -25,6 +25,13 @@ the states: distinct states map to the same code). Layer 0 of a RoPE
 decoder is itself a control: the embedding output of the last token does not
 see the rest of the prompt, so any two prompts ending in the same token
 collide there.
+
+Robustness and length (spec Q.2 "robust version", Q.3, Q.5): `noise_sweep`
+adds noise of norm c * margin / 2 to a layer's states (margin: the distance
+from the true state to the nearest other candidate's) and inverts them with
+`nearest_candidate_inversion` (argmin over all of V on the recovered
+prefix): every token is exact for c < 1. `length_curve` repeats the
+collision test on windows of one length per point of the curve.
 """
 
 from __future__ import annotations

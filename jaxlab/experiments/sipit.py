@@ -404,6 +404,7 @@ def _run_toy(config, workdir, log) -> tuple[list, tuple, int]:
 
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
+  os.makedirs(workdir, exist_ok=True)
   log = log_lib.logger("sipit")
   real = bool(config.get("init_from"))
   per_seed, layers, vocab, rows = (_run_pretrained if real else _run_toy)(
