@@ -399,8 +399,15 @@ def text_window_prompts(streams: Sequence[Sequence[int]], num: int, *,
                         seed: int = 0) -> list[list[int]]:
   """Up to `num` distinct prompts cut from token streams of real text:
   contiguous windows of min_len..max_len tokens at seeded random places
-  (the collision test on real sentences; distinct as token tuples)."""
+  (the collision test on real sentences; distinct as token tuples). Over
+  `_ENUMERATE_WINDOWS` windows in all (a corpus of dataset rows) they are
+  sampled uniformly over (stream, start, length) rather than enumerated."""
   rng = np.random.default_rng(seed)
+  counts = np.array([[max(len(s) - n + 1, 0)
+                      for n in range(min_len, max_len + 1)] for s in streams],
+                    np.int64).reshape(len(streams), -1)
+  if counts.sum() > max(_ENUMERATE_WINDOWS, 4 * int(num)):
+    return _sampled_windows(streams, counts, int(num), min_len, rng)
   windows = sorted({tuple(int(x) for x in s[i:i + n])
                     for s in streams for n in range(min_len, max_len + 1)
                     for i in range(0, len(s) - n + 1)})
@@ -409,6 +416,31 @@ def text_window_prompts(streams: Sequence[Sequence[int]], num: int, *,
                      f"distinct windows of {min_len}..{max_len} tokens")
   pick = rng.choice(len(windows), min(int(num), len(windows)), replace=False)
   return [list(windows[i]) for i in sorted(pick)]
+
+
+# Above this many (stream, start, length) windows `text_window_prompts`
+# samples windows instead of enumerating them (a corpus of real rows).
+_ENUMERATE_WINDOWS = 2_000_000
+
+
+def _sampled_windows(streams, counts, num: int, min_len: int, rng
+                     ) -> list[list[int]]:
+  """`num` distinct windows drawn uniformly over every (stream, start,
+  length) window (`counts[s, n - min_len]` of each); sorted as tuples."""
+  flat = counts.reshape(-1).astype(np.float64)
+  out: set[tuple[int, ...]] = set()
+  for _ in range(64):
+    if len(out) >= num:
+      break
+    cells = rng.choice(flat.size, size=2 * (num - len(out)),
+                       p=flat / flat.sum())
+    for cell in cells:
+      s, k = divmod(int(cell), counts.shape[1])
+      n, i = k + min_len, int(rng.integers(counts[s, k]))
+      out.add(tuple(int(x) for x in streams[s][i:i + n]))
+      if len(out) >= num:
+        break
+  return [list(w) for w in sorted(out)]
 
 
 def control_report(model, ids, *, tie, quant_bits, quant_per: str = "tensor",

@@ -34,7 +34,8 @@ the 10 closest x all of V (spec Q.3), the noise sweep (`noise`: states
 plus noise of norm c * margin / 2, inverted by the nearest-candidate rule,
 spec Q.2's robust version and Q.5) and the prompt-length curve
 (`length_curve`: the collision test per prompt length, spec Q.3).
-`data.max_rows` [inferred] 20k rows: enough windows for 100k prompts.
+`sipit.text_rows` [inferred]: 20k rows tokenised, enough windows for 100k
+prompts.
 `short`: the same run with its budget cut (`jaxlab.configs._scale.short`;
 2 exhaustive prompts x 64 continuations).
 """
@@ -159,7 +160,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.collision.control_layer = -1
     c.collision.time_limit_s = 0.0
     c.data.text_key = "text"
-    c.data.max_rows = 20_000
+    # [inferred] the rows tokenised (data.max_rows stays 0 = all): enough
+    # windows for 100k collision prompts.
+    c.sipit.text_rows = 20_000
     c.noise = ml_collections.ConfigDict(dict(
         layer=-1, num_prompts=10, scales=(0.25, 0.5, 0.9, 1.5, 3.0, 10.0)))
     c.length_curve = ml_collections.ConfigDict(dict(

@@ -4,8 +4,9 @@ Toy presets: per seed a random-init decoder and a copy trained on a bigram
 text; `config.init_from` (the `smollm2` and `paper` presets): a real
 checkpoint and real text: the rows of `config.data` (`data.source` "hf" /
 "grain" / "tfds" with `data.path`: any text dataset, column
-`data.text_key`, read by `jaxlab.data.pipeline.read_split`; counted in
-results.json's `data.rows`), else the config's `sentences`. For each:
+`data.text_key`, read by `jaxlab.data.pipeline.read_split`, at most
+`data.max_rows` and `sipit.text_rows` rows; counted in results.json's
+`data.rows`), else the config's `sentences`. For each:
 `inversion_report` (SipIt / BruteForce / HardPrompts per layer),
 `injectivity.collision_report` and the tied-row and quantised-state
 controls; with a real checkpoint also the noise sweep with the
@@ -249,7 +250,11 @@ def text_streams(config, tok) -> tuple[list[list[int]], dict[str, int] | None]:
   data = config.get("data")
   if (data is not None and data.get("source", "") in REAL_SOURCES
       and data.get("path", "")):
-    rows = pipeline.read_split(data)
+    # The rows tokenised: data.max_rows and sipit.text_rows (the text the
+    # run needs; 0 = no cap), whichever is smaller.
+    caps = [int(x) for x in (data.get("max_rows", 0) or 0,
+                             config.sipit.get("text_rows", 0) or 0) if int(x)]
+    rows = pipeline.read_split(data, max_rows=min(caps) if caps else 0)
     key = data.get("text_key", "text") or "text"
     if len(rows) and key not in rows[0]:
       raise ValueError(f"data.text_key={key!r} is not a column of "

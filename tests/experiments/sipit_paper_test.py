@@ -157,5 +157,22 @@ class SipitPaperTest(absltest.TestCase):
                                "length_curve"}, tables)
 
 
+class TextWindowsTest(absltest.TestCase):
+
+  def test_a_large_corpus_is_sampled(self):
+    # 2 streams x 100k tokens x 25 lengths: 5M windows, over the enumeration
+    # limit; each prompt is a distinct window of one stream.
+    streams = [list(range(100_000)), list(range(200_000, 300_000))]
+    got = inj.text_window_prompts(streams, 50, min_len=8, max_len=32, seed=3)
+    self.assertLen(got, 50)
+    self.assertLen({tuple(p) for p in got}, 50)
+    for p in got:
+      self.assertBetween(len(p), 8, 32)
+      self.assertEqual(p, list(range(p[0], p[0] + len(p))))
+      self.assertTrue(p[-1] < 100_000 or p[0] >= 200_000)
+    self.assertEqual(got, inj.text_window_prompts(streams, 50, min_len=8,
+                                                  max_len=32, seed=3))
+
+
 if __name__ == "__main__":
   absltest.main()
