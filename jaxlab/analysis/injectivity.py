@@ -25,6 +25,13 @@ the states: distinct states map to the same code). Layer 0 of a RoPE
 decoder is itself a control: the embedding output of the last token does not
 see the rest of the prompt, so any two prompts ending in the same token
 collide there.
+
+Robustness and length (spec Q.2 "robust version", Q.3, Q.5): `noise_sweep`
+adds noise of norm c * margin / 2 to a layer's states (margin: the distance
+from the true state to the nearest other candidate's) and inverts them with
+`nearest_candidate_inversion` (argmin over all of V on the recovered
+prefix): every token is exact for c < 1. `length_curve` repeats the
+collision test on windows of one length per point of the curve.
 """
 
 from __future__ import annotations
@@ -392,8 +399,15 @@ def text_window_prompts(streams: Sequence[Sequence[int]], num: int, *,
                         seed: int = 0) -> list[list[int]]:
   """Up to `num` distinct prompts cut from token streams of real text:
   contiguous windows of min_len..max_len tokens at seeded random places
-  (the collision test on real sentences; distinct as token tuples)."""
+  (the collision test on real sentences; distinct as token tuples). Over
+  `_ENUMERATE_WINDOWS` windows in all (a corpus of dataset rows) they are
+  sampled uniformly over (stream, start, length) rather than enumerated."""
   rng = np.random.default_rng(seed)
+  counts = np.array([[max(len(s) - n + 1, 0)
+                      for n in range(min_len, max_len + 1)] for s in streams],
+                    np.int64).reshape(len(streams), -1)
+  if counts.sum() > max(_ENUMERATE_WINDOWS, 4 * int(num)):
+    return _sampled_windows(streams, counts, int(num), min_len, rng)
   windows = sorted({tuple(int(x) for x in s[i:i + n])
                     for s in streams for n in range(min_len, max_len + 1)
                     for i in range(0, len(s) - n + 1)})
@@ -402,6 +416,31 @@ def text_window_prompts(streams: Sequence[Sequence[int]], num: int, *,
                      f"distinct windows of {min_len}..{max_len} tokens")
   pick = rng.choice(len(windows), min(int(num), len(windows)), replace=False)
   return [list(windows[i]) for i in sorted(pick)]
+
+
+# Above this many (stream, start, length) windows `text_window_prompts`
+# samples windows instead of enumerating them (a corpus of real rows).
+_ENUMERATE_WINDOWS = 2_000_000
+
+
+def _sampled_windows(streams, counts, num: int, min_len: int, rng
+                     ) -> list[list[int]]:
+  """`num` distinct windows drawn uniformly over every (stream, start,
+  length) window (`counts[s, n - min_len]` of each); sorted as tuples."""
+  flat = counts.reshape(-1).astype(np.float64)
+  out: set[tuple[int, ...]] = set()
+  for _ in range(64):
+    if len(out) >= num:
+      break
+    cells = rng.choice(flat.size, size=2 * (num - len(out)),
+                       p=flat / flat.sum())
+    for cell in cells:
+      s, k = divmod(int(cell), counts.shape[1])
+      n, i = k + min_len, int(rng.integers(counts[s, k]))
+      out.add(tuple(int(x) for x in streams[s][i:i + n]))
+      if len(out) >= num:
+        break
+  return [list(w) for w in sorted(out)]
 
 
 def control_report(model, ids, *, tie, quant_bits, quant_per: str = "tensor",
@@ -438,3 +477,110 @@ def control_rows(report: dict[str, Any]) -> list[tuple[str, float]]:
              (f"{bits}-bit states: exact tokens (nearest kept) (%)",
               100 * q["accuracy"])]
   return rows
+
+
+# -- noise sweep (spec Q.2 "robust version", Q.5) and the length curve (Q.3) ---
+
+
+def nearest_candidate_inversion(model, hidden_td, *, layer: int,
+                                prefix_ids=None, batch: int = 512,
+                                cache: dict | None = None
+                                ) -> tuple[np.ndarray, np.ndarray]:
+  """Inverts one prompt's layer-`layer` states `[T, D]` by the nearest-
+  candidate rule: v_t = argmin_v ||F(v; s_1..s_{t-1}, t) - h_t|| over every
+  token of V, on the recovered prefix (spec Q.2's robust SipIt: with
+  ||e_t|| < Delta/2 the nearest candidate is the true token). The known
+  `prefix_ids` (e.g. a BOS) are given. Returns (ids `[T]` with the prefix,
+  distances `[T]` to the chosen candidate, 0 on the prefix). `cache` (prefix
+  tuple -> candidate states `[V, D]`) is read and filled."""
+  h = np.asarray(hidden_td, np.float32)
+  ids = [int(x) for x in np.asarray(
+      [] if prefix_ids is None else prefix_ids, np.int32).reshape(-1)]
+  p = len(ids)
+  dist = np.zeros(h.shape[0], np.float32)
+  cache = {} if cache is None else cache
+  for t in range(p, h.shape[0]):
+    key = tuple(ids)
+    if key not in cache:
+      cache[key] = sipit.next_token_states(model, ids, batch=batch)[layer]
+    d = np.linalg.norm(cache[key] - h[t][None], axis=-1)
+    v = int(np.argmin(d))
+    ids.append(v)
+    dist[t] = d[v]
+  return np.asarray(ids, np.int32), dist
+
+
+def noise_sweep(model, ids, *, layer: int, scales=(0.5, 0.9, 2.0, 8.0),
+                prefix_len: int = 0, seed: int = 0, batch: int = 512
+                ) -> dict[str, Any]:
+  """Spec Q.5's noise-robustness experiment with the nearest-candidate rule.
+
+  For each prompt of `ids [B, T]` and position t: the clean state h_t at
+  `layer` (`sipit.layer_states`) and its margin m_t = min_{v != s_t}
+  ||F(v; s_<t, t) - h_t|| over all of V. Per scale c, each state gets noise
+  of norm c * m_t / 2 in a seeded uniform direction and the prompt is
+  inverted by `nearest_candidate_inversion`: c < 1 keeps every token
+  exact (triangle inequality), c > 1 may not. Positions before
+  `prefix_len` are a known prefix and not counted.
+
+  Returns {"scales", "accuracy" (token-exact per scale), "prompt_exact",
+  "margin_median", "margin_min" (over counted positions), "noise_norm_median"
+  per scale}.
+  """
+  ids = np.asarray(ids, np.int32)
+  h = sipit.layer_states(model, ids)[layer]  # [B, T, D]
+  b, t, d = h.shape
+  p = int(prefix_len)
+  caches = [dict() for _ in range(b)]
+  margin = np.zeros((b, t), np.float64)
+  for i in range(b):
+    for j in range(p, t):
+      key = tuple(int(x) for x in ids[i, :j])
+      if key not in caches[i]:
+        caches[i][key] = sipit.next_token_states(
+            model, ids[i, :j], batch=batch)[layer]
+      dist = np.linalg.norm(caches[i][key] - h[i, j][None], axis=-1)
+      dist[ids[i, j]] = np.inf
+      margin[i, j] = dist.min()
+  rng = np.random.default_rng(seed)
+  direction = rng.standard_normal((b, t, d))
+  direction /= np.linalg.norm(direction, axis=-1, keepdims=True)
+  out = {"scales": [float(c) for c in scales], "accuracy": [],
+         "prompt_exact": [], "noise_norm_median": [],
+         "margin_median": float(np.median(margin[:, p:])),
+         "margin_min": float(np.min(margin[:, p:]))}
+  for c in scales:
+    norm = float(c) * margin / 2.0
+    noisy = (h + direction * norm[..., None]).astype(np.float32)
+    got = np.stack([nearest_candidate_inversion(
+        model, noisy[i], layer=layer, prefix_ids=ids[i, :p] if p else None,
+        batch=batch, cache=caches[i])[0] for i in range(b)])
+    hit = got[:, p:] == ids[:, p:]
+    out["accuracy"].append(float(np.mean(hit)))
+    out["prompt_exact"].append(float(np.mean(np.all(hit, axis=1))))
+    out["noise_norm_median"].append(float(np.median(norm[:, p:])))
+  return out
+
+
+def length_curve(model, streams: Sequence[Sequence[int]], lengths, *,
+                 num: int, seed: int = 0, chunk: int = 256,
+                 batch_size: int = 256) -> dict[str, Any]:
+  """Spec Q.3's prompt-length curve: per length n of `lengths`, up to `num`
+  distinct n-token windows of the token streams (`text_window_prompts`)
+  and the per-layer minimum pairwise distance of their last-token states.
+  Returns {"lengths", "prompts" (count per length), "min" `[len][L+1]`};
+  a length with fewer than 2 distinct windows is left out."""
+  out = {"lengths": [], "prompts": [], "min": []}
+  for n in lengths:
+    try:
+      prompts = text_window_prompts(streams, num, min_len=int(n),
+                                    max_len=int(n), seed=seed)
+    except ValueError:
+      continue
+    stats = per_layer_stats(last_token_states(model, prompts,
+                                               batch_size=batch_size),
+                            chunk=chunk)
+    out["lengths"].append(int(n))
+    out["prompts"].append(len(prompts))
+    out["min"].append([s.min for s in stats])
+  return out

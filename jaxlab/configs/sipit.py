@@ -25,9 +25,19 @@ Args: `seeds=N` (seeds 0..N-1).
 
 `paper`: Llama-3.1-8B from `init_from` (`meta-llama/Llama-3.1-8B`);
 prompts and the collision corpus from English Wikipedia as released
-(`data.path=wikimedia/wikipedia`, `data.subset=20231101.en`, train split;
-one of spec Q.3's four sources). `short`: the same run with its budget cut
-(`jaxlab.configs._scale.short`).
+(`data.path=wikimedia/wikipedia`, `data.subset=20231101.en`, train split,
+column `text`; one of spec Q.3's four sources; any `hf` text dataset works,
+`data.text_key` naming its column): 100 prompts of 20 tokens inverted by
+SipIt and BruteForce at every layer (spec Q.4, the BOS given), the
+collision test on 100k windows of 8-32 tokens with the exhaustive test on
+the 10 closest x all of V (spec Q.3), the noise sweep (`noise`: states
+plus noise of norm c * margin / 2, inverted by the nearest-candidate rule,
+spec Q.2's robust version and Q.5) and the prompt-length curve
+(`length_curve`: the collision test per prompt length, spec Q.3).
+`sipit.text_rows` [inferred]: 20k rows tokenised, enough windows for 100k
+prompts.
+`short`: the same run with its budget cut (`jaxlab.configs._scale.short`;
+2 exhaustive prompts x 64 continuations).
 """
 
 import ml_collections
@@ -139,9 +149,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     scale.paper_run(c, init_from="meta-llama/Llama-3.1-8B",
                     path="wikimedia/wikipedia", subset="20231101.en",
                     split="train", eval_split="")
+    c.sipit.update(num_prompts=100, prompt_len=20, layers=(),
+                   policies=("gradient", "random"), acceptance="l2_relative",
+                   known_bos=True, hard_prompts_prompts=0, time_limit_s=0.0)
+    c.collision.update(num_prompts=100_000, min_len=8, max_len=32,
+                       exhaustive_prompts=10, quant_bits=(4,),
+                       control_prompts=1)
+    # 0 continuations: every token of V; control_layer -1: the last.
+    c.collision.continuations = 0
+    c.collision.control_layer = -1
+    c.collision.time_limit_s = 0.0
+    c.data.text_key = "text"
+    # [inferred] the rows tokenised (data.max_rows stays 0 = all): enough
+    # windows for 100k collision prompts.
+    c.sipit.text_rows = 20_000
+    c.noise = ml_collections.ConfigDict(dict(
+        layer=-1, num_prompts=10, scales=(0.25, 0.5, 0.9, 1.5, 3.0, 10.0)))
+    c.length_curve = ml_collections.ConfigDict(dict(
+        lengths=(1, 2, 4, 8, 16, 32, 64), num_prompts=10_000))
   if args.short:
     # HardPrompts' 0 means the spec's T * |V| / 4 steps: cut explicitly.
-    scale.short(c, {"sipit.hard_prompts_steps": 2})
+    specific = {"sipit.hard_prompts_steps": 2}
+    if args.paper:
+      specific.update({"collision.exhaustive_prompts": 2,
+                       "collision.continuations": 64})
+    scale.short(c, specific)
   return c
 
 

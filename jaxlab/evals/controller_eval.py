@@ -88,12 +88,16 @@ def evaluate(model, arrays: dict[str, np.ndarray], batch_size: int, *,
   return out
 
 
+def _vocab(config) -> int:
+  return alg.vocab_size(int(config.get("num_values", alg.NUM_VALUES)))
+
+
 def flop_rows(config) -> list[dict]:
   """Counted / measured / formula overhead for each p of flops_every_p."""
   if not config.flops_every_p:
     return []
   base = model_registry.get_spec(model_config(config, "vanilla"),
-                                 vocab_size=alg.VOCAB_SIZE).config
+                                 vocab_size=_vocab(config)).config
   ids = jnp.zeros((1, int(config.flops_seq_len)), jnp.int32)
   plain = decoder_lib.Decoder(base, rngs=nnx.Rngs(0))
   plain_flops = ctl.compiled_flops(lambda i: plain(i), ids)
@@ -103,7 +107,7 @@ def flop_rows(config) -> list[dict]:
       continue
     m = model_config(config, "gumbel")
     m.controller.every_p = int(p)
-    spec = model_registry.get_spec(m, vocab_size=alg.VOCAB_SIZE)
+    spec = model_registry.get_spec(m, vocab_size=_vocab(config))
     ccfg = ctl.controller_config(m.controller)
     model = spec.factory()
     measured = ctl.compiled_flops(

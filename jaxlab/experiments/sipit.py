@@ -1,10 +1,18 @@
 """Experiment "sipit": inversion and collision tests (paper Q, spec Q.6).
 
 Toy presets: per seed a random-init decoder and a copy trained on a bigram
-text; `config.init_from` (the `smollm2` preset): a real checkpoint and real
-sentences. For each: `inversion_report` (SipIt / BruteForce /
-HardPrompts per layer), `injectivity.collision_report` and the tied-row and
-quantised-state controls. Writes `results.json` and `proposals.png`.
+text; `config.init_from` (the `smollm2` and `paper` presets): a real
+checkpoint and real text: the rows of `config.data` (`data.source` "hf" /
+"grain" / "tfds" with `data.path`: any text dataset, column
+`data.text_key`, read by `jaxlab.data.pipeline.read_split`, at most
+`data.max_rows` and `sipit.text_rows` rows; counted in results.json's
+`data.rows`), else the config's `sentences`. For each:
+`inversion_report` (SipIt / BruteForce / HardPrompts per layer),
+`injectivity.collision_report` and the tied-row and quantised-state
+controls; with a real checkpoint also the noise sweep with the
+nearest-candidate rule (`injectivity.noise_sweep`, config `noise`) and the
+prompt-length curve of the collision test (`injectivity.length_curve`,
+config `length_curve`). Writes `results.json` and `proposals.png`.
 """
 
 import json
@@ -20,6 +28,7 @@ from flax import nnx
 from jaxlab.analysis import figures
 from jaxlab.analysis import injectivity as inj
 from jaxlab.analysis import sipit
+from jaxlab.data import pipeline
 from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import pretrained
@@ -170,6 +179,38 @@ def _tables(name, vocab, layers):
                         [col("value", "value", 3)], row_label="control"))
 
 
+def _real_tables(per_seed, layers) -> list:
+  """The noise sweep and the length curve of a real checkpoint's seeds."""
+  col, out = results_lib.Column, []
+  noisy = [r for r in per_seed if "noise" in r["pretrained"]]
+  if noisy:
+    nz = noisy[0]["pretrained"]["noise"]
+    t = results_lib.Table(
+        "noise", f"nearest-candidate inversion at layer {nz['layer']} of "
+        "states with noise of norm c * margin / 2 (exact below c = 1)",
+        [col("accuracy", "exact tokens (%)", 1, 100),
+         col("prompt_exact", "exact prompts (%)", 1, 100)],
+        row_label="noise scale c")
+    for r in noisy:
+      z = r["pretrained"]["noise"]
+      for c, a, p in zip(z["scales"], z["accuracy"], z["prompt_exact"]):
+        t.add_seed(f"c={c:g}", r["seed"], {"accuracy": a, "prompt_exact": p})
+    out.append(t)
+  curved = [r for r in per_seed if "length_curve" in r["pretrained"]]
+  if curved:
+    t = results_lib.Table(
+        "length_curve", "minimum pairwise L2 distance of last-token states "
+        "vs prompt length", [col(f"l{l}", f"layer {l}", 4) for l in layers],
+        row_label="prompt length")
+    for r in curved:
+      lc = r["pretrained"]["length_curve"]
+      for n, mins in zip(lc["lengths"], lc["min"]):
+        t.add_seed(f"{n} tokens", r["seed"],
+                   {f"l{l}": mins[l] for l in layers if l < len(mins)})
+    out.append(t)
+  return out
+
+
 def _add_seed(tables, rec, kinds, layers, quant_bits):
   acc, props, coll, ctrl = tables
   seed = rec["seed"]
@@ -197,26 +238,75 @@ def _add_seed(tables, rec, kinds, layers, quant_bits):
         ctrl.add(label, "value", seed, val)
 
 
-def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
-  """Per seed: a sample of the config's sentences (`prompt_len` tokens)
+REAL_SOURCES = ("hf", "grain", "tfds")
+
+
+def text_streams(config, tok) -> tuple[list[list[int]], dict[str, int] | None]:
+  """Token streams of the real text: one per row of `config.data` when it
+  names a dataset (`data.source` in `REAL_SOURCES` and `data.path`; the
+  `data.text_key` column, `data.max_rows` rows; no special tokens), else
+  one per `config.sentences`. Returns (streams, {split: rows read} or
+  None)."""
+  data = config.get("data")
+  if (data is not None and data.get("source", "") in REAL_SOURCES
+      and data.get("path", "")):
+    # The rows tokenised: data.max_rows and sipit.text_rows (the text the
+    # run needs; 0 = no cap), whichever is smaller.
+    caps = [int(x) for x in (data.get("max_rows", 0) or 0,
+                             config.sipit.get("text_rows", 0) or 0) if int(x)]
+    rows = pipeline.read_split(data, max_rows=min(caps) if caps else 0)
+    key = data.get("text_key", "text") or "text"
+    if len(rows) and key not in rows[0]:
+      raise ValueError(f"data.text_key={key!r} is not a column of "
+                       f"data.path={data.path!r} (columns: "
+                       f"{', '.join(sorted(rows[0]))}); set data.text_key")
+    streams = [list(tok.encode(rows[i][key])) for i in range(len(rows))]
+    return streams, {data.get("split", "train") or "train": len(rows)}
+  sentences = config.get("sentences")
+  if not sentences:
+    raise ValueError("sipit with init_from needs text: set data.source=hf "
+                     "and data.path (a text dataset) or config.sentences")
+  return [list(tok.encode(s)) for s in sentences], None
+
+
+def _layers(c, model) -> tuple[int, ...]:
+  """`sipit.layers`, () = every layer 0..L of the model."""
+  return (tuple(int(l) for l in c.layers)
+          or tuple(range(sipit.num_layers(model) + 1)))
+
+
+def _layer(value, layers) -> int:
+  """A layer field: -1 = the last of `layers`."""
+  return max(layers) if int(value) < 0 else int(value)
+
+
+def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int, Any]:
+  """Per seed: a sample of the text's streams (`prompt_len` tokens)
   inverted at each layer by the model truncated to it; collisions over
-  distinct windows of the sentences' tokens."""
+  distinct windows of the text's tokens; the noise sweep and the length
+  curve when configured."""
   model, _ = pretrained.load(config.init_from, cache=True)
   vocab = int(model.cfg.vocab_size)
   tok = pretrained.tokenizer(config.init_from)
   c, cc = config.sipit, config.collision
-  layers = tuple(int(l) for l in c.layers)
-  streams = [tok.encode(s) for s in config.sentences]
+  layers = _layers(c, model)
+  streams, rows = text_streams(config, tok)
+  plen = int(c.prompt_len)
+  eligible = [s for s in streams if len(s) >= plen]
+  if not eligible:
+    raise ValueError(f"no text row has sipit.prompt_len={plen} tokens "
+                     f"(longest: {max((len(s) for s in streams), default=0)})"
+                     "; lower sipit.prompt_len or read longer rows")
   per_seed = []
   for seed in (int(s) for s in config.seeds):
     rng = np.random.default_rng(seed)
-    # Seed s inverts the s-th block of num_prompts sentences of one fixed
-    # shuffle, so seeds 0..len/num_prompts-1 take different sentences.
+    # Seed s inverts the s-th block of num_prompts streams of one fixed
+    # shuffle, so seeds 0..len/num_prompts-1 take different text.
     n = int(c.num_prompts)
-    order = np.random.default_rng(0).permutation(len(streams))
+    order = np.random.default_rng(0).permutation(len(eligible))
     pick = np.take(order, np.arange(seed * n, seed * n + n), mode="wrap")
-    ids = np.array([streams[i][:int(c.prompt_len)] for i in pick], np.int32)
-    # known_bos: BOS + the sentence tokens, the BOS given (prefix_len 1).
+    ids = np.array([eligible[i][:plen] for i in pick], np.int32)
+    # known_bos: BOS + the text's tokens, the BOS given (prefix_len 1).
     bos = bool(c.get("known_bos", False))
     full = (np.concatenate([np.full((len(ids), 1), tok.bos_id, np.int32),
                             ids], axis=1) if bos else ids)
@@ -231,21 +321,43 @@ def _run_pretrained(config, workdir, log) -> tuple[list, tuple, int]:
     prompts = inj.text_window_prompts(streams, int(cc.num_prompts),
                                       min_len=int(cc.min_len),
                                       max_len=int(cc.max_len), seed=seed)
-    conts = rng.choice(vocab, int(cc.continuations), replace=False)
+    n_cont = int(cc.get("continuations", 0) or 0)
+    conts = (rng.choice(vocab, min(n_cont, vocab), replace=False)
+             if n_cont else None)
     r = {"inversion": inv, "collisions": inj.collision_report(
         model, prompts, continuations=conts, **_ckw(cc))}
+    control_layer = _layer(cc.get("control_layer", -1), layers)
     r.update(inj.control_report(
-        early_exit.first_layers(model, int(cc.control_layer), share=True),
+        early_exit.first_layers(model, control_layer, share=True),
         ids[:1],
         tie=cc.tie, quant_bits=cc.quant_bits, quant_per=cc.quant_per,
-        seed=seed, layer=int(cc.control_layer), tie_ids=ids[:1],
-        config=sipit.config_from(c, seed), time_limit_s=cc.time_limit_s))
+        seed=seed, layer=control_layer, tie_ids=ids[:1],
+        config=sipit.config_from(c, seed),
+        time_limit_s=float(cc.get("time_limit_s", 0.0)) or None))
+    noise = config.get("noise")
+    if noise is not None and noise.scales:
+      nl = _layer(noise.layer, layers)
+      k = min(int(noise.num_prompts), len(full))
+      r["noise"] = dict(layer=nl, **inj.noise_sweep(
+          early_exit.first_layers(model, nl, share=True), full[:k],
+          layer=nl, scales=tuple(float(x) for x in noise.scales),
+          prefix_len=int(bos), seed=seed))
+      log(f"seed {seed}: noise sweep layer {nl}: {r['noise']['accuracy']}")
+    curve = config.get("length_curve")
+    if curve is not None and curve.lengths:
+      r["length_curve"] = inj.length_curve(
+          model, streams, tuple(int(x) for x in curve.lengths),
+          num=int(curve.num_prompts), seed=seed, chunk=int(cc.chunk))
     log(f"seed {seed}: {r['collisions']['min']} {r['tied']}")
-    per_seed.append({"seed": seed, "sentences": [int(i) for i in pick],
+    # Which streams were inverted: indices of the eligible data rows (or
+    # of config.sentences).
+    per_seed.append({"seed": seed,
+                     ("rows" if rows else "sentences"): [int(i) for i in pick],
                      "num_collision_prompts": len(prompts),
-                     "continuations": len(conts), "pretrained": r})
+                     "continuations": len(conts) if n_cont else vocab,
+                     "pretrained": r})
     _save(workdir, per_seed)
-  return per_seed, layers, vocab
+  return per_seed, layers, vocab, rows
 
 
 def _run_toy(config, workdir, log) -> tuple[list, tuple, int]:
@@ -292,19 +404,21 @@ def _run_toy(config, workdir, log) -> tuple[list, tuple, int]:
       rec[kind] = r
     per_seed.append(rec)
     _save(workdir, per_seed)
-  return per_seed, layers, vocab
+  return per_seed, layers, vocab, None
 
 
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
+  os.makedirs(workdir, exist_ok=True)
   log = log_lib.logger("sipit")
   real = bool(config.get("init_from"))
-  per_seed, layers, vocab = (_run_pretrained if real else _run_toy)(
+  per_seed, layers, vocab, rows = (_run_pretrained if real else _run_toy)(
       config, workdir, log)
   kinds = ("pretrained",) if real else ("random-init", "trained")
   tables = _tables(name := config.get("results_name", "sipit"), vocab, layers)
   for rec in per_seed:
     _add_seed(tables, rec, kinds, layers, config.collision.quant_bits)
+  tables = list(tables) + _real_tables(per_seed, layers) if real else tables
   pols = tuple(config.sipit.policies)
   comps = [results_lib.Comparison(
       "proposals", f"l{max(layers)}", f"{k}, {NAMES['gradient']}",
@@ -315,6 +429,8 @@ def run(config, workdir: str) -> dict[str, Any]:
   summary = inversion_summary(per_seed, kinds, pols, layers)
   results_lib.write(workdir, name, tables=list(tables), comparisons=comps,
                     extra={"summary": summary, "per_seed": per_seed},
-                    config=config, start_time=t0)
+                    config=config, start_time=t0,
+                    data=(results_lib.data_provenance(config, rows=rows)
+                          if rows is not None else None))
   return {"per_seed": per_seed, "layers": list(layers), "vocab_size": vocab,
           "plots": [plot], "summary": summary}

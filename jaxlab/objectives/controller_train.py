@@ -10,6 +10,7 @@ from __future__ import annotations
 import ml_collections
 
 from jaxlab.data.synthetic import algorithmic as alg
+from jaxlab.data.synthetic import controller_data
 from jaxlab.data.synthetic.controller_data import pad_lengths
 from jaxlab.evals.controller_eval import _resolve, model_config
 from jaxlab.models import registry as model_registry
@@ -28,12 +29,14 @@ def loss_config(config) -> ml_collections.ConfigDict:
 def train_variant(config, task: str, variant: str, seed: int, log):
   steps, bs = int(config.train.steps), int(config.train.batch_size)
   spec = model_registry.get_spec(model_config(config, variant),
-                                 vocab_size=alg.VOCAB_SIZE, seed=seed)
+                                 vocab_size=controller_data.vocab_size(config),
+                                 seed=seed)
   model = spec.factory()
   lengths = list(config.train_lengths)
+  v = controller_data.num_values(config)
   train = alg.encode(alg.make_examples(task, lengths, steps * bs,
-                                       seed=1000 + seed),
-                     pad_to=pad_lengths(config)[0])
+                                       seed=1000 + seed, num_values=v),
+                     pad_to=pad_lengths(config)[0], num_values=v)
   run = runner.StepRunner(
       model, loss="controller", loss_config=loss_config(config),
       optim=config.optim,  # the whole section: b2, clip_norm, grad_accum...

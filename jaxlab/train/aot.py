@@ -635,9 +635,27 @@ def prefix_example(config, seq_len: int) -> dict[str, np.ndarray] | None:
           "targets": zeros(t, np.int32), "loss_mask": zeros(t, np.float32)}
 
 
+def scale_example(config, seq_len: int) -> dict[str, np.ndarray] | None:
+  """The example a paper preset names in `config.scale.example` (batch key
+  -> dtype name, each a `[seq_len]` array), for a loss whose batch is not
+  the LM pipeline's (the controller loss: inputs, targets, loss_mask,
+  op_targets); None when it names none."""
+  scale = config.get("scale")
+  spec = scale.get("example") if scale is not None else None
+  if not spec:
+    return None
+  return {k: np.broadcast_to(np.zeros((), np.dtype(str(dt))),
+                             (int(seq_len),))
+          for k, dt in dict(spec).items()}
+
+
 def train_example(config, seq_len: int) -> dict[str, np.ndarray]:
-  """The example the compiled step reads: `prefix_example` for a prefix
-  LM, else the LM pipeline's (`lm_example`)."""
+  """The example the compiled step reads: a preset's `scale.example`
+  (`scale_example`), `prefix_example` for a prefix LM, else the LM
+  pipeline's (`lm_example`)."""
+  ex = scale_example(config, seq_len)
+  if ex is not None:
+    return ex
   ex = prefix_example(config, seq_len)
   return lm_example(seq_len) if ex is None else ex
 

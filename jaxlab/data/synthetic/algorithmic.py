@@ -8,7 +8,10 @@ instances, test on long ones. Every example is one token sequence
     bfs:        BOS u_1 v_1 .. u_m v_m SEP src SEP bfs_order EOS   n nodes
 
 where n is the instance length (list length, or node count for BFS; node ids
-are n distinct values of 0..63, neighbours visited in ascending id order).
+are n distinct values of 0..V-1, neighbours visited in ascending id order).
+V = `num_values` (default `NUM_VALUES` = 64, the miniature's) sets the token
+space: values 0..V-1, then BOS, SEP, EOS, PAD = V..V+3 (`special_tokens`),
+`vocab_size(V)` = V + 4. The paper's BFS at n = 320 nodes needs V >= 320.
 The answer tokens (after the last SEP, EOS excluded) are the loss/accuracy
 positions; with teacher forcing, all answer positions right <=> greedy
 decoding reproduces the answer exactly (each greedy step sees the correct
@@ -48,6 +51,17 @@ VOCAB_SIZE = NUM_VALUES + 4
 IGNORE_OP = -1  # op target of padding
 
 
+def special_tokens(num_values: int = NUM_VALUES) -> tuple[int, int, int, int]:
+  """(BOS, SEP, EOS, PAD) of the token space with values 0..num_values-1."""
+  v = int(num_values)
+  return v, v + 1, v + 2, v + 3
+
+
+def vocab_size(num_values: int = NUM_VALUES) -> int:
+  """Vocabulary of the token space with values 0..num_values-1."""
+  return int(num_values) + 4
+
+
 @dataclasses.dataclass(frozen=True)
 class Example:
   """One instance: tokens, which are answer tokens, per-token opcodes."""
@@ -59,7 +73,8 @@ class Example:
   program: tuple[tuple, ...]  # the simulator's full trace (op, operands...)
 
 
-TaskFn = Callable[[random.Random, int], Example]
+# fn(rng, n, *, num_values) -> Example.
+TaskFn = Callable[..., Example]
 TASKS: registry.Registry[TaskFn] = registry.Registry("algorithmic task")
 
 
@@ -142,8 +157,10 @@ def simulate_bfs(edges: Sequence[tuple[int, int]], src: int
 # -----------------------------------------------------------------------------
 
 
-def _example(task, n, prompt, prompt_ops, answer, answer_ops, program):
-  tokens = [BOS, *prompt, SEP, *answer, EOS]
+def _example(task, n, prompt, prompt_ops, answer, answer_ops, program,
+             num_values=NUM_VALUES):
+  bos, sep, eos, _ = special_tokens(num_values)
+  tokens = [bos, *prompt, sep, *answer, eos]
   ops = [ASSIGN, *prompt_ops, NOOP, *answer_ops, NOOP]
   mask = [False] * (len(prompt) + 2) + [True] * len(answer) + [False]
   return Example(task, n, tuple(int(t) for t in tokens), tuple(mask),
@@ -151,10 +168,12 @@ def _example(task, n, prompt, prompt_ops, answer, answer_ops, program):
 
 
 @TASKS.register("sum_mod10")
-def sum_mod10(rng: random.Random, n: int) -> Example:
+def sum_mod10(rng: random.Random, n: int, *, num_values: int = NUM_VALUES
+              ) -> Example:
   xs = [rng.randrange(10) for _ in range(n)]
   prog, ans = simulate_sum(xs)
-  return _example("sum_mod10", n, xs, [ADD] * n, [ans], [NOOP], prog)
+  return _example("sum_mod10", n, xs, [ADD] * n, [ans], [NOOP], prog,
+                  num_values)
 
 
 def sort_token_ops(xs: Sequence[int]) -> list[int]:
@@ -168,20 +187,24 @@ def sort_token_ops(xs: Sequence[int]) -> list[int]:
 
 
 @TASKS.register("sort")
-def sort(rng: random.Random, n: int) -> Example:
+def sort(rng: random.Random, n: int, *, num_values: int = NUM_VALUES
+         ) -> Example:
   xs = [rng.randrange(10) for _ in range(n)]
   prog, ys = simulate_bubble_sort(xs)
-  return _example("sort", n, xs, sort_token_ops(xs), ys, [ASSIGN] * n, prog)
+  return _example("sort", n, xs, sort_token_ops(xs), ys, [ASSIGN] * n, prog,
+                  num_values)
 
 
-def random_graph(rng: random.Random, n: int, extra_edges: int | None = None
+def random_graph(rng: random.Random, n: int, extra_edges: int | None = None,
+                 *, num_values: int = NUM_VALUES
                  ) -> tuple[list[tuple[int, int]], int]:
-  """A connected graph on n distinct ids of 0..63: a random tree plus
-  `extra_edges` (default n // 4) chords; returns (shuffled edges, src)."""
-  if not 1 <= n <= NUM_VALUES:
-    raise ValueError(f"bfs length (node count) must be in [1, {NUM_VALUES}], "
-                     f"got {n}")
-  ids = rng.sample(range(NUM_VALUES), n)
+  """A connected graph on n distinct ids of 0..num_values-1: a random tree
+  plus `extra_edges` (default n // 4) chords; returns (shuffled edges,
+  src)."""
+  if not 1 <= n <= num_values:
+    raise ValueError(f"bfs length (node count) must be in [1, {num_values}] "
+                     f"(num_values: the node ids), got {n}")
+  ids = rng.sample(range(num_values), n)
   edges = {tuple(sorted((ids[k], ids[rng.randrange(k)])))
            for k in range(1, n)}
   extra = n // 4 if extra_edges is None else extra_edges
@@ -206,14 +229,16 @@ def bfs_token_ops(order: Sequence[int], parent: dict[int, int]) -> list[int]:
 
 
 @TASKS.register("bfs")
-def bfs(rng: random.Random, n: int) -> Example:
-  edges, src = random_graph(rng, n)
+def bfs(rng: random.Random, n: int, *, num_values: int = NUM_VALUES
+        ) -> Example:
+  edges, src = random_graph(rng, n, num_values=num_values)
+  sep = special_tokens(num_values)[1]
   prog, order = simulate_bfs(edges, src)
   _, parent = bfs_order(edges, src)
-  prompt = [t for e in edges for t in e] + [SEP, src]
+  prompt = [t for e in edges for t in e] + [sep, src]
   prompt_ops = [ASSIGN] * (2 * len(edges)) + [NOOP, ASSIGN]
   return _example("bfs", n, prompt, prompt_ops, order,
-                  bfs_token_ops(order, parent), prog)
+                  bfs_token_ops(order, parent), prog, num_values)
 
 
 # -----------------------------------------------------------------------------
@@ -222,33 +247,38 @@ def bfs(rng: random.Random, n: int) -> Example:
 
 
 def make_examples(task: str, lengths: Sequence[int], num: int, *,
-                  seed: int = 0) -> list[Example]:
-  """`num` examples of `task`, each length drawn uniformly from `lengths`."""
+                  seed: int = 0, num_values: int = NUM_VALUES
+                  ) -> list[Example]:
+  """`num` examples of `task`, each length drawn uniformly from `lengths`,
+  in the token space of `num_values` values (`special_tokens`)."""
   fn = TASKS.get(task)
   lengths = [int(n) for n in lengths]
   if not lengths or min(lengths) < 1:
     raise ValueError(f"lengths must be a non-empty list of ints >= 1, got "
                      f"{lengths}")
   rng = random.Random(f"{task}-{seed}")
-  return [fn(rng, rng.choice(lengths)) for _ in range(num)]
+  return [fn(rng, rng.choice(lengths), num_values=int(num_values))
+          for _ in range(num)]
 
 
-def encode(examples: Sequence[Example], *, pad_to: int | None = None
-           ) -> dict[str, np.ndarray]:
+def encode(examples: Sequence[Example], *, pad_to: int | None = None,
+           num_values: int = NUM_VALUES) -> dict[str, np.ndarray]:
   """Next-token arrays: `inputs`, `targets` `[N, T]` (PAD-padded on the
   right), `loss_mask` (target is an answer token), `op_targets` (opcode of
   the input token, -1 on padding), `lengths` `[N]`.
 
   T = `pad_to` or the longest sequence minus one; a longer one is an error.
+  PAD is that of `num_values` (`special_tokens`).
   """
+  pad = special_tokens(num_values)[3]
   need = max(len(e.tokens) for e in examples) - 1
   t = need if pad_to is None else int(pad_to)
   if t < need:
     raise ValueError(f"pad_to={t} is shorter than the longest example "
                      f"({need} input tokens)")
   n = len(examples)
-  out = {"inputs": np.full((n, t), PAD, np.int32),
-         "targets": np.full((n, t), PAD, np.int32),
+  out = {"inputs": np.full((n, t), pad, np.int32),
+         "targets": np.full((n, t), pad, np.int32),
          "loss_mask": np.zeros((n, t), np.float32),
          "op_targets": np.full((n, t), IGNORE_OP, np.int32),
          "lengths": np.array([e.length for e in examples], np.int32)}
