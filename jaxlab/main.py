@@ -352,18 +352,29 @@ def config_help(value: str) -> str:
   lines = [f"--config={value} ({path})", ""]
   if doc:
     lines += [doc, ""]
+  from jaxlab.configs import field_docs  # pylint: disable=g-import-not-at-top
   if defaults is not None:
     presets = sorted(k for k, v in defaults.items() if isinstance(v, bool))
     args = sorted((k, v) for k, v in defaults.items()
                   if not isinstance(v, bool))
-    lines.append(f"Presets (--config={name}:P1,P2,...): "
-                 f"{', '.join(presets) or 'none'}")
+    purposes = field_docs.preset_docs(module)
+    lines.append(f"Presets (--config={name}:P1,P2,...):" +
+                 ("" if presets else " none"))
+    for p in presets:
+      lines.append(textwrap.fill(
+          purposes.get(p, "see the config's docstring"), 78,
+          initial_indent=f"  {p:<10} ", subsequent_indent=" " * 13))
     lines.append(f"Arguments (--config={name}:KEY=VALUE): " + (
         ", ".join(f"{k}={v!r}" for k, v in args) or "none"))
     lines.append("")
+  meanings = field_docs.describe(path)
   lines.append(f"Fields (--config.FIELD=VALUE; defaults"
-               f"{' with ' + arg if arg else ''}):")
-  lines += [f"  {k}={v!r}" for k, v in _flatten(config)]
+               f"{' with ' + arg if arg else ''}; meaning below each):")
+  for k, v in _flatten(config):
+    lines.append(f"  {k}={v!r}")
+    if meanings.get(k):
+      lines.append(textwrap.fill(meanings[k], 78, initial_indent=" " * 6,
+                                 subsequent_indent=" " * 6))
   return "\n".join(lines)
 
 

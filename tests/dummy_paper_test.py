@@ -235,7 +235,7 @@ class DummyPaperTest(absltest.TestCase):
     path = main.resolve_config_arg("dummy_paper:tiny")
     self.assertEqual(path, os.path.join(self.plugin, "configs",
                                         "dummy_paper.py") + ":tiny")
-    self.assertIn("Presets (--config=dummy_paper:P1,P2,...): tiny",
+    self.assertIn("Presets (--config=dummy_paper:P1,P2,...):\n  tiny ",
                   main.config_help("dummy_paper:tiny"))
     _, config, _ = main._load_config(*path.split(":"))  # pylint: disable=protected-access
     main.check_loss(config)  # the loss is found by name

@@ -41,21 +41,26 @@ class LauncherTest(absltest.TestCase):
     text = main.config_help("lm_tiny")
     self.assertIn(f"--config=lm_tiny ({main.CONFIG_DIR}/lm_tiny.py)", text)
     self.assertIn("The demo: a tiny byte-level decoder", text)
-    self.assertIn("Presets (--config=lm_tiny:P1,P2,...): tiny\n", text)
+    self.assertIn("Presets (--config=lm_tiny:P1,P2,...):\n  tiny       the "
+                  "test / colab miniature", text)
     self.assertIn("Arguments (--config=lm_tiny:KEY=VALUE): none\n", text)
     self.assertIn("\n  train.steps=300\n", text)
     self.assertIn("\n  optim.lr=0.003\n", text)
     self.assertIn("\n  experiment='train'\n", text)
     tiny = main.config_help("lm_tiny:tiny")
-    self.assertIn("Fields (--config.FIELD=VALUE; defaults with tiny):", tiny)
+    self.assertIn("Fields (--config.FIELD=VALUE; defaults with tiny; meaning "
+                  "below each):", tiny)
     self.assertIn("\n  train.steps=40\n", tiny)
     # key=value arguments with their defaults; several presets.
     text = main.config_help("finetune")
     self.assertIn("init_from=''", text.split("Arguments")[1].split("\n")[0])
     text = main.config_help("pmc")
-    presets = text.split("Presets (--config=pmc:P1,P2,...): ")[1].split("\n")[0]
-    self.assertContainsSubset({"tiny", "small", "table"},
-                              set(presets.split(", ")))
+    presets = text.split("Presets (--config=pmc:P1,P2,...):\n")[1].split(
+        "Arguments")[0]
+    self.assertContainsSubset(
+        {"tiny", "small", "table"},
+        {line.split()[0] for line in presets.splitlines()
+         if line.startswith("  ") and not line.startswith("   ")})
     # A path works as well as a name.
     self.assertIn("train.steps=40", main.config_help(
         os.path.join(main.CONFIG_DIR, "lm_tiny.py") + ":tiny"))
@@ -63,9 +68,11 @@ class LauncherTest(absltest.TestCase):
   def test_help_from_the_command_line(self):
     proc = self._launch("--config=generate:tiny", "--help")
     self.assertEqual(proc.returncode, 0, proc.stderr)
-    self.assertIn("Presets (--config=generate:P1,P2,...): tiny", proc.stdout)
+    self.assertIn("Presets (--config=generate:P1,P2,...):\n  tiny ",
+                  proc.stdout)
     self.assertIn("\n  max_new_tokens=24\n", proc.stdout)
-    self.assertIn("\n  init_from=''\n", proc.stdout)
+    self.assertIn("\n  init_from=''\n      The one checkpoint field",
+                  proc.stdout)
     proc = self._launch("--helpshort")
     self.assertEqual(proc.returncode, 0, proc.stderr)
     self.assertIn("--workdir", proc.stdout)
