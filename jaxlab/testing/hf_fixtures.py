@@ -205,6 +205,24 @@ def make_hf_checkpoint(path: str | os.PathLike, arch: str = "llama", *,
   return (path, model) if return_model else path
 
 
+def make_chat_checkpoint(path: str | os.PathLike, arch: str = "llama", *,
+                         vocab_size: int = 416, num_layers: int = 1,
+                         init_std: float = 0.05, **config_kw: Any) -> str:
+  """A tiny random checkpoint with the tiny ChatML tokenizer beside it.
+
+  What a real-run test starts from: one directory that `io.pretrained.load`
+  reads as the model and `pretrained.tokenizer` as its tokenizer
+  (`tokenizer_fixtures.make_hf_tokenizer`: 400 ids, so `vocab_size` >= 400;
+  416 rounds it up to a multiple of 16). `config_kw` goes to
+  `make_hf_checkpoint`. Returns `path`.
+  """
+  from jaxlab.testing import tokenizer_fixtures  # pylint: disable=g-import-not-at-top
+  tokenizer_fixtures.make_hf_tokenizer(path)
+  return make_hf_checkpoint(path, arch, vocab_size=vocab_size,
+                            num_layers=num_layers, init_std=init_std,
+                            **config_kw)
+
+
 def load_hf_model(path: str | os.PathLike):
   """Loads a checkpoint with transformers (fp32, eager attention, eval)."""
   import torch  # pylint: disable=g-import-not-at-top

@@ -49,9 +49,8 @@ class FinetuneExportTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tfx.make_hf_tokenizer(cls.ckpt)
-    hfx.make_hf_checkpoint(cls.ckpt, "qwen3", vocab_size=VOCAB, head_dim=8,
-                           num_layers=1, init_std=0.05)
+    hfx.make_chat_checkpoint(cls.ckpt, "qwen3", vocab_size=VOCAB, head_dim=8,
+                             num_layers=1, init_std=0.05)
     cls.data = os.path.join(cls.root, "chats.jsonl")
     with open(cls.data, "w") as f:
       for messages in CHATS:

@@ -25,7 +25,6 @@ from jaxlab.evals import gsm8k
 from jaxlab.experiments import calibration
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures as hfx
-from jaxlab.testing import tokenizer_fixtures as tfx
 
 VOCAB = 416  # >= the tokenizer's 400 ids
 ROWS = [
@@ -95,9 +94,8 @@ class CalibrationGsm8kTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tfx.make_hf_tokenizer(cls.ckpt)
-    hfx.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB,
-                           num_layers=1, init_std=0.05)
+    hfx.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
+                             init_std=0.05)
     cls.data = os.path.join(cls.root, "gsm8k")
     os.makedirs(os.path.join(cls.data, "main"))
     with open(os.path.join(cls.data, "README.md"), "w") as f:

@@ -13,7 +13,6 @@ import time
 from unittest import mock
 
 from absl.testing import absltest
-import numpy as np
 
 from jaxlab.configs import generate as generate_cfg
 from jaxlab.configs import lm_tiny

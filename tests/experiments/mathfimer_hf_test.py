@@ -31,7 +31,6 @@ from jaxlab.data import math_rows
 from jaxlab.experiments import mathfimer
 from jaxlab.objectives import fim
 from jaxlab.testing import hf_fixtures as hfx
-from jaxlab.testing import tokenizer_fixtures as tfx
 
 VOCAB = 416  # >= the tokenizer's 400 ids
 GSM8K = [
@@ -98,10 +97,8 @@ class MathFimerHfTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tfx.make_hf_tokenizer(cls.ckpt)
-    hfx.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB,
-                           num_layers=1, init_std=0.05,
-                           max_position_embeddings=512)
+    hfx.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
+                             init_std=0.05, max_position_embeddings=512)
     cls.gsm8k = os.path.join(cls.root, "gsm8k")
     def cols(rs):
       return {"question": [q for q, _ in rs], "answer": [a for _, a in rs]}

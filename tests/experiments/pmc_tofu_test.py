@@ -28,7 +28,6 @@ from jaxlab.experiments import pmc as pmc_exp
 from jaxlab.io import pretrained
 from jaxlab.objectives import pmc
 from jaxlab.testing import hf_fixtures as hfx
-from jaxlab.testing import tokenizer_fixtures as tfx
 
 VOCAB = 416  # >= the tiny tokenizer's 400 ids
 SUBSETS = ("full", "forget01", "forget05", "forget10", "retain90", "retain95",
@@ -93,9 +92,8 @@ class TofuDataTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tfx.make_hf_tokenizer(cls.ckpt)
-    hfx.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
-                           init_std=0.05)
+    hfx.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
+                             init_std=0.05)
 
   @classmethod
   def tearDownClass(cls):
@@ -159,13 +157,11 @@ class PaperShortTofuTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tfx.make_hf_tokenizer(cls.ckpt)
-    hfx.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
-                           init_std=0.05)
+    hfx.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
+                             init_std=0.05)
     cls.retain_ckpt = os.path.join(cls.root, "retain_ckpt")
-    tfx.make_hf_tokenizer(cls.retain_ckpt)
-    hfx.make_hf_checkpoint(cls.retain_ckpt, "llama", vocab_size=VOCAB,
-                           num_layers=1, init_std=0.05, seed=1)
+    hfx.make_chat_checkpoint(cls.retain_ckpt, "llama", vocab_size=VOCAB,
+                             num_layers=1, init_std=0.05, seed=1)
     cls.tofu = os.path.join(cls.root, "TOFU")
     cls.data = write_tofu(cls.tofu)
     cfg = pmc_config.get_config("paper,short")

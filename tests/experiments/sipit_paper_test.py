@@ -28,7 +28,6 @@ from jaxlab.configs import sipit as sipit_config
 from jaxlab.experiments import sipit as sipit_exp
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures
-from jaxlab.testing import tokenizer_fixtures
 
 TEXTS = [
     "Anarchism is a political philosophy and movement that is skeptical of "
@@ -62,10 +61,9 @@ class SipitPaperTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tokenizer_fixtures.make_hf_tokenizer(cls.ckpt)
-    hf_fixtures.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=400,
-                                   hidden_size=32, num_layers=2,
-                                   max_position_embeddings=256)
+    hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=400,
+                                     hidden_size=32, num_layers=2,
+                                     max_position_embeddings=256)
     cls.data = os.path.join(cls.root, "wikipedia")
     os.makedirs(os.path.join(cls.data, "20231101.en"))
     datasets.Dataset.from_dict({

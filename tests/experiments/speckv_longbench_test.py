@@ -24,7 +24,6 @@ from jaxlab.evals import longbench as lb
 from jaxlab.experiments import speckv
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures
-from jaxlab.testing import tokenizer_fixtures
 
 FOX = "The quick brown fox jumps over the lazy dog. "
 COUNT = "Once upon a time, there was a tiny model that learned to count. "
@@ -54,10 +53,9 @@ class SpeckvLongBenchTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tokenizer_fixtures.make_hf_tokenizer(cls.ckpt)
-    hf_fixtures.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=400,
-                                   hidden_size=32, num_layers=2,
-                                   max_position_embeddings=1024)
+    hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=400,
+                                     hidden_size=32, num_layers=2,
+                                     max_position_embeddings=1024)
     cls.data = os.path.join(cls.root, "LongBench")
     os.makedirs(os.path.join(cls.data, "data"))
     datasets.Dataset.from_dict(HOTPOT).to_json(

@@ -24,7 +24,6 @@ import numpy as np
 from jaxlab.configs import uncertainty as uncertainty_cfg
 from jaxlab.experiments import uncertainty
 from jaxlab.testing import hf_fixtures as hfx
-from jaxlab.testing import tokenizer_fixtures as tfx
 
 VOCAB = 416
 QA = [("Which planet is the Red Planet?", "Mars", ["Mars", "Planet Mars"]),
@@ -72,10 +71,8 @@ class UncertaintyHfTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tfx.make_hf_tokenizer(cls.ckpt)
-    hfx.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB,
-                           num_layers=1, init_std=0.05,
-                           max_position_embeddings=512)
+    hfx.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
+                             init_std=0.05, max_position_embeddings=512)
     cls.data = os.path.join(cls.root, "trivia_qa")
     os.makedirs(os.path.join(cls.data, "rc.nocontext"))
     for split, qa in (("train", QA[:3]), ("validation", QA[2:])):
