@@ -5,7 +5,9 @@ sits in (opened from `colabs/` or the root: put on `sys.path`, nothing
 installed); otherwise it pip-installs `JAXLAB_SOURCE` (set in the cell or as
 an environment variable, e.g. `%env JAXLAB_SOURCE=...` in Colab): a pip spec,
 a checkout or wheel path, or `git+https://HOST/OWNER/jaxlab` of a mirror,
-optionally with extras (`jaxlab[video] @ git+...`). With no source and no
+optionally with extras (`jaxlab[video] @ git+...`); without extras given,
+the runtime's accelerator extra is added (`[tpu]` on a TPU runtime,
+`[cuda]` on a GPU one). With no source and no
 jaxlab installed it stops with one message saying what to set (the project
 has no public URL, so none is guessed). It then reads the config preset from
 the one environment variable `JAXLAB_COLAB_PRESET` (what the tests set; "" is
@@ -21,14 +23,20 @@ _TEMPLATE = '''\
 # Setup: use the jaxlab checkout this notebook sits in; elsewhere (Colab)
 # pip-install JAXLAB_SOURCE: a pip spec, a wheel or checkout path, or
 # git+https://HOST/REPO of a copy (set it here or with %env {source_env}=...).
-import importlib.util, json, os, subprocess, sys, tempfile
+import importlib.util, json, os, shutil, subprocess, sys, tempfile
 JAXLAB_SOURCE = os.environ.get("{source_env}", "")
 ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "colabs" else os.getcwd()
 if os.path.isfile(os.path.join(ROOT, "jaxlab", "main.py")):
   sys.path.insert(0, ROOT)  # the checkout: nothing to install
 elif JAXLAB_SOURCE:
-  subprocess.run([sys.executable, "-m", "pip", "install", "-q", JAXLAB_SOURCE],
-                 check=True)
+  # The runtime's accelerator extra: [tpu] on a TPU runtime, [cuda] on a GPU.
+  EXTRA = ("tpu" if os.environ.get("COLAB_TPU_ADDR") or os.path.exists("/dev/accel0")
+           else "cuda" if shutil.which("nvidia-smi") else "")
+  SPEC = JAXLAB_SOURCE
+  if EXTRA and "[" not in SPEC:
+    SPEC = (f"jaxlab[{{EXTRA}}] @ {{SPEC}}" if "://" in SPEC
+            else f"{{SPEC}}[{{EXTRA}}]")
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", SPEC], check=True)
 elif importlib.util.find_spec("jaxlab") is None:
   raise RuntimeError(
       "jaxlab is not installed and this notebook is not in a jaxlab checkout: "

@@ -101,6 +101,22 @@ class SetupCellTest(parameterized.TestCase):
     self.assertEqual(sys.path, old_path)  # installed, not a checkout
     self.assertTrue(os.path.isdir(ns["WORKDIR"]))
 
+  def test_the_runtime_accelerator_extra_is_added(self):
+    elsewhere = self._tmp()
+    wheel = "/content/jaxlab-0.1.0-py3-none-any.whl"
+    _, calls, _ = self._exec_first_cell(
+        "vudg.ipynb", cwd=elsewhere,
+        env={"JAXLAB_SOURCE": wheel, "COLAB_TPU_ADDR": "10.0.0.2:8470"})
+    self.assertEqual(calls[0][0][0][-1], wheel + "[tpu]")
+    with mock.patch("shutil.which",
+                    lambda n: "/usr/bin/nvidia-smi" if n == "nvidia-smi"
+                    else None):
+      _, calls, _ = self._exec_first_cell(
+          "vudg.ipynb", cwd=elsewhere,
+          env={"JAXLAB_SOURCE": "git+https://example.org/mirror/jaxlab"})
+    self.assertEqual(calls[0][0][0][-1],
+                     "jaxlab[cuda] @ git+https://example.org/mirror/jaxlab")
+
   def test_no_source_and_no_checkout_says_what_to_set(self):
     elsewhere = self._tmp()
     with self.assertRaisesRegex(RuntimeError, "set JAXLAB_SOURCE .*%env "
