@@ -679,8 +679,15 @@ def abstract_batch(example: Mapping[str, Any], batch_size: int,
   return jax.tree.map(one, dict(example))
 
 
+# `config.model.name`s whose models read no tokens (image classifiers).
+NO_VOCAB_MODELS = ("vit_classifier",)
+
+
 def _vocab_size(config) -> int | None:
-  """The trainer's vocabulary rule: the tokenizer's size rounded up to 64."""
+  """The trainer's vocabulary rule: the tokenizer's size rounded up to 64
+  (None for a model of `NO_VOCAB_MODELS`: its builder takes none)."""
+  if config.model.get("name", "") in NO_VOCAB_MODELS:
+    return None
   if int(config.model.get("vocab_size", 0) or 0) > 0:
     return None
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
