@@ -26,7 +26,9 @@ with `--config.data.source=hf --config.data.path=ILSVRC/imagenet-1k`, or
 an image-folder / Parquet / ArrayRecord copy with `data.source=grain`
 (`data.path`, `data.eval_path`; `jaxlab.data.image_rows`). Its train step
 (the ViT-B classifier's, images `[256, 224, 224, 3]`) compiles for
-`PAPER_TOPOLOGY` from a CPU host (tests/experiments/vulcan_real_test.py).
+`PAPER_TOPOLOGY` from a CPU host (`python -m jaxlab.experiments.compile
+--config=vulcan:paper --topology=v5e:2x2`;
+tests/experiments/vulcan_compile_test.py).
 `short`: the same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
@@ -110,7 +112,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                     eval_split="validation")
     # ImageNet-1k as TFDS prepares it (`tfds build imagenet2012`; the
     # catalog's features image / label / file_name).
-    c.data.update(source="tfds", tfds_name="imagenet2012", data_dir="")
+    c.data.update(source="tfds", tfds_name="imagenet2012",
+                  data_dir="~/tensorflow_datasets")
     # Code defaults (O.4): batch 256; DeiT's preprocessing when the
     # checkpoint directory has no preprocessor_config.json.
     c.posttrain.batch_size = 256

@@ -635,9 +635,20 @@ def prefix_example(config, seq_len: int) -> dict[str, np.ndarray] | None:
           "targets": zeros(t, np.int32), "loss_mask": zeros(t, np.float32)}
 
 
+def classifier_example(model_cfg) -> dict[str, np.ndarray]:
+  """One example of the `classification` loss of an image classifier
+  (`NO_VOCAB_MODELS`): images `[S, S, C]` float32, labels `[]` int32."""
+  s, ch = int(model_cfg.image_size), int(model_cfg.get("channels", 3))
+  return {"images": np.broadcast_to(np.zeros((), np.float32), (s, s, ch)),
+          "labels": np.zeros((), np.int32)}
+
+
 def train_example(config, seq_len: int) -> dict[str, np.ndarray]:
   """The example the compiled step reads: `prefix_example` for a prefix
-  LM, else the LM pipeline's (`lm_example`)."""
+  LM, `classifier_example` for an image classifier, else the LM
+  pipeline's (`lm_example`)."""
+  if config.model.get("name", "") in NO_VOCAB_MODELS:
+    return classifier_example(config.model)
   ex = prefix_example(config, seq_len)
   return lm_example(seq_len) if ex is None else ex
 
@@ -757,10 +768,12 @@ def compile_train_step(config, devices: Sequence[Any], *,
                      f"optim.grad_accum={grad_accum} times mesh.data*mesh.fsdp"
                      f"={n_batch}")
   t0 = time.perf_counter()
-  if model is None and config.get("scale") is not None:
-    # A paper-scale preset (`configs._scale`): its model section is the
-    # released checkpoint's shape, so the compile builds it (no weights are
-    # read) rather than loading `init_from`.
+  if model is None and (config.get("scale") is not None
+                        or config.model.get("name", "") in NO_VOCAB_MODELS):
+    # A paper-scale preset (`configs._scale`, or an image classifier's
+    # `PAPER_MODEL`): its model section is the released checkpoint's
+    # shape, so the compile builds it (no weights are read) rather than
+    # loading `init_from`.
     model = trainer.model_spec(config, vocab_size=_vocab_size(config))
   ts = trainer.build(config, model=model, vocab_size=_vocab_size(config),
                      mesh=mesh, abstract_only=True)

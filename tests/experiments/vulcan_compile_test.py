@@ -35,7 +35,6 @@ class VulcanPaperCompileTest(absltest.TestCase):
 
   def test_paper_train_step_compiles_for_tpu(self):
     config = vulcan_config.get_config("paper")
-    devices = aot.topology_devices(vulcan_config.PAPER_TOPOLOGY)
     self.assertEqual(vc.config_from_dict(config.model).num_params(),
                      VIT_B_PARAMS)
     # Compiled at 2 of its 12 blocks (seconds instead of a minute; the
@@ -44,15 +43,13 @@ class VulcanPaperCompileTest(absltest.TestCase):
     n_params = vc.config_from_dict(config.model).num_params()
     self.assertEqual(VIT_B_PARAMS - n_params, 10 * (
         4 * (768 * 768 + 768) + 2 * 768 * 3072 + 3072 + 768 + 4 * 768))
-    example = {"images": np.zeros((224, 224, 3), np.float32),
-               "labels": np.zeros((), np.int32)}
-    # The preset's shape, built abstractly (no weights are read): what
-    # `init_from` loads on the TPU VM.
-    from jaxlab.experiments import import_loss_modules  # pylint: disable=g-import-not-at-top
-    from jaxlab.train import trainer  # pylint: disable=g-import-not-at-top
-    import_loss_modules()
-    rep = aot.compile_train_step(config, devices, example=example,
-                                 model=trainer.model_spec(config))
+    # The CLI's path (`python -m jaxlab.experiments.compile
+    # --config=vulcan:paper --topology=v5e:2x2`): the preset's shape is
+    # built abstractly (no weights are read), the batch is images.
+    from jaxlab.experiments import compile as compile_cli  # pylint: disable=g-import-not-at-top
+    report = compile_cli.run(config, vulcan_config.PAPER_TOPOLOGY)
+    self.assertEqual(report["chips"], 4)
+    rep = report["train_step"]
     self.assertEqual(rep["params"], n_params)
     self.assertEqual(rep["batch_size"], 256)
     self.assertTrue(rep["memory"]["fits"])
