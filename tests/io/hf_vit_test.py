@@ -85,7 +85,7 @@ class HFViTTest(parameterized.TestCase):
     path = hf_fixtures.make_vit_checkpoint(os.path.join(self.root, "a"),
                                            "deit_teacher", seed=3)
     model, cfg = hf.load(path)
-    out = hf_vit.save_vit(model, cfg, os.path.join(self.root, "b"))
+    out = hf.save(model, cfg, os.path.join(self.root, "b"))
     again, _ = hf.load(out)
     np.testing.assert_array_equal(np.asarray(again(pixel_values=self.x)),
                                   np.asarray(model(pixel_values=self.x)))
@@ -94,6 +94,19 @@ class HFViTTest(parameterized.TestCase):
     np.testing.assert_allclose(
         np.asarray(model(pixel_values=self.x)), _hf_logits(ref, self.x),
         rtol=0, atol=2 ** 8 * EPS * 10)
+
+  def test_pretrained_door(self):
+    from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+    pre = {"image_processor_type": "ViTImageProcessor", "size": 16}
+    path = hf_fixtures.make_vit_checkpoint(os.path.join(self.root, "p"),
+                                           "vit", preprocessor=pre)
+    model, cfg = pretrained.load(path)
+    self.assertIsInstance(model, vc.ViTClassifier)
+    self.assertEqual(pretrained.load_config(path), cfg)
+    proc = pretrained.image_processor(path)
+    self.assertEqual((proc.size, proc.resample, proc.do_center_crop,
+                      proc.image_mean), ({"height": 16, "width": 16}, 2,
+                                         False, (0.5, 0.5, 0.5)))
 
   def test_sharded_load_equals_unsharded(self):
     from jaxlab import parallel  # pylint: disable=g-import-not-at-top

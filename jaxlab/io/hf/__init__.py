@@ -126,4 +126,6 @@ def save(model: Any, cfg: Any, path: str | os.PathLike) -> str:
   """
   if isinstance(cfg, qwen2_vl_lib.Qwen2VLConfig):  # Qwen2.5-VL / Qwen2-VL
     return save_qwen2_vl(model, cfg, path)
+  if isinstance(cfg, vit.vc.ViTClassifierConfig):  # ViT / DeiT classifier
+    return vit.save_vit(model, cfg, path)
   return decoder.save_decoder(model, cfg, path)
