@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import ml_collections
@@ -119,8 +120,10 @@ class ImageRowsTest(absltest.TestCase):
 
   def test_tfds_mock_imagenet(self):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    with tfds.testing.mock_data(num_examples=5,
-                                policy=tfds.testing.MockPolicy.USE_CODE):
+    # mock_data's own scratch dir goes under self.root (removed after).
+    with mock.patch.object(tempfile, "tempdir", self.root), \
+        tfds.testing.mock_data(num_examples=5,
+                               policy=tfds.testing.MockPolicy.USE_CODE):
       cfg = _cfg(source="tfds", tfds_name="imagenet2012",
                  data_dir=self.root, max_rows=4)
       rows = image_rows.read(cfg, "validation")

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -98,8 +99,10 @@ class VulcanRealTest(absltest.TestCase):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     data_dir = os.path.join(self.root, "tfds")
     os.makedirs(data_dir)
-    with tfds.testing.mock_data(num_examples=10,
-                                policy=tfds.testing.MockPolicy.USE_CODE):
+    # mock_data's own scratch dir goes under self.root (removed after).
+    with mock.patch.object(tempfile, "tempdir", self.root), \
+        tfds.testing.mock_data(num_examples=10,
+                               policy=tfds.testing.MockPolicy.USE_CODE):
       cfg = _short_config("", data_dir=data_dir)
       self.assertEqual((cfg.data.source, cfg.data.tfds_name,
                         cfg.data.max_rows), ("tfds", "imagenet2012", 8))
