@@ -1,7 +1,7 @@
 """Vulcan on a pretrained ViT / DeiT and ImageNet rows (the real run).
 
 * `vulcan:paper,short` runs end to end through `python -m jaxlab.main`'s
-  path (`main.run_config`-style: `get_config` + `experiment.run`) from a
+  path (`get_config("paper,short")` + `main.run_experiment`) from a
   tiny random `DeiTForImageClassification` saved by transformers, on
   `imagenet2012` TFDS mock data (`tfds.testing.mock_data`: the catalog's
   features image / label / file_name; images of random sizes), and
@@ -121,7 +121,9 @@ class VulcanRealTest(absltest.TestCase):
                                        cfg.init_from)
       self.assertGreater(want_acc, 0.0)
       workdir = os.path.join(self.root, "run_tfds")
-      vulcan_exp.run(cfg, workdir)
+      # What `python -m jaxlab.main --config=vulcan:paper,short` runs.
+      from jaxlab import main  # pylint: disable=g-import-not-at-top
+      main.run_experiment(cfg, workdir)
     with open(os.path.join(workdir, "results.json")) as fh:
       res = json.load(fh)
     self.assertEqual(res["data"]["rows"], {"train": 8, "validation": 8})
