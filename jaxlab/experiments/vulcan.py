@@ -193,6 +193,11 @@ def run_real(config, workdir: str) -> dict[str, Any]:
                            "target_rows": {split: int(len(tr_idx)),
                                            eval_split: int(len(ev_idx))}}
   data = results_lib.data_provenance(config, rows=rows_read)
+  comparisons = [
+      results_lib.Comparison("accuracy", "acc", _label("vulcan", rate),
+                             _label(method, rate))
+      for rate in rates for method in methods
+      if method != "vulcan" and "vulcan" in methods]
   res = None
   for seed in config.seeds:
     seed = int(seed)
@@ -260,8 +265,9 @@ def run_real(config, workdir: str) -> dict[str, Any]:
       rec[f"rate_{rate:g}"] = rrec
     extra["per_seed"].append(rec)
     res = results_lib.write(
-        workdir, "vulcan", tables=[acc_table, gap_table], extra=extra,
-        config=config, start_time=t0, data=data)
+        workdir, "vulcan", tables=[acc_table, gap_table],
+        comparisons=comparisons, extra=extra, config=config, start_time=t0,
+        data=data)
   log(f"done: {workdir}/results.json")
   return {"results": res, "accuracy": acc_table.to_json(),
           "lossless": gap_table.to_json()}

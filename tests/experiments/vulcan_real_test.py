@@ -137,6 +137,7 @@ class VulcanRealTest(absltest.TestCase):
     self.assertAlmostEqual(rows["dense"]["cells"]["acc"]["values"][0],
                            want_acc, places=6)
     self.assertEqual(res["extra"]["target_rows"]["validation"], n_val)
+    self.assertLen(res["comparisons"], 3)   # Vulcan vs each baseline
     for label, row in rows.items():
       frac = row["cells"]["params_frac"]["values"][0]
       if label.endswith("R=0.6"):
