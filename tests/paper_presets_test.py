@@ -199,8 +199,12 @@ PAPER_RUNS = {
     "video_reason": ("Qwen/Qwen2.5-VL-7B-Instruct", "lyx97/reasoning_videos",
                      ""),
     "vudg": ("Qwen/Qwen2.5-VL-7B-Instruct", "QLGalaxy/VUDG", ""),
-    "vulcan": ("facebook/deit-base-patch16-224", "ILSVRC/imagenet-1k", ""),
+    "vulcan": ("facebook/deit-base-patch16-224", "imagenet2012", ""),
 }
+# Papers whose preset reads the released data through TFDS (`data.path` is
+# the TFDS name): ImageNet-1k as `tfds build imagenet2012` prepares it (the
+# Hub's ILSVRC/imagenet-1k is a loading script over tar files).
+TFDS_RUNS = ("vulcan",)
 # The paper releases neither a checkpoint nor data: its model trains from
 # scratch on the generated algorithmic tasks (the config's docstring).
 FROM_SCRATCH = ("controller",)
@@ -257,7 +261,8 @@ class PaperRunTest(parameterized.TestCase):
       self.assertEqual(c.data.source, "synthetic")
     else:
       self.assertTrue(c.init_from and c.data.path)
-      self.assertEqual((c.data.source, c.data.tokenizer), ("hf", "auto"))
+      self.assertEqual((c.data.source, c.data.tokenizer),
+                       ("tfds" if name in TFDS_RUNS else "hf", "auto"))
       self.assertTrue(c.data.split)
       # The docstring documents the preset line (checkpoint, dataset,
       # subset); whitespace and line breaks aside.

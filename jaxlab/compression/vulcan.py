@@ -611,7 +611,10 @@ def _build_like(model: vit_lib.ViTClassifier, widths: Widths,
     dst[...] = arr
 
   for name in ("patch_embed_kd", "patch_bias_d", "cls_d", "pos_embed_nd",
-               "head_dc", "head_bias_c"):
+               "head_dc", "head_bias_c", "dist_d", "dist_head_dc",
+               "dist_head_bias_c"):
+    if not hasattr(out, name):  # DeiT's distillation token / head only
+      continue
     put(getattr(out, name), getattr(model, name)[...], name)
   for name in ("scale", "bias"):
     put(getattr(out.final_norm, name), getattr(model.final_norm, name)[...],

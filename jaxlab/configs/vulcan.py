@@ -16,13 +16,20 @@ CPU test/colab version, `smoke` an even shorter one for the colab test. Steps an
 tiny model (the code's 3000-6000 steps at lr 1e-4 are for DeiT).
 
 `paper`: DeiT-B/16 at 224 px (`PAPER_MODEL`), pretrained, from `init_from`
-(`facebook/deit-base-patch16-224`; ViT-B/16 is
+(`facebook/deit-base-patch16-224`, its `preprocessor_config.json`: resize
+256 bicubic, crop 224, ImageNet mean / std; ViT-B/16 is
 `google/vit-base-patch16-224`, the same shape), compressed for the class
-subset T1-25 (spec O.1) on ImageNet-1k as released
-(`data.path=ILSVRC/imagenet-1k`, no subset; train / validation). Not an
-AOT compile target yet (`PAPER` dicts are: the compile path builds LM
-batches). `short`: the same run with its budget cut
-(`jaxlab.configs._scale.short`).
+subset T1-25 (spec O.1) on ImageNet-1k through TFDS (`imagenet2012`
+prepared in `data.data_dir`; train / validation), batch 256, lr 1e-4 for
+the code's 3000 steps at R = 0.6 (O.4). The same run reads the Hub's copy
+with `--config.data.source=hf --config.data.path=ILSVRC/imagenet-1k`, or
+an image-folder / Parquet / ArrayRecord copy with `data.source=grain`
+(`data.path`, `data.eval_path`; `jaxlab.data.image_rows`). Its train step
+(the ViT-B classifier's, images `[256, 224, 224, 3]`) compiles for
+`PAPER_TOPOLOGY` from a CPU host (`python -m jaxlab.experiments.compile
+--config=vulcan:paper --topology=v5e:2x2`;
+tests/experiments/vulcan_compile_test.py).
+`short`: the same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -39,6 +46,8 @@ PAPER_MODEL = dict(name="vit_classifier", image_size=224, patch_size=16,
                    head_dim=64, mlp_dim=3072, num_classes=1000,
                    init_std=0.02)
 # Spec O.1: ImageNet sub-task T1 (25 classes).
+# A TPU topology the paper preset's train step fits on (ViT-B, batch 256).
+PAPER_TOPOLOGY = "v5e:2x2"
 PAPER_CLASSES = (50, 62, 148, 272, 302, 306, 314, 331, 402, 408, 432, 531,
                  533, 592, 609, 713, 732, 746, 751, 905, 911, 927, 930, 981,
                  999)
@@ -99,8 +108,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The code's post-training (3000-6000 steps at lr 1e-4 for DeiT).
     c.posttrain.update(steps=3000, lr=1e-4)
     scale.paper_run(c, init_from="facebook/deit-base-patch16-224",
-                    path="ILSVRC/imagenet-1k", subset="", split="train",
+                    path="imagenet2012", subset="", split="train",
                     eval_split="validation")
+    # ImageNet-1k as TFDS prepares it (`tfds build imagenet2012`; the
+    # catalog's features image / label / file_name).
+    c.data.update(source="tfds", tfds_name="imagenet2012",
+                  data_dir="~/tensorflow_datasets")
+    # Code defaults (O.4): batch 256; DeiT's preprocessing when the
+    # checkpoint directory has no preprocessor_config.json.
+    c.posttrain.batch_size = 256
+    c.processor = ml_collections.ConfigDict(dict(
+        size=256, crop_size=224, resample=3))
+    # What the compile reads (`train.batch_size`, the step's loss).
+    c.train.batch_size = 256
+    c.loss.name = "classification"
   if args.short:
     scale.short(c)
   return c

@@ -112,6 +112,7 @@ def tfds_source(name: str, *, split: str, data_dir: str,
   that field decoded to str; otherwise feature dicts.
   """
   tfds = _optional.require("tensorflow_datasets", "tfds")
+  data_dir = os.path.expanduser(data_dir) if data_dir else data_dir
   if not data_dir or not os.path.isdir(data_dir):
     raise FileNotFoundError(f"TFDS data_dir not found: {data_dir!r} (prepare "
                             f"{name!r} there first; nothing downloads)")

@@ -1,4 +1,8 @@
-"""Qwen2-VL / Qwen2.5-VL image and video preprocessing (numpy + PIL, no torch).
+"""Image and video preprocessing of HF processors (numpy + PIL, no torch).
+
+`ClassifierProcessor` is a ViT / DeiT image classifier's (resize, centre
+crop, rescale, normalise: `pixel_values` `[B, 3, h, w]`, see its
+docstring); the rest of this module is Qwen2-VL / Qwen2.5-VL's:
 
     proc = vision_processor.QwenVLProcessor(patch_size=14, merge_size=2)
     pixel_values, image_grid_thw = proc.images([img_a, img_b])
@@ -130,17 +134,157 @@ def _to_rgb_chw(image) -> np.ndarray:
   return x
 
 
-def resize(image_chw: np.ndarray, height: int, width: int) -> np.ndarray:
-  """uint8 `[C, height, width]`: PIL bicubic resampling of uint8 `[C, H,
-  W]` (transformers' PIL backend)."""
+def resize(image_chw: np.ndarray, height: int, width: int,
+           resample: int = 3) -> np.ndarray:
+  """uint8 `[C, height, width]`: PIL resampling of uint8 `[C, H, W]`
+  (transformers' PIL backend); `resample` is PIL's filter number, as
+  preprocessor_config.json writes it (2 bilinear, 3 bicubic, the
+  default)."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   x = np.asarray(image_chw)
   if x.shape[1:] == (height, width):
     return x
   img = Image.fromarray(np.ascontiguousarray(np.moveaxis(x, 0, -1)))
   out = np.asarray(img.resize((width, height),
-                              resample=Image.Resampling.BICUBIC))
+                              resample=Image.Resampling(int(resample))))
   return np.moveaxis(out.reshape(height, width, -1), -1, 0)
+
+
+def center_crop(image_chw: np.ndarray, height: int, width: int
+                ) -> np.ndarray:
+  """The centred `height` x `width` window of `[C, H, W]` (transformers'
+  `center_crop`: top = (H - height) // 2; a side shorter than the crop is
+  first zero-padded, ceil((crop - side) / 2) before it)."""
+  x = np.asarray(image_chw)
+  h, w = x.shape[1:]
+  if height > h or width > w:
+    nh, nw = max(height, h), max(width, w)
+    top, left = math.ceil((nh - h) / 2), math.ceil((nw - w) / 2)
+    padded = np.zeros(x.shape[:1] + (nh, nw), x.dtype)
+    padded[:, top:top + h, left:left + w] = x
+    x, h, w = padded, nh, nw
+  top, left = (h - height) // 2, (w - width) // 2
+  return x[:, top:top + height, left:left + width]
+
+
+def _size_of(size: Any, field: str) -> dict[str, int]:
+  """A preprocessor_config.json `size` / `crop_size` as {"height",
+  "width"} or {"shortest_edge"} (an int is a square, as transformers'
+  `get_size_dict` reads the ViT / DeiT legacy configs)."""
+  if isinstance(size, (int, np.integer)):
+    return {"height": int(size), "width": int(size)}
+  size = dict(size or {})
+  if size.get("height") and size.get("width"):
+    return {"height": int(size["height"]), "width": int(size["width"])}
+  if size.get("shortest_edge") and not size.get("longest_edge"):
+    return {"shortest_edge": int(size["shortest_edge"])}
+  raise ValueError(f"preprocessor_config.json: {field}={size!r}; supported: "
+                   "an int, {height, width} or {shortest_edge}")
+
+
+# ImageNet normalisation (transformers' IMAGENET_DEFAULT_MEAN / _STD).
+IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierProcessor:
+  """An image classifier's preprocessing: transformers' PIL-backend
+  `ViTImageProcessorPil` / `DeiTImageProcessorPil` (`PilBackend.
+  _preprocess`), from a `preprocessor_config.json` (`from_hf`).
+
+  Per image: RGB uint8 `[3, H, W]` (`_to_rgb_chw`), resize to `size`
+  ({height, width}; or {shortest_edge}: the short side to it, the long
+  one int(s * long / short)) with PIL filter `resample`, centre crop to
+  `crop_size`, rescale (float64 x * rescale_factor, then float32) and
+  normalise ((x - mean) / std in float32): `pixel_values` `[B, 3, h, w]`
+  float32, what `ViTClassifier(pixel_values=...)` reads. Defaults are
+  DeiT's (`facebook/deit-base-patch16-224`: 256 bicubic, crop 224,
+  ImageNet mean / std).
+  """
+  size: Any = dataclasses.field(
+      default_factory=lambda: {"height": 256, "width": 256})
+  resample: int = 3
+  do_resize: bool = True
+  do_center_crop: bool = True
+  crop_size: Any = dataclasses.field(
+      default_factory=lambda: {"height": 224, "width": 224})
+  do_rescale: bool = True
+  rescale_factor: float = 1 / 255
+  do_normalize: bool = True
+  image_mean: tuple[float, ...] = IMAGENET_DEFAULT_MEAN
+  image_std: tuple[float, ...] = IMAGENET_DEFAULT_STD
+
+  def __post_init__(self):
+    object.__setattr__(self, "size", _size_of(self.size, "size"))
+    object.__setattr__(self, "crop_size",
+                       _size_of(self.crop_size, "crop_size"))
+    if "height" not in self.crop_size:
+      raise ValueError("crop_size needs height and width")
+    for name in ("image_mean", "image_std"):
+      value = getattr(self, name)
+      value = ((float(value),) * 3 if np.ndim(value) == 0
+               else tuple(map(float, value)))
+      if len(value) != 3:
+        raise ValueError(f"{name} needs 3 values (RGB), got {value}")
+      object.__setattr__(self, name, value)
+
+  @classmethod
+  def from_hf(cls, preprocessor: Mapping[str, Any]) -> "ClassifierProcessor":
+    """From a `preprocessor_config.json` dict (missing keys: the
+    defaults of the class its `image_processor_type` names, ViT's or
+    DeiT's)."""
+    kind = str(preprocessor.get("image_processor_type")
+               or preprocessor.get("feature_extractor_type") or "")
+    base = {}
+    if kind.startswith("ViT"):  # ViTImageProcessor's class defaults
+      base = dict(size={"height": 224, "width": 224}, resample=2,
+                  do_center_crop=False, image_mean=(0.5, 0.5, 0.5),
+                  image_std=(0.5, 0.5, 0.5))
+    fields = {f.name for f in dataclasses.fields(cls)}
+    base.update({k: v for k, v in preprocessor.items()
+                 if k in fields and v is not None})
+    return cls(**base)
+
+  def output_size(self, height: int, width: int) -> tuple[int, int]:
+    """(h, w) of the resize of a `height` x `width` image."""
+    if not self.do_resize:
+      return height, width
+    if "shortest_edge" in self.size:
+      s = self.size["shortest_edge"]
+      short, long = (width, height) if width <= height else (height, width)
+      new_short, new_long = s, int(s * long / short)
+      return ((new_long, new_short) if width <= height
+              else (new_short, new_long))
+    return self.size["height"], self.size["width"]
+
+  def image(self, image) -> np.ndarray:
+    """pixel_values `[3, h, w]` float32 of one image (PIL or uint8)."""
+    x = _to_rgb_chw(image)
+    if self.do_resize:
+      x = resize(x, *self.output_size(*x.shape[1:]), resample=self.resample)
+    if self.do_center_crop:
+      x = center_crop(x, self.crop_size["height"], self.crop_size["width"])
+    if self.do_rescale:  # float64 product, then float32 (transformers)
+      x = (x.astype(np.float64) * self.rescale_factor).astype(np.float32)
+    else:
+      x = x.astype(np.float32)
+    if self.do_normalize:
+      mean = np.asarray(self.image_mean, x.dtype)
+      std = np.asarray(self.image_std, x.dtype)
+      x = ((x.T - mean) / std).T
+    return x
+
+  def __call__(self, images: Sequence[Any]) -> np.ndarray:
+    """pixel_values `[B, 3, h, w]` float32 of a list of images."""
+    if not len(images):
+      raise ValueError("images is empty")
+    out = [self.image(im) for im in images]
+    shapes = {x.shape for x in out}
+    if len(shapes) > 1:
+      raise ValueError(f"images resize to different shapes {sorted(shapes)}"
+                       "; give size as {height, width} or crop them")
+    return np.stack(out)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,17 @@ Also measured: the pruned-vs-unpruned accuracy gap of Vulcan (the
 "lossless" claim), the forward latency and memory of the dense and pruned
 models on this machine. Writes `results.json` (tables `accuracy`,
 `efficiency`) and `accuracy_vs_params.png`.
+
+The real run (`config.data.source` hf / tfds / grain, the `paper` preset):
+the pretrained ViT / DeiT of `config.init_from` (`jaxlab.io.pretrained`:
+an HF directory or Hub id) is the base model (no pre-training), its
+`preprocessor_config.json` the preprocessing (`config.processor` when it
+has none); ImageNet-1k rows (`jaxlab.data.image_rows`: TFDS
+`imagenet2012`, the Hub's `ILSVRC/imagenet-1k`, or an image-folder /
+Parquet / ArrayRecord copy through grain) of `data.split` post-train and
+score, those of `data.eval_split` measure top-1 over all C logits, both
+restricted to `target_classes` (O.1). `results.json`'s `data.rows` counts
+the rows read of each split (`data.max_rows` caps them).
 """
 
 from __future__ import annotations
@@ -31,7 +42,9 @@ from flax import nnx
 from jaxlab import plotting
 from jaxlab.experiments import results as results_lib
 from jaxlab.compression import vulcan
+from jaxlab.data import image_rows
 from jaxlab.data import images
+from jaxlab.data import pipeline
 from jaxlab.experiments import log as log_lib
 from jaxlab.models import vit_classifier as vc
 from jaxlab.train import runner
@@ -89,7 +102,181 @@ def plot(table: results_lib.Table, path: str) -> str:
   return path
 
 
+REAL_SOURCES = ("hf", "tfds", "grain")
+
+
+def _real_base(config):
+  """(model, cfg, processor) of `config.init_from` (a ViT / DeiT)."""
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  spec = str(config.get("init_from", "") or "")
+  if not spec:
+    raise ValueError("the real Vulcan run (data.source="
+                     f"{config.data.source!r}) needs config.init_from: a "
+                     "ViT / DeiT classification checkpoint (HF dir or Hub "
+                     "id, e.g. facebook/deit-base-patch16-224)")
+  model, mcfg = pretrained.load(spec)
+  if not isinstance(model, vc.ViTClassifier):
+    raise ValueError(f"config.init_from={spec!r} loads a "
+                     f"{type(model).__name__}; Vulcan prunes a ViT / DeiT "
+                     "image classifier (ViTForImageClassification, "
+                     "DeiTForImageClassification)")
+  proc = pretrained.image_processor(
+      spec, default=dict(config.get("processor") or {}))
+  out = proc.output_size(mcfg.image_size, mcfg.image_size)
+  side = (proc.crop_size["height"], proc.crop_size["width"]) if (
+      proc.do_center_crop) else out
+  if tuple(side) != (mcfg.image_size, mcfg.image_size):
+    raise ValueError(f"the image processor of {spec!r} gives {side} images; "
+                     f"the model reads {mcfg.image_size} x "
+                     f"{mcfg.image_size} (fix preprocessor_config.json or "
+                     "config.processor)")
+  return model, mcfg, proc
+
+
+def run_real(config, workdir: str) -> dict[str, Any]:
+  """Vulcan on a pretrained ViT / DeiT and released ImageNet rows."""
+  t0 = time.time()
+  log = log_lib.logger("vulcan")
+  os.makedirs(workdir, exist_ok=True)
+  base, mcfg, proc = _real_base(config)
+  n_cls = mcfg.num_classes
+  target = images.check_classes(config.target_classes, n_cls)
+  split = str(config.data.get("split", "train"))
+  eval_split = str(config.data.get("eval_split", "") or "")
+  if not eval_split:
+    raise ValueError("data.eval_split is empty: name the split top-1 is "
+                     "measured on (ImageNet: validation)")
+  train_rows = image_rows.read(config.data, split)
+  eval_rows = image_rows.read(config.data, eval_split)
+  rows_read = {split: len(train_rows), eval_split: len(eval_rows)}
+  tr_idx = image_rows.class_indices(train_rows, target)
+  ev_idx = image_rows.class_indices(eval_rows, target)
+  for name, idx in ((split, tr_idx), (eval_split, ev_idx)):
+    if not len(idx):
+      raise ValueError(f"none of the {rows_read[name]} rows read of split "
+                       f"{name!r} has a label in target_classes="
+                       f"{list(target)}; raise data.max_rows (0: all)")
+  sex, sey = image_rows.arrays(eval_rows, ev_idx, proc)
+  log(f"read {rows_read}: {len(tr_idx)} / {len(ev_idx)} rows of the "
+      f"{len(target)} target classes")
+  methods = [m for m in str(config.methods).split(",") if m]
+  unknown = [m for m in methods if m != "vulcan" and m not in BASELINES]
+  if unknown:
+    raise ValueError(f"config.methods has unknown {unknown}; valid: vulcan, "
+                     f"{', '.join(BASELINES)}")
+  rates = [float(r) for r in config.rates]
+  post = config.posttrain
+  dense_params, dense_flops = vulcan.cost(mcfg), vulcan.cost(mcfg, "flops")
+  vbase = dict(config.vulcan)
+
+  def batches(indices, seed):
+    ds = image_rows.examples(train_rows, indices, proc)
+    return pipeline.batched_dataset(
+        ds, global_batch=min(int(post.batch_size), len(indices)), seed=seed,
+        shuffle=True, repeat=True, process_index=0, process_count=1)
+
+  all_idx = np.arange(len(train_rows))
+  acc_table = results_lib.Table(
+      "accuracy", f"Top-1 on {eval_split} images of classes {list(target)} "
+      f"({len(sey)} images; over all {n_cls} logits)", row_label="method",
+      columns=[results_lib.Column("acc", "target top-1 %", 1, 100),
+               results_lib.Column("params_frac", "params kept", 3),
+               results_lib.Column("flops_frac", "FLOPs kept", 3)])
+  gap_table = results_lib.Table(
+      "lossless", "Vulcan: accuracy of the post-trained model before and "
+      "after pruning, and the largest logit change", row_label="rate",
+      columns=[results_lib.Column("acc_unpruned", "unpruned %", 1, 100),
+               results_lib.Column("acc_pruned", "pruned %", 1, 100),
+               results_lib.Column("max_logit_diff", "max |Δ logit|", 4),
+               results_lib.Column("lambda1", "λ1 at end", 1)])
+  extra: dict[str, Any] = {"target_classes": list(target), "per_seed": [],
+                           "target_rows": {split: int(len(tr_idx)),
+                                           eval_split: int(len(ev_idx))}}
+  data = results_lib.data_provenance(config, rows=rows_read)
+  comparisons = [
+      results_lib.Comparison("accuracy", "acc", _label("vulcan", rate),
+                             _label(method, rate))
+      for rate in rates for method in methods
+      if method != "vulcan" and "vulcan" in methods]
+  res = None
+  for seed in config.seeds:
+    seed = int(seed)
+    rec: dict[str, Any] = {"seed": seed}
+    acc_table.add_seed("dense", seed, {
+        "acc": vulcan.accuracy(base, sex, sey), "params_frac": 1.0,
+        "flops_frac": 1.0})
+    ft = nnx.clone(base)
+    vulcan.train_classifier(ft, batches(tr_idx, seed), steps=int(post.steps),
+                            optim_cfg=_optim(post), seed=seed)
+    acc_table.add_seed("finetune", seed, {
+        "acc": vulcan.accuracy(ft, sex, sey), "params_frac": 1.0,
+        "flops_frac": 1.0})
+    n_score = int(config.score_batches) * int(post.batch_size)
+    order = np.random.default_rng(seed).permutation(tr_idx)[:n_score]
+    sx, sy = image_rows.arrays(train_rows, order, proc)
+    score_s = _score_batches(sx, sy, int(config.score_batches),
+                             int(post.batch_size), seed)
+    for rate in rates:
+      vcfg = vulcan.VulcanConfig(rate=rate, seed=seed, **vbase)
+      plan = vulcan.make_plan(base, [b["images"] for b in score_s], vcfg)
+      widths = plan.widths
+      small_cfg = widths.apply(mcfg)
+      fracs = {"params_frac": vulcan.cost(small_cfg) / dense_params,
+               "flops_frac": vulcan.cost(small_cfg, "flops") / dense_flops}
+      rrec = {"rate": rate, "widths": {"mlp": list(widths.mlp),
+                                       "qk": list(widths.qk),
+                                       "v": list(widths.v)}, **fracs}
+      for method in methods:
+        if method == "vulcan":
+          trainee = vulcan.VulcanTrainee(nnx.clone(base), plan, vcfg)
+          rrec["vulcan_log"] = vulcan.train(
+              trainee, batches(tr_idx, seed), steps=int(post.steps),
+              optim_cfg=vulcan.optim(lr=float(post.lr), rho=float(vcfg.rho),
+                                     weight_decay=float(post.weight_decay)),
+              seed=seed, log_every=max(int(post.steps) // 4, 1))
+          small = vulcan.prune(trainee.model, plan)
+          acc = vulcan.accuracy(small, sex, sey)
+          gap_table.add_seed(f"R={rate:g}", seed, {
+              "acc_unpruned": vulcan.accuracy(trainee.model, sex, sey),
+              "acc_pruned": acc,
+              "max_logit_diff": float(np.abs(
+                  vulcan.logits(small, sex)
+                  - vulcan.logits(trainee.model, sex)).max()),
+              "lambda1": float(np.asarray(trainee.lagrange[...])[0])})
+        else:
+          generic = method == "generic"
+          crit = "magnitude" if method == "magnitude" else "taylor"
+          score_all = score_s
+          if generic:
+            pick = np.random.default_rng(seed).permutation(all_idx)[:n_score]
+            ax, ay = image_rows.arrays(train_rows, pick, proc)
+            score_all = _score_batches(ax, ay, int(config.score_batches),
+                                       int(post.batch_size), seed)
+          model = nnx.clone(base)
+          small = vulcan.select_prune(
+              model, vulcan.CRITERIA.get(crit)(model, score_all), widths)
+          vulcan.train_classifier(
+              small, batches(all_idx if generic else tr_idx, seed),
+              steps=int(post.steps), optim_cfg=_optim(post), seed=seed)
+          acc = vulcan.accuracy(small, sex, sey)
+        acc_table.add_seed(_label(method, rate), seed, {"acc": acc, **fracs})
+        log(f"seed {seed} {_label(method, rate)}: acc {acc:.3f} at "
+            f"{fracs['params_frac']:.3f} params")
+      rec[f"rate_{rate:g}"] = rrec
+    extra["per_seed"].append(rec)
+    res = results_lib.write(
+        workdir, "vulcan", tables=[acc_table, gap_table],
+        comparisons=comparisons, extra=extra, config=config, start_time=t0,
+        data=data)
+  log(f"done: {workdir}/results.json")
+  return {"results": res, "accuracy": acc_table.to_json(),
+          "lossless": gap_table.to_json()}
+
+
 def run(config, workdir: str) -> dict[str, Any]:
+  if config.get("data") is not None and (
+      config.data.get("source", "") in REAL_SOURCES):
+    return run_real(config, workdir)
   t0 = time.time()
   log = log_lib.logger("vulcan")
   os.makedirs(workdir, exist_ok=True)

@@ -291,8 +291,25 @@ def load_config(spec: str, *, dtype: str = "float32", **kwargs: Any):
     vocab = tokenizers.padded_vocab_size(
         _tokenizer_of_config(cfg).vocab_size)
     return registry.decoder_config(cfg.model, vocab_size=vocab)
-  return hf.config_from_hf(hf.read_config(src), dtype=dtype, where=src,
-                           **kwargs)
+  hf_json = hf.read_config(src)
+  if hf.vit.is_vit_config(hf_json):  # a ViT / DeiT image classifier
+    return hf.vit.vit_config_from_hf(hf_json, where=src)
+  return hf.config_from_hf(hf_json, dtype=dtype, where=src, **kwargs)
+
+
+def image_processor(spec: str, default: Any = None):
+  """The image classifier preprocessing of checkpoint `spec`: its
+  `preprocessor_config.json` as a `vision_processor.ClassifierProcessor`
+  (`default`, a dict of its fields or None for DeiT's, when the directory
+  has none)."""
+  from jaxlab.data import vision_processor  # pylint: disable=g-import-not-at-top
+  src = path(spec)
+  file = os.path.join(src, "preprocessor_config.json")
+  if os.path.isfile(file):
+    import json  # pylint: disable=g-import-not-at-top
+    with open(file) as fh:
+      return vision_processor.ClassifierProcessor.from_hf(json.load(fh))
+  return vision_processor.ClassifierProcessor(**dict(default or {}))
 
 
 def _cache_file(src: str, dtype: str, overrides: dict[str, Any]) -> str:

@@ -52,6 +52,14 @@ class ViTClassifierConfig:
     num_classes: classifier outputs C.
     qk_dims, v_dims, mlp_dims: per-layer overrides (length L each, or
       empty: `head_dim`/`mlp_dim` everywhere).
+    rescale_input: images in [0, 1] are mapped to [-1, 1] (the
+      miniature); False: inputs are already normalised (the `pixel_values`
+      of an HF image processor, `jaxlab.data.vision_processor`), as a
+      checkpoint loaded by `jaxlab.io.hf.vit` expects.
+    distillation_token: DeiT's second learned token after CLS (Touvron et
+      al., 2021): the position embedding covers patches + 2 tokens.
+    distilled_head: DeiT's `...WithTeacher` head: logits are the mean of
+      the CLS head and a second head on the distillation token.
   """
   image_size: int = 8
   patch_size: int = 2
@@ -67,11 +75,17 @@ class ViTClassifierConfig:
   mlp_dims: tuple[int, ...] = ()
   init_std: float = 0.02
   norm_eps: float = 1e-6
+  rescale_input: bool = True
+  distillation_token: bool = False
+  distilled_head: bool = False
 
   def __post_init__(self):
     if self.image_size % self.patch_size:
       raise ValueError(f"model.image_size={self.image_size} must be a "
                        f"multiple of model.patch_size={self.patch_size}")
+    if self.distilled_head and not self.distillation_token:
+      raise ValueError("model.distilled_head=True reads the distillation "
+                       "token: set model.distillation_token=True")
     for name in ("qk_dims", "v_dims", "mlp_dims"):
       dims = tuple(int(x) for x in getattr(self, name))
       object.__setattr__(self, name, dims)
@@ -86,9 +100,14 @@ class ViTClassifierConfig:
     return (self.image_size // self.patch_size) ** 2
 
   @property
+  def num_prefix_tokens(self) -> int:
+    """CLS (and DeiT's distillation token)."""
+    return 1 + int(self.distillation_token)
+
+  @property
   def num_tokens(self) -> int:
-    """Patches plus the CLS token."""
-    return self.num_patches + 1
+    """Patches plus the CLS (and distillation) token."""
+    return self.num_patches + self.num_prefix_tokens
 
   def qk_dim(self, layer: int) -> int:
     return self.qk_dims[layer] if self.qk_dims else self.head_dim
@@ -116,8 +135,11 @@ class ViTClassifierConfig:
     """All parameters (equals the count of the built module's arrays)."""
     d = self.dim
     patch_dim = self.patch_size ** 2 * self.channels
-    embed = patch_dim * d + d + d + self.num_tokens * d   # +bias, cls, pos
-    head = 2 * d + d * self.num_classes + self.num_classes
+    # patch kernel + bias, CLS / distillation tokens, positions
+    embed = patch_dim * d + d + self.num_prefix_tokens * d + (
+        self.num_tokens * d)
+    heads = 1 + int(self.distilled_head)
+    head = 2 * d + heads * (d * self.num_classes + self.num_classes)
     return embed + sum(self.layer_params(l) for l in range(self.num_layers)
                        ) + head
 
@@ -126,11 +148,12 @@ class ViTClassifierConfig:
 
     papers/O-S.md O.5: (N-1) p^2 c d (patch embedding) + (2 L N + C + 1) d
     (norms, head) + sum_l [(2 N d + N^2)(qk_l + v_l) H + 2 N d m_l], with N
-    the tokens including CLS.
+    the tokens including CLS (N-1 is the patch count; DeiT's distillation
+    token is one more token).
     """
     n, d, h = self.num_tokens, self.dim, self.num_heads
     patch_dim = self.patch_size ** 2 * self.channels
-    total = (n - 1) * patch_dim * d + (
+    total = self.num_patches * patch_dim * d + (
         2 * self.num_layers * n + self.num_classes + 1) * d
     for l in range(self.num_layers):
       total += (2 * n * d + n * n) * (self.qk_dim(l) + self.v_dim(l)) * h
@@ -227,7 +250,12 @@ class Block(nnx.Module):
 
 
 class ViTClassifier(nnx.Module):
-  """Images `[B, S, S, C]` in [0, 1] -> logits `[B, num_classes]`."""
+  """Images `[B, S, S, C]` in [0, 1] -> logits `[B, num_classes]`.
+
+  `model(pixel_values=x)` takes `[B, C, S, S]` instead (transformers'
+  layout); with `rescale_input=False` (a loaded HF checkpoint) the values
+  are used as the image processor normalised them.
+  """
 
   def __init__(self, cfg: ViTClassifierConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -237,6 +265,8 @@ class ViTClassifier(nnx.Module):
                                    (None, pt.EMBED))
     self.patch_bias_d = pt.param(jnp.zeros((cfg.dim,)), (pt.EMBED,))
     self.cls_d = pt.param(init(rngs.params(), (cfg.dim,)), (pt.EMBED,))
+    if cfg.distillation_token:
+      self.dist_d = pt.param(init(rngs.params(), (cfg.dim,)), (pt.EMBED,))
     self.pos_embed_nd = pt.param(init(rngs.params(), (cfg.num_tokens,
                                                       cfg.dim)),
                                  (None, pt.EMBED))
@@ -246,26 +276,51 @@ class ViTClassifier(nnx.Module):
     self.head_dc = pt.param(init(rngs.params(), (cfg.dim, cfg.num_classes)),
                             (pt.EMBED, None))
     self.head_bias_c = pt.param(jnp.zeros((cfg.num_classes,)), (None,))
+    if cfg.distilled_head:
+      self.dist_head_dc = pt.param(
+          init(rngs.params(), (cfg.dim, cfg.num_classes)), (pt.EMBED, None))
+      self.dist_head_bias_c = pt.param(jnp.zeros((cfg.num_classes,)),
+                                       (None,))
 
-  def __call__(self, images_bhwc: jax.Array, *, taps: bool = False):
+  def __call__(self, images_bhwc: jax.Array | None = None, *,
+               pixel_values: jax.Array | None = None, taps: bool = False):
     cfg = self.cfg
+    if (images_bhwc is None) == (pixel_values is None):
+      raise ValueError("give images `[B, S, S, C]` or pixel_values "
+                       "`[B, C, S, S]`, exactly one")
+    if pixel_values is not None:
+      if pixel_values.ndim != 4:
+        raise ValueError(f"pixel_values must be [B, {cfg.channels}, "
+                         f"{cfg.image_size}, {cfg.image_size}], got "
+                         f"{pixel_values.shape}")
+      images_bhwc = jnp.transpose(pixel_values, (0, 2, 3, 1))
     if images_bhwc.shape[1:] != (cfg.image_size, cfg.image_size,
                                  cfg.channels):
       raise ValueError(f"images must be [B, {cfg.image_size}, "
                        f"{cfg.image_size}, {cfg.channels}], got "
                        f"{images_bhwc.shape}")
-    x = vit_lib.patchify(images_bhwc.astype(jnp.float32) * 2.0 - 1.0,
-                         cfg.patch_size)
+    x = images_bhwc.astype(jnp.float32)
+    if cfg.rescale_input:
+      x = x * 2.0 - 1.0
+    x = vit_lib.patchify(x, cfg.patch_size)
     x = x @ self.patch_embed_kd[...] + self.patch_bias_d[...]
-    cls = jnp.broadcast_to(self.cls_d[...], (x.shape[0], 1, cfg.dim))
-    x = jnp.concatenate([cls, x], axis=1) + self.pos_embed_nd[...][None]
+    prefix = [self.cls_d[...]] + ([self.dist_d[...]]
+                                  if cfg.distillation_token else [])
+    prefix = jnp.broadcast_to(jnp.stack(prefix),
+                              (x.shape[0], len(prefix), cfg.dim))
+    x = jnp.concatenate([prefix, x], axis=1) + self.pos_embed_nd[...][None]
     acts, residual = [], []
     for block in self.blocks:
       x, act = block(x)
       acts.append(act)
       residual.append(x)
-    features = self.final_norm(x[:, 0])
+    normed = self.final_norm(x[:, :cfg.num_prefix_tokens])
+    features = normed[:, 0]
     logits = features @ self.head_dc[...] + self.head_bias_c[...]
+    if cfg.distilled_head:  # DeiT with teacher: mean of the two heads
+      dist = (normed[:, 1] @ self.dist_head_dc[...]
+              + self.dist_head_bias_c[...])
+      logits = (logits + dist) / 2
     if taps:
       return logits, {"mlp_act": tuple(acts), "residual": tuple(residual),
                       "features": features}

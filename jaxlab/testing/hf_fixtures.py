@@ -275,3 +275,53 @@ def hf_forward(model, input_ids_bt, attention_mask_bt=None, *,
   ids = torch.as_tensor(np.asarray(input_ids_bt), dtype=torch.long)
   with torch.no_grad():
     return model(input_ids=ids, **kw)
+
+
+# ViT / DeiT image classifiers: arch -> (config class, model class).
+VIT_CLASSES = {
+    "vit": ("ViTConfig", "ViTForImageClassification"),
+    "deit": ("DeiTConfig", "DeiTForImageClassification"),
+    "deit_teacher": ("DeiTConfig", "DeiTForImageClassificationWithTeacher"),
+}
+
+
+def make_vit_checkpoint(path: str | os.PathLike, arch: str = "vit", *,
+                        image_size: int = 16, patch_size: int = 4,
+                        hidden_size: int = 32, num_layers: int = 2,
+                        num_heads: int = 2, intermediate_size: int = 64,
+                        num_labels: int = 10, seed: int = 0,
+                        init_std: float = 0.2,
+                        preprocessor: Mapping[str, Any] | None = None,
+                        return_model: bool = False, **extra: Any):
+  """A random tiny transformers ViT / DeiT classifier `save_pretrained` to
+  `path` (arch: "vit", "deit", "deit_teacher"; weights drawn with std
+  `init_std` from torch seed `seed`). With `preprocessor` (a dict), it is
+  written as `preprocessor_config.json` beside the weights. Returns `path`
+  (or `(path, hf_model)` with `return_model=True`)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  if arch not in VIT_CLASSES:
+    raise ValueError(f"arch must be one of {sorted(VIT_CLASSES)}, got "
+                     f"{arch!r}")
+  cfg_cls, model_cls = (getattr(transformers, n) for n in VIT_CLASSES[arch])
+  cfg = cfg_cls(image_size=image_size, patch_size=patch_size,
+                hidden_size=hidden_size, num_hidden_layers=num_layers,
+                num_attention_heads=num_heads,
+                intermediate_size=intermediate_size, num_labels=num_labels,
+                **extra)
+  torch.manual_seed(seed)
+  model = model_cls(cfg).eval()
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if name.endswith("bias") and "norm" not in name:
+        p.normal_(0.0, init_std)
+      elif "layernorm" in name and name.endswith("weight"):
+        p.uniform_(0.5, 1.5)
+      else:
+        p.normal_(0.0, init_std)
+  path = os.fspath(path)
+  model.save_pretrained(path, safe_serialization=True)
+  if preprocessor is not None:
+    with open(os.path.join(path, "preprocessor_config.json"), "w") as fh:
+      json.dump(dict(preprocessor), fh, indent=2)
+  return (path, model) if return_model else path

@@ -649,13 +649,23 @@ def scale_example(config, seq_len: int) -> dict[str, np.ndarray] | None:
           for k, dt in dict(spec).items()}
 
 
+def classifier_example(model_cfg) -> dict[str, np.ndarray]:
+  """One example of the `classification` loss of an image classifier
+  (`NO_VOCAB_MODELS`): images `[S, S, C]` float32, labels `[]` int32."""
+  s, ch = int(model_cfg.image_size), int(model_cfg.get("channels", 3))
+  return {"images": np.broadcast_to(np.zeros((), np.float32), (s, s, ch)),
+          "labels": np.zeros((), np.int32)}
+
+
 def train_example(config, seq_len: int) -> dict[str, np.ndarray]:
   """The example the compiled step reads: a preset's `scale.example`
-  (`scale_example`), `prefix_example` for a prefix LM, else the LM
-  pipeline's (`lm_example`)."""
+  (`scale_example`), `classifier_example` for an image classifier,
+  `prefix_example` for a prefix LM, else the LM pipeline's (`lm_example`)."""
   ex = scale_example(config, seq_len)
   if ex is not None:
     return ex
+  if config.model.get("name", "") in NO_VOCAB_MODELS:
+    return classifier_example(config.model)
   ex = prefix_example(config, seq_len)
   return lm_example(seq_len) if ex is None else ex
 
@@ -697,8 +707,15 @@ def abstract_batch(example: Mapping[str, Any], batch_size: int,
   return jax.tree.map(one, dict(example))
 
 
+# `config.model.name`s whose models read no tokens (image classifiers).
+NO_VOCAB_MODELS = ("vit_classifier",)
+
+
 def _vocab_size(config) -> int | None:
-  """The trainer's vocabulary rule: the tokenizer's size rounded up to 64."""
+  """The trainer's vocabulary rule: the tokenizer's size rounded up to 64
+  (None for a model of `NO_VOCAB_MODELS`: its builder takes none)."""
+  if config.model.get("name", "") in NO_VOCAB_MODELS:
+    return None
   if int(config.model.get("vocab_size", 0) or 0) > 0:
     return None
   from jaxlab.data import tokenizers  # pylint: disable=g-import-not-at-top
@@ -768,10 +785,12 @@ def compile_train_step(config, devices: Sequence[Any], *,
                      f"optim.grad_accum={grad_accum} times mesh.data*mesh.fsdp"
                      f"={n_batch}")
   t0 = time.perf_counter()
-  if model is None and config.get("scale") is not None:
-    # A paper-scale preset (`configs._scale`): its model section is the
-    # released checkpoint's shape, so the compile builds it (no weights are
-    # read) rather than loading `init_from`.
+  if model is None and (config.get("scale") is not None
+                        or config.model.get("name", "") in NO_VOCAB_MODELS):
+    # A paper-scale preset (`configs._scale`, or an image classifier's
+    # `PAPER_MODEL`): its model section is the released checkpoint's
+    # shape, so the compile builds it (no weights are read) rather than
+    # loading `init_from`.
     model = trainer.model_spec(config, vocab_size=_vocab_size(config))
   ts = trainer.build(config, model=model, vocab_size=_vocab_size(config),
                      mesh=mesh, abstract_only=True)

@@ -15,7 +15,8 @@ One job per module:
   config    config.json <-> `DecoderConfig` (Llama, Qwen2, Qwen3, Mistral,
             Gemma 3, Dream, LLaDA; both transformers dialects, RoPE);
   decoder   the decoder families' name table, `load_tensors`, load / save;
-  qwen2_vl  Qwen2.5-VL / Qwen2-VL: config mapping, name table, load / save.
+  qwen2_vl  Qwen2.5-VL / Qwen2-VL: config mapping, name table, load / save;
+  vit       ViT / DeiT image classifiers (`ViTClassifier`).
 
 A new family is a module with a config mapping and a name table over
 `fill` (see `qwen2_vl`), plus its dispatch in `load` / `save` here. torch
@@ -32,6 +33,7 @@ from jaxlab.io.hf import decoder
 from jaxlab.io.hf import files
 from jaxlab.io.hf import fill
 from jaxlab.io.hf import qwen2_vl
+from jaxlab.io.hf import vit
 from jaxlab.io.hf.config import architecture
 from jaxlab.io.hf.config import config_from_hf
 from jaxlab.io.hf.config import config_to_hf
@@ -67,7 +69,7 @@ __all__ = [
     "is_gemma3_multimodal_config", "is_qwen2_vl_config", "load",
     "load_qwen2_vl", "load_tensors", "qwen2_vl", "qwen2_vl_config_from_hf",
     "qwen2_vl_config_to_hf", "qwen2_vl_variant", "read_config", "save",
-    "save_qwen2_vl", "tensor_shapes", "tensor_table",
+    "save_qwen2_vl", "tensor_shapes", "tensor_table", "vit",
 ]
 
 
@@ -77,7 +79,9 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
          ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
   """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 / Dream / LLaDA
   checkpoint dir (a Gemma 3 multimodal one as its language model; a
-  Qwen2.5-VL / Qwen2-VL one as `jaxlab.models.qwen2_vl.Qwen2VL`).
+  Qwen2.5-VL / Qwen2-VL one as `jaxlab.models.qwen2_vl.Qwen2VL`; a ViT /
+  DeiT image classifier as `jaxlab.models.vit_classifier.ViTClassifier`,
+  `vit.load_vit`).
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded
@@ -101,6 +105,9 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
     ValueError: unsupported architecture/field, missing tensor or a tensor
       whose shape differs from the config's.
   """
+  if vit.is_vit_config(read_config(path)):  # ViT / DeiT classifiers
+    return vit.load_vit(path, dtype=dtype, param_dtype=param_dtype,
+                        mesh=mesh, rules=rules, **config_overrides)
   if is_qwen2_vl_config(read_config(path)):  # (Qwen2VL, Qwen2VLConfig)
     return load_qwen2_vl(path, dtype=dtype, param_dtype=param_dtype,
                          mesh=mesh, rules=rules, **config_overrides)
@@ -119,4 +126,6 @@ def save(model: Any, cfg: Any, path: str | os.PathLike) -> str:
   """
   if isinstance(cfg, qwen2_vl_lib.Qwen2VLConfig):  # Qwen2.5-VL / Qwen2-VL
     return save_qwen2_vl(model, cfg, path)
+  if isinstance(cfg, vit.vc.ViTClassifierConfig):  # ViT / DeiT classifier
+    return vit.save_vit(model, cfg, path)
   return decoder.save_decoder(model, cfg, path)
