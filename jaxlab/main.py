@@ -352,7 +352,7 @@ def config_help(value: str) -> str:
   lines = [f"--config={value} ({path})", ""]
   if doc:
     lines += [doc, ""]
-  from jaxlab.configs import field_docs  # pylint: disable=g-import-not-at-top
+  from jaxlab.configs import _field_docs as field_docs  # pylint: disable=g-import-not-at-top
   if defaults is not None:
     presets = sorted(k for k, v in defaults.items() if isinstance(v, bool))
     args = sorted((k, v) for k, v in defaults.items()

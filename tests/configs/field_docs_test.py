@@ -7,7 +7,7 @@ import textwrap
 from absl.testing import absltest
 
 from jaxlab import main
-from jaxlab.configs import field_docs
+from jaxlab.configs import _field_docs as field_docs
 
 SOURCE = textwrap.dedent('''\
     import ml_collections
