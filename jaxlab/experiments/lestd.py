@@ -21,9 +21,9 @@ With `config.data.source == "hf"` (the `paper` preset) nothing is trained:
 the checkpoint of `config.init_from` (`jaxlab.io.pretrained.load`) is
 compressed the same three ways, and perplexity is measured on the released
 WikiText-2 test split (`data.path`, `data.subset` `wikitext-2-raw-v1`,
-column `text`, read through `jaxlab.data.pipeline.read_split`): the rows are
-joined with "\n\n" and tokenised once with the checkpoint's own tokenizer,
-then scored in windows of `ppl.seq_len` every `ppl.stride` tokens
+column `text`, read through `jaxlab.data.pipeline.read_split`): the rows
+are joined with blank lines ("\\n\\n") and tokenised once with the
+checkpoint's own tokenizer, then scored in windows of `ppl.seq_len` every `ppl.stride` tokens
 (`jaxlab.evals.long_context.chunked_perplexity`; stride = window is the
 disjoint-window protocol of SVD-LLM / TensorLLM's WikiText-2 evaluation
 [inferred: the LeSTD paper does not state it]). The LeSTD model at
@@ -156,11 +156,14 @@ def _window(config, n_tokens: int) -> tuple[int, int]:
 
 
 def export_and_reload(compressed, original, cfg, path: str,
-                      ids: np.ndarray) -> dict[str, Any]:
+                      ids: np.ndarray, tokenizer=None) -> dict[str, Any]:
   """Saves `compressed` as a HF checkpoint at `path` (Tucker factors rebuilt
-  dense, `lestd.dense_decoder`), reloads it with `pretrained.load` and
-  returns the largest |logit difference| on `ids` `[B, T]`."""
+  dense, `lestd.dense_decoder`; the checkpoint's tokenizer files beside it
+  when `tokenizer` is a `HFTokenizer`), reloads it with `pretrained.load`
+  and returns the largest |logit difference| on `ids` `[B, T]`."""
   hf_io.save(lestd.dense_decoder(compressed, original), cfg, path)
+  if hasattr(tokenizer, "hf"):
+    tokenizer.hf.save_pretrained(path)
   reloaded, _ = pretrained.load(path)
   a = np.asarray(long_context.model_logits(compressed, ids), np.float32)
   b = np.asarray(long_context.model_logits(reloaded, ids), np.float32)
@@ -222,7 +225,7 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
       if m == "lestd" and abs(r - er) < 1e-9:
         export = export_and_reload(
             cm, model, cfg, os.path.join(workdir, "export"),
-            ids[None, :seq]) | {"method": m, "ratio": r}
+            ids[None, :seq], tok) | {"method": m, "ratio": r}
   rows_read = {config.data.get("eval_split", "") or config.data.split:
                n_rows}
   return results_lib.write(

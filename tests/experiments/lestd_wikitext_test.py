@@ -143,9 +143,12 @@ class LestdWikitextTest(absltest.TestCase):
     self.assertEqual((exp["method"], exp["ratio"]), ("lestd", 0.4))
     self.assertLess(exp["max_abs_logit_diff"], 1e-4 * max(
         1.0, exp["logit_scale"]))
-    # The exported checkpoint, run by transformers, has LeSTD's perplexity.
+    # The exported checkpoint, run by transformers, has LeSTD's perplexity;
+    # its tokenizer is the checkpoint's.
     tok = pretrained.tokenizer(self.ckpt)
     ids = np.asarray(tok.encode("\n\n".join(TEXT[:8]), add_bos=True))
+    self.assertEqual(list(ids), pretrained.tokenizer(exp["path"]).encode(
+        "\n\n".join(TEXT[:8]), add_bos=True))
     ref = transformers.AutoModelForCausalLM.from_pretrained(
         exp["path"], torch_dtype=torch.float32).eval()
     nll, n = hf_stride_nll(ref, ids, 16, 8)
