@@ -765,12 +765,13 @@ def dense_decoder(compressed: nnx.Module, original: nnx.Module
     attn = src.attn
     if isinstance(attn, TuckerAttention):
       w = attn.dense_weights()
+      biases = attn._biases()  # pylint: disable=protected-access
     elif isinstance(attn, attn_lib.Attention):
       w = {"q_dnh": attn.q_dnh[...], "k_dnh": attn.k_dkh[...],
            "v_dnh": attn.v_dkh[...], "o_nhd": attn.o_nhd[...]}
+      biases = _attn_biases(attn)
     else:
       raise ValueError(f"layer {i}: attention {type(attn).__name__} is "
                        "neither TuckerAttention nor Attention")
-    _set_weights(dst.attn, w, _attn_biases(attn) if isinstance(
-        attn, attn_lib.Attention) else attn._biases())  # pylint: disable=protected-access
+    _set_weights(dst.attn, w, biases)
   return out

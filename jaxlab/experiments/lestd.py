@@ -23,7 +23,8 @@ compressed the same three ways, and perplexity is measured on the released
 WikiText-2 test split (`data.path`, `data.subset` `wikitext-2-raw-v1`,
 column `text`, read through `jaxlab.data.pipeline.read_split`): the rows
 are joined with blank lines ("\\n\\n") and tokenised once with the
-checkpoint's own tokenizer, then scored in windows of `ppl.seq_len` every `ppl.stride` tokens
+checkpoint's own tokenizer, then scored in windows of `ppl.seq_len` every
+`ppl.stride` tokens
 (`jaxlab.evals.long_context.chunked_perplexity`; stride = window is the
 disjoint-window protocol of SVD-LLM / TensorLLM's WikiText-2 evaluation
 [inferred: the LeSTD paper does not state it]). The LeSTD model at
