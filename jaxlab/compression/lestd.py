@@ -746,3 +746,32 @@ def svd_compress_decoder(model: nnx.Module, target_ratio: float
                   "value_ratio": stored / original,
                   "rank": svd_rank_for_ratio(d, n * h, target_ratio)})
   return out, infos
+
+
+def dense_decoder(compressed: nnx.Module, original: nnx.Module
+                  ) -> nnx.Module:
+  """A copy of `original` holding the weights `compressed` represents.
+
+  Each `TuckerAttention` of `compressed` is rebuilt into the dense
+  projections (`TuckerAttention.dense_weights`) of the matching plain
+  `Attention` of `original` (biases, RoPE and every other field kept); an
+  attention that is already plain (SVD, whose weights are held dense) is
+  copied. The result is an ordinary `Decoder` that checkpoint writers
+  (`jaxlab.io.hf.save`) export and that computes the compressed model's
+  function (up to float rounding).
+  """
+  out = nnx.clone(original)
+  for i, (src, dst) in enumerate(zip(compressed.layers, out.layers)):
+    attn = src.attn
+    if isinstance(attn, TuckerAttention):
+      w = attn.dense_weights()
+      biases = attn._biases()  # pylint: disable=protected-access
+    elif isinstance(attn, attn_lib.Attention):
+      w = {"q_dnh": attn.q_dnh[...], "k_dnh": attn.k_dkh[...],
+           "v_dnh": attn.v_dkh[...], "o_nhd": attn.o_nhd[...]}
+      biases = _attn_biases(attn)
+    else:
+      raise ValueError(f"layer {i}: attention {type(attn).__name__} is "
+                       "neither TuckerAttention nor Attention")
+    _set_weights(dst.attn, w, biases)
+  return out

@@ -15,11 +15,16 @@ compressed models are measured at `compress.latency_ratio`. Spec P.8(b):
 steps, 3 seeds; minutes on 2 shared CPU cores), `smoke` (seconds; plumbing
 only, used by the colab test), `steps=N`, `seeds=N` (seeds 0..N-1).
 
-`paper`: Llama-2-13B from `init_from` (`meta-llama/Llama-2-13b-hf`),
-compressed data-free, perplexity on WikiText-2 as released
+`paper`: Llama-2-13B from `init_from` (`meta-llama/Llama-2-13b-hf`; any
+MHA checkpoint `jaxlab.io.pretrained.load` reads), nothing trained: its
+attention is compressed data-free by the three methods at each ratio and
+perplexity is measured on WikiText-2 as released
 (`data.path=Salesforce/wikitext`, `data.subset=wikitext-2-raw-v1`, test
-split). `short`: the same run with its budget cut
-(`jaxlab.configs._scale.short`).
+split, column `text`) with the checkpoint's tokenizer, in windows of
+`ppl.seq_len` every `ppl.stride` tokens; the LeSTD model at
+`compress.export_ratio` is exported as a HF checkpoint and reloaded.
+`short`: the same run with its budget cut (`jaxlab.configs._scale.short`:
+8 rows of the split).
 """
 
 import ml_collections
@@ -67,7 +72,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "latency_ratio": 0.4,
       "latency_batch": 8,
       "latency_repeats": 20,          # 0: no timing
+      # the pretrained run (data.source "hf") exports the LeSTD model at
+      # this ratio as a HF checkpoint (workdir/export); -1: none
+      "export_ratio": 0.4,
   })
+  # WikiText-2 perplexity of the pretrained run: windows of seq_len tokens
+  # every stride tokens (stride == seq_len: disjoint windows, the SVD-LLM /
+  # TensorLLM protocol [inferred: the LeSTD paper does not state it]; a
+  # window longer than the text is cut to it)
+  c.ppl = ml_collections.ConfigDict({
+      "seq_len": 2048, "stride": 2048, "batch_size": 4})
   if args.tiny:
     c.model.update(dim=64, num_layers=2, num_heads=4, num_kv_heads=4,
                    mlp_dim=128, max_position_embeddings=128)

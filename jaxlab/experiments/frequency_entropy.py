@@ -5,7 +5,11 @@ continuous token stream, `StreamSource`), computes SpectrumFE / SequenceFE
 of every (layer, head, rotary pair) and pairing on `fe.num_eval_seqs`
 held-out sequences, draws heatmaps, and sweeps the weighted-RoPE alpha over
 the spec's rules and equal-size quantile selections (perplexity). With
-`init_from` (preset `smollm2`) nothing is trained: `run_pretrained`.
+`init_from` (preset `smollm2`) nothing is trained: `run_pretrained`, which
+probes the text of `jaxlab.data.prose`, or with `data.source == "hf"` (the
+`paper` preset: WikiText-103 `wikitext-103-raw-v1` as released, or any `hf`
+dataset with a `text` column) the rows of `data.split` (probe windows) and
+`data.eval_split` (held-out windows), `probe_texts`.
 """
 
 import os
@@ -16,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.analysis import frequency_entropy as fe
-from jaxlab.data import prose, streams
+from jaxlab.data import pipeline, prose, streams
 from jaxlab.data.streams import StreamSource  # pylint: disable=unused-import
 from jaxlab.io import pretrained
 from jaxlab.train import trainer
@@ -90,6 +94,67 @@ def results_tables(out: dict[str, Any], seed: int) -> tuple[list, list]:
   return [layers, rvn, sweep], comparisons
 
 
+def _split_windows(config, split: str, tok, length: int, count: int
+                   ) -> tuple[np.ndarray, int]:
+  """(up to `count` windows `[n, length]`, rows read) of one split.
+
+  The split's `text` rows are read in order until their tokens (each row
+  encoded alone, a bound on the joined count up to merges) reach
+  `count * length` plus a margin; those rows are joined by a blank line and
+  cut into whole windows (`prose.token_windows(stream=True)`), as
+  WikiText's rows are lines of an article with blank rows between.
+  """
+  rows = pipeline.read_split(config.data, split)
+  texts, n_tok, need = [], 0, count * length + length // 2 + 8
+  for i in range(len(rows)):
+    text = rows[i]["text"]
+    texts.append(text)
+    n_tok += len(tok.encode(text)) + 2
+    if n_tok >= need:
+      break
+  return prose.token_windows(tok, texts, length, stream=True,
+                             max_windows=count), len(texts)
+
+
+def probe_texts(config, tok) -> tuple[np.ndarray, np.ndarray,
+                                      dict[str, int] | None]:
+  """(probe windows, held-out windows, rows read per split or None).
+
+  `data.source == "hf"`: probe windows of `fe.probe_len` from `data.split`
+  and held-out windows of `fe.eval_len` from `data.eval_split` (the same
+  split when it is empty: the held-out windows then follow the probe rows).
+  Otherwise the fixed passages of `jaxlab.data.prose` (held-out passages
+  `[:num_eval_seqs]`, probe passages `[probe_from:]`).
+  """
+  c = config.fe
+  if config.data.get("source", "") != "hf":
+    texts = prose.passages()
+    probe = prose.token_windows(tok, texts[int(c.probe_from):], int(
+        c.probe_len), stream=True, max_windows=int(c.num_probe_seqs))
+    ids = prose.token_windows(tok, texts[:int(c.num_eval_seqs)],
+                              int(c.eval_len))
+    return probe, ids, None
+  split = config.data.split
+  eval_split = config.data.get("eval_split", "") or split
+  probe, n_probe = _split_windows(config, split, tok, int(c.probe_len),
+                                  int(c.num_probe_seqs))
+  if eval_split == split:  # held-out windows after the probe's
+    both, n_rows = _split_windows(
+        config, split, tok, int(c.probe_len),
+        int(c.num_probe_seqs) + 1 + -(-int(c.num_eval_seqs) * int(
+            c.eval_len) // int(c.probe_len)))
+    rest = both[len(probe):].reshape(-1)
+    n = min(int(c.num_eval_seqs), len(rest) // int(c.eval_len))
+    if n < 1:
+      raise ValueError(f"data.split {split!r} has no held-out window of "
+                       f"{c.eval_len} tokens after the probe windows")
+    ids = rest[:n * int(c.eval_len)].reshape(n, int(c.eval_len))
+    return probe, ids, {split: n_rows}
+  ids, n_eval = _split_windows(config, eval_split, tok, int(c.eval_len),
+                               int(c.num_eval_seqs))
+  return probe, ids, {split: n_probe, eval_split: n_eval}
+
+
 def run_pretrained(config, workdir: str) -> dict[str, Any]:
   """FE of a pretrained model's q/k; next-token accuracy under attenuation.
 
@@ -97,11 +162,8 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
   random arm draws afresh per passage, seed `fe.seed + passage`)."""
   t0, c, col = time.time(), config.fe, results_lib.Column
   model, _ = pretrained.load(config.init_from, cache=True)
-  tok, texts = pretrained.tokenizer(config.init_from), prose.passages()
-  probe = prose.token_windows(tok, texts[int(c.probe_from):], int(
-      c.probe_len), stream=True, max_windows=int(c.num_probe_seqs))
-  ids = prose.token_windows(tok, texts[:int(c.num_eval_seqs)],
-                            int(c.eval_len))
+  tok = pretrained.tokenizer(config.init_from)
+  probe, ids, rows_read = probe_texts(config, tok)
   qk = fe.capture_qk(model, probe)
   maps = {f"{w}_{p}": fe.maps_from_qk(qk, which=w, pairing=p, frame=int(
       c.frame), hop=int(c.hop), window=c.window, per_sequence=True)
@@ -150,9 +212,11 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
   out = {"scores": scores, "probe_shape": probe.shape, "eval_shape":
          ids.shape, "baseline_perplexity": float(np.exp(
              scores["baseline"][float(c.alphas[0])]["nll"].mean()))}
+  data = (None if rows_read is None else
+          results_lib.data_provenance(config, rows=rows_read))
   results_lib.write(workdir, "frequency_entropy", tables=tables + [att],
                     comparisons=comparisons, extra=out, config=config,
-                    start_time=t0)
+                    start_time=t0, data=data)
   return out
 
 

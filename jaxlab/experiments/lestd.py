@@ -16,6 +16,22 @@ forward (the Tucker variants run `TuckerAttention` on the factors). At
 memory of the dense and the Tucker models are measured. Writes
 `results.json` (per-seed tables, paired comparisons LeSTD − SVD and
 LeSTD − dense Tucker at each ratio) and `lestd.png`.
+
+With `config.data.source == "hf"` (the `paper` preset) nothing is trained:
+the checkpoint of `config.init_from` (`jaxlab.io.pretrained.load`) is
+compressed the same three ways, and perplexity is measured on the released
+WikiText-2 test split (`data.path`, `data.subset` `wikitext-2-raw-v1`,
+column `text`, read through `jaxlab.data.pipeline.read_split`): the rows
+are joined with blank lines ("\\n\\n") and tokenised once with the
+checkpoint's own tokenizer, then scored in windows of `ppl.seq_len` every
+`ppl.stride` tokens
+(`jaxlab.evals.long_context.chunked_perplexity`; stride = window is the
+disjoint-window protocol of SVD-LLM / TensorLLM's WikiText-2 evaluation
+[inferred: the LeSTD paper does not state it]). The LeSTD model at
+`compress.export_ratio` is exported as a HF checkpoint (`jaxlab.io.hf.save`,
+its Tucker factors rebuilt into dense projections) under
+`workdir/export`, reloaded through `pretrained.load`, and its logits are
+checked against the compressed model's.
 """
 
 import os
@@ -27,10 +43,14 @@ import numpy as np
 
 from jaxlab.analysis import figures
 from jaxlab.compression import lestd
+from jaxlab.data import pipeline
 from jaxlab.data import sources as data_sources
 from jaxlab.data import tokenizers
 from jaxlab.evals.lm_cost import (  # pylint: disable=unused-import
     attention_bytes, forward_latency_ms, perplexity)
+from jaxlab.evals import long_context
+from jaxlab.io import hf as hf_io
+from jaxlab.io import pretrained
 from jaxlab.models import registry as model_registry
 from jaxlab.train import runner
 from jaxlab.experiments import results as results_lib
@@ -110,7 +130,117 @@ def _plot(per_seed, ratios, methods, path):
     ax.legend()
 
 
+def wikitext_tokens(config, tokenizer) -> tuple[np.ndarray, int]:
+  """(token ids of the joined eval split, rows read).
+
+  The split's `text` rows (WikiText as released: one line of the article
+  per row, blank rows between paragraphs) joined with "\\n\\n" and encoded
+  once with the checkpoint's leading special tokens (transformers'
+  `tokenizer(text)`), the evaluation of SVD-LLM / TensorLLM [inferred].
+  """
+  split = config.data.get("eval_split", "") or config.data.split
+  rows = pipeline.read_split(config.data, split)
+  texts = [r["text"] for r in rows]
+  ids = np.asarray(tokenizer.encode("\n\n".join(texts), add_bos=True),
+                   np.int32)
+  return ids, len(texts)
+
+
+def _window(config, n_tokens: int) -> tuple[int, int]:
+  """(window, stride), the window cut to the text when it is shorter."""
+  seq, stride = int(config.ppl.seq_len), int(config.ppl.stride)
+  if n_tokens < 2:
+    raise ValueError(f"the eval split has {n_tokens} tokens; perplexity "
+                     "needs at least 2 (raise data.max_rows)")
+  seq = min(seq, n_tokens)
+  return seq, min(stride if stride > 0 else seq, seq)
+
+
+def export_and_reload(compressed, original, cfg, path: str,
+                      ids: np.ndarray, tokenizer=None) -> dict[str, Any]:
+  """Saves `compressed` as a HF checkpoint at `path` (Tucker factors rebuilt
+  dense, `lestd.dense_decoder`; the checkpoint's tokenizer files beside it
+  when `tokenizer` is a `HFTokenizer`), reloads it with `pretrained.load`
+  and returns the largest |logit difference| on `ids` `[B, T]`."""
+  hf_io.save(lestd.dense_decoder(compressed, original), cfg, path)
+  if hasattr(tokenizer, "hf"):
+    tokenizer.hf.save_pretrained(path)
+  reloaded, _ = pretrained.load(path)
+  a = np.asarray(long_context.model_logits(compressed, ids), np.float32)
+  b = np.asarray(long_context.model_logits(reloaded, ids), np.float32)
+  return {"path": path, "max_abs_logit_diff": float(np.max(np.abs(a - b))),
+          "logit_scale": float(np.max(np.abs(a)))}
+
+
+def run_pretrained(config, workdir: str) -> dict[str, Any]:
+  """The `paper` run: compress `init_from`'s attention, WikiText-2 PPL."""
+  t_start = time.time()
+  os.makedirs(workdir, exist_ok=True)
+  if not config.get("init_from"):
+    raise ValueError("lestd with data.source='hf' compresses a pretrained "
+                     "checkpoint: set config.init_from")
+  ratios = [float(r) for r in config.compress.ratios]
+  methods = list(config.compress.methods)
+  model, cfg = pretrained.load(config.init_from)
+  tok = pretrained.tokenizer(config.init_from)
+  ids, n_rows = wikitext_tokens(config, tok)
+  seq, stride = _window(config, len(ids))
+  batch = int(config.ppl.batch_size)
+
+  def ppl_of(m) -> float:
+    return long_context.chunked_perplexity(
+        m, ids, chunk_len=seq, stride=stride, batch_size=batch)["perplexity"]
+
+  ppl = results_lib.Table(
+      "perplexity", f"WikiText-2 test perplexity ({len(ids)} tokens, window "
+      f"{seq}, stride {stride}) of {config.init_from} at each target MHA "
+      "compression ratio (stored words / original, indices counted)",
+      row_label="method",
+      columns=[results_lib.Column(_key(r), f"ratio {r:g}", decimals=2)
+               for r in ratios])
+  achieved = results_lib.Table(
+      "achieved", "Achieved ratio (mean over layers) at each target",
+      row_label="method",
+      columns=[results_lib.Column(_key(r), f"target {r:g}", decimals=3)
+               for r in ratios])
+  dense_ppl = ppl_of(model)
+  for r in ratios:
+    ppl.add("dense", _key(r), 0, dense_ppl)
+  rec = {"ppl_dense": dense_ppl, "ppl": {}}
+  plans, export = {}, None
+  caches = [{} for _ in model.layers]
+  er = float(config.compress.export_ratio)
+  for m in methods:
+    rec["ppl"][m] = {}
+    for r in ratios:
+      cm, infos = compress(model, m, r, config, caches)
+      v = ppl_of(cm)
+      rec["ppl"][m][_key(r)] = v
+      ppl.add(METHODS[m], _key(r), 0, v)
+      achieved.add(METHODS[m], _key(r), 0,
+                   float(np.mean([i["ratio"] for i in infos])))
+      if m == "lestd":
+        achieved.add("LeSTD (values only)", _key(r), 0,
+                     float(np.mean([i["value_ratio"] for i in infos])))
+      plans[f"{m}@{r:g}"] = infos
+      if m == "lestd" and abs(r - er) < 1e-9:
+        export = export_and_reload(
+            cm, model, cfg, os.path.join(workdir, "export"),
+            ids[None, :seq], tok) | {"method": m, "ratio": r}
+  rows_read = {config.data.get("eval_split", "") or config.data.split:
+               n_rows}
+  return results_lib.write(
+      workdir, "lestd", tables=[ppl, achieved],
+      extra={"per_seed": [rec], "plans": plans, "export": export,
+             "eval": {"tokens": int(len(ids)), "window": seq,
+                      "stride": stride, "rows": n_rows}},
+      config=config, start_time=t_start,
+      data=results_lib.data_provenance(config, rows=rows_read))
+
+
 def run(config, workdir: str) -> dict[str, Any]:
+  if config.data.get("source", "") == "hf":
+    return run_pretrained(config, workdir)
   t_start = time.time()
   os.makedirs(workdir, exist_ok=True)
   ratios = [float(r) for r in config.compress.ratios]
