@@ -32,6 +32,7 @@ from jaxlab.io.hf import decoder
 from jaxlab.io.hf import files
 from jaxlab.io.hf import fill
 from jaxlab.io.hf import qwen2_vl
+from jaxlab.io.hf import whisper
 from jaxlab.io.hf.config import architecture
 from jaxlab.io.hf.config import config_from_hf
 from jaxlab.io.hf.config import config_to_hf
@@ -67,7 +68,7 @@ __all__ = [
     "is_gemma3_multimodal_config", "is_qwen2_vl_config", "load",
     "load_qwen2_vl", "load_tensors", "qwen2_vl", "qwen2_vl_config_from_hf",
     "qwen2_vl_config_to_hf", "qwen2_vl_variant", "read_config", "save",
-    "save_qwen2_vl", "tensor_shapes", "tensor_table",
+    "save_qwen2_vl", "tensor_shapes", "tensor_table", "whisper",
 ]
 
 
@@ -77,7 +78,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
          ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
   """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 / Dream / LLaDA
   checkpoint dir (a Gemma 3 multimodal one as its language model; a
-  Qwen2.5-VL / Qwen2-VL one as `jaxlab.models.qwen2_vl.Qwen2VL`).
+  Qwen2.5-VL / Qwen2-VL one as `jaxlab.models.qwen2_vl.Qwen2VL`; a Whisper
+  one as its encoder, `jaxlab.models.whisper.Whisper`).
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded
@@ -101,6 +103,9 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
     ValueError: unsupported architecture/field, missing tensor or a tensor
       whose shape differs from the config's.
   """
+  if whisper.is_whisper_config(read_config(path)):  # (Whisper, its config)
+    return whisper.load_whisper(path, dtype=dtype, param_dtype=param_dtype,
+                                mesh=mesh, rules=rules)
   if is_qwen2_vl_config(read_config(path)):  # (Qwen2VL, Qwen2VLConfig)
     return load_qwen2_vl(path, dtype=dtype, param_dtype=param_dtype,
                          mesh=mesh, rules=rules, **config_overrides)
