@@ -238,7 +238,8 @@ def tokenizer_data(train: Sequence[dict[str, Any]],
   each clean wave, of `noisy_copies` perturbed copies per training wave
   (one type drawn uniformly per copy from `train_table`: spec E.3) and of
   each held-out wave under each of `eval_settings` (spec E.6); character
-  CTC labels of the transcripts, cut to the window's 25 Hz tokens. The
+  CTC labels of the transcripts, cut to the window's 25 Hz tokens; every
+  utterance has at least one token's frames (4) valid. The
   layout is the miniature's (`data.synthetic.stabletoken_data.make_data`)
   plus the held-out `texts`.
   """
@@ -251,6 +252,8 @@ def tokenizer_data(train: Sequence[dict[str, Any]],
   def split(utts, noisy):
     waves = [u["wave"][:num_samples] for u in utts]
     clean, lengths = feats(waves)
+    # A clip shorter than one 25 Hz token (4 frames, 40 ms) counts as one.
+    lengths = np.maximum(lengths, min(4, num_samples // hop))
     labels, mask = char_labels([u["text"] for u in utts], max_tokens)
     return {"features": clean, "noisy": noisy(waves),
             "frame_lengths": lengths, "labels": labels, "label_mask": mask,
