@@ -238,6 +238,12 @@ class WhisperTokenizerConfig:
     enc = -(-jnp.asarray(frame_lengths) // self.conv_stride)
     return enc // self.pool
 
+  def num_params(self) -> int:
+    """Parameters of `WhisperTokenizer` (counted abstractly)."""
+    model = nnx.eval_shape(lambda: WhisperTokenizer(self, rngs=nnx.Rngs(0)))
+    return sum(int(np.prod(x.shape)) for x in
+               jax.tree.leaves(nnx.state(model, nnx.Param)))
+
 
 class WhisperTokenizer(nnx.Module):
   """Whisper encoder split by Voting-LFQ at `quantize_after`, CTC head."""
