@@ -88,6 +88,26 @@ class LibriSpeechTest(absltest.TestCase):
     with self.assertRaisesRegex(FileNotFoundError, "not a directory"):
       librispeech.read_utterances(_cfg(source="audio", path="/no/such"))
 
+  def test_hub_rows(self):
+    # openslr/librispeech_asr rows: `audio` as decoded {array,
+    # sampling_rate} or as stored {bytes, path}; other rates resample.
+    import io  # pylint: disable=g-import-not-at-top
+    import soundfile  # pylint: disable=g-import-not-at-top
+    w = _tone(1600, 300, 0)
+    buf = io.BytesIO()
+    soundfile.write(buf, w, 16000, format="FLAC", subtype="PCM_16")
+    row = {"file": "x.flac", "audio": {"bytes": buf.getvalue(), "path": None},
+           "text": "HI THERE", "speaker_id": 3, "chapter_id": 4,
+           "id": "3-4-0000"}
+    u = librispeech.utterance_of_row(row)
+    self.assertEqual((u["id"], u["text"], u["speaker_id"]),
+                     ("3-4-0000", "HI THERE", 3))
+    np.testing.assert_allclose(u["wave"], w, atol=0.5 / 32768 + 1e-7)
+    row["audio"] = {"array": np.repeat(w, 2), "sampling_rate": 32000}
+    self.assertEqual(librispeech.utterance_of_row(row)["wave"].size, 1600)
+    with self.assertRaisesRegex(ValueError, "no 'speech' .TFDS. or 'audio'"):
+      librispeech.utterance_of_row({"text": "a"})
+
   def test_char_labels(self):
     labels, mask = librispeech.char_labels(["It's A", "b!"])
     # blank 0, " " 1, "'" 2, a 3, ..., i 11, s 21, t 22
