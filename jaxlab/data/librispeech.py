@@ -194,6 +194,19 @@ def read_audio_dir(root: str, *, max_rows: int = 0) -> list[dict[str, Any]]:
   return read_wav_dir(root, max_rows=max_rows)
 
 
+def _undecoded(rows):
+  """A `datasets.Dataset`'s Audio columns as stored ({bytes, path}): read
+  here by soundfile, not by `datasets`' decoder (torchcodec)."""
+  features = getattr(rows, "features", None)
+  if not features:
+    return rows
+  import datasets  # pylint: disable=g-import-not-at-top
+  for name, feature in features.items():
+    if isinstance(feature, datasets.Audio) and feature.decode:
+      rows = rows.cast_column(name, datasets.Audio(decode=False))
+  return rows
+
+
 def read_utterances(data_cfg, split: str | None = None, *,
                     max_rows: int | None = None) -> list[dict[str, Any]]:
   """The utterances of one split of `config.data` (module doc)."""
@@ -208,7 +221,7 @@ def read_utterances(data_cfg, split: str | None = None, *,
     return read_audio_dir(root, max_rows=max_rows)
   if kind in ("tfds", "hf", "grain"):
     from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
-    rows = pipeline.read_split(data_cfg, split, max_rows=max_rows)
+    rows = _undecoded(pipeline.read_split(data_cfg, split, max_rows=max_rows))
     return [utterance_of_row(dict(rows[i])) for i in range(len(rows))]
   raise ValueError(f"data.source={kind!r} has no utterances; use one of "
                    f"{', '.join(SOURCES)}")

@@ -108,6 +108,34 @@ class LibriSpeechTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "no 'speech' .TFDS. or 'audio'"):
       librispeech.utterance_of_row({"text": "a"})
 
+  def test_hub_copy_through_read_split(self):
+    # A local copy laid out as on the Hub (data/<split>-*.parquet) whose
+    # `audio` column is a datasets.Audio feature (FLAC bytes).
+    import datasets  # pylint: disable=g-import-not-at-top
+    import io  # pylint: disable=g-import-not-at-top
+    import soundfile  # pylint: disable=g-import-not-at-top
+    waves = [_tone(800 * (i + 1), 300, i) for i in range(3)]
+    blobs = []
+    for w in waves:
+      buf = io.BytesIO()
+      soundfile.write(buf, w, 16000, format="FLAC", subtype="PCM_16")
+      blobs.append({"bytes": buf.getvalue(), "path": None})
+    d = os.path.join(self.root, "ls", "data")
+    os.makedirs(d)
+    datasets.Dataset.from_dict({
+        "file": ["a.flac", "b.flac", "c.flac"], "audio": blobs,
+        "text": ["A", "B C", "D"], "speaker_id": [1, 1, 2],
+        "chapter_id": [5, 5, 6], "id": ["1-5-0000", "1-5-0001", "2-6-0000"],
+    }).cast_column("audio", datasets.Audio(sampling_rate=16000)).to_parquet(
+        os.path.join(d, "test-00000-of-00001.parquet"))
+    cfg = _cfg(source="hf", path=os.path.join(self.root, "ls"), split="test",
+               max_rows=2, cache_dir=os.path.join(self.root, "cache"))
+    got = librispeech.read_utterances(cfg)
+    self.assertEqual([u["id"] for u in got], ["1-5-0000", "1-5-0001"])
+    self.assertEqual(got[1]["text"], "B C")
+    np.testing.assert_allclose(got[1]["wave"], waves[1],
+                               atol=0.5 / 32768 + 1e-7)
+
   def test_char_labels(self):
     labels, mask = librispeech.char_labels(["It's A", "b!"])
     # blank 0, " " 1, "'" 2, a 3, ..., i 11, s 21, t 22
