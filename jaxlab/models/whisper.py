@@ -40,6 +40,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.models import registry as _registry
+from jaxlab.nn import partitioning as pt
 from jaxlab.nn import quantizers
 
 ARCHITECTURES = ("WhisperModel", "WhisperForConditionalGeneration",
@@ -76,6 +77,13 @@ class WhisperConfig:
     return 2 * self.max_source_positions
 
 
+def _kernel(*axes):
+  """`kernel_metadata` of a Linear / Conv kernel: its logical axes (FSDP
+  over `embed`, tensor parallel over `mlp`), placed by the caller's mesh
+  and rules as the decoder's params are (`nn.partitioning.param`)."""
+  return {"out_sharding": axes, "eager_sharding": False}
+
+
 ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
@@ -104,14 +112,15 @@ class WhisperEncoderLayer(nnx.Module):
     self.act = cfg.activation_function
     self.self_attn_layer_norm = nnx.LayerNorm(d, epsilon=cfg.layer_norm_eps,
                                               **kw)
-    self.q_proj = nnx.Linear(d, d, **kw)
-    self.k_proj = nnx.Linear(d, d, use_bias=False, **kw)
-    self.v_proj = nnx.Linear(d, d, **kw)
-    self.out_proj = nnx.Linear(d, d, **kw)
+    col, row = _kernel(pt.EMBED, pt.MLP), _kernel(pt.MLP, pt.EMBED)
+    self.q_proj = nnx.Linear(d, d, kernel_metadata=col, **kw)
+    self.k_proj = nnx.Linear(d, d, use_bias=False, kernel_metadata=col, **kw)
+    self.v_proj = nnx.Linear(d, d, kernel_metadata=col, **kw)
+    self.out_proj = nnx.Linear(d, d, kernel_metadata=row, **kw)
     self.final_layer_norm = nnx.LayerNorm(d, epsilon=cfg.layer_norm_eps,
                                           **kw)
-    self.fc1 = nnx.Linear(d, f, **kw)
-    self.fc2 = nnx.Linear(f, d, **kw)
+    self.fc1 = nnx.Linear(d, f, kernel_metadata=col, **kw)
+    self.fc2 = nnx.Linear(f, d, kernel_metadata=row, **kw)
 
   def attention(self, x: jax.Array, mask: jax.Array | None) -> jax.Array:
     b, t, d = x.shape
@@ -145,10 +154,13 @@ class WhisperEncoder(nnx.Module):
     kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(
         cfg.param_dtype), rngs=rngs)
     # torch Conv1d(padding=1): one zero frame on each side.
-    self.conv1 = nnx.Conv(cfg.num_mel_bins, d, (3,), padding=((1, 1),), **kw)
-    self.conv2 = nnx.Conv(d, d, (3,), strides=(2,), padding=((1, 1),), **kw)
-    self.embed_positions = nnx.Param(jnp.asarray(
-        sinusoids(cfg.max_source_positions, d), jnp.dtype(cfg.param_dtype)))
+    self.conv1 = nnx.Conv(cfg.num_mel_bins, d, (3,), padding=((1, 1),),
+                          kernel_metadata=_kernel(None, None, pt.EMBED), **kw)
+    self.conv2 = nnx.Conv(d, d, (3,), strides=(2,), padding=((1, 1),),
+                          kernel_metadata=_kernel(None, None, pt.EMBED), **kw)
+    self.embed_positions = pt.param(jnp.asarray(
+        sinusoids(cfg.max_source_positions, d), jnp.dtype(cfg.param_dtype)),
+                                    (None, pt.EMBED))
     self.layers = nnx.List([WhisperEncoderLayer(cfg, rngs=rngs)
                             for _ in range(cfg.encoder_layers)])
     self.layer_norm = nnx.LayerNorm(d, epsilon=cfg.layer_norm_eps, **kw)

@@ -60,6 +60,26 @@ class WhisperLoadTest(parameterized.TestCase):
     np.testing.assert_allclose(got, want, rtol=0,
                                atol=2 ** 8 * EPS32 * scale)
 
+  def test_sharded_load_equals_unsharded(self):
+    import jax  # pylint: disable=g-import-not-at-top
+    from jaxlab.parallel import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+    make_whisper_checkpoint(self.dir)
+    model, _ = hf.load(self.dir)
+    mesh = jax.make_mesh((1, 8, 1), ("data", "fsdp", "tensor"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    sharded, _ = hf.load(self.dir, mesh=mesh,
+                         rules=mesh_lib.DEFAULT_RULES)
+    fc1 = sharded.encoder.layers[0].fc1.kernel[...]
+    self.assertEqual(fc1.sharding.spec[0], "fsdp")    # [embed, mlp]
+    self.assertEqual(fc1.addressable_shards[0].data.shape, (4, 64))
+    f = np.random.default_rng(2).normal(size=(2, 16, 100)).astype(np.float32)
+    want = np.asarray(model.encode(input_features=f))
+    with jax.set_mesh(mesh):
+      got = np.asarray(jax.jit(lambda m, x: m.encode(input_features=x))(
+          sharded, f))
+    np.testing.assert_allclose(got, want, rtol=0, atol=2 ** 8 * EPS32
+                               * float(np.abs(want).max()))
+
   def test_wrong_frames_is_a_clear_error(self):
     make_whisper_checkpoint(self.dir)
     model, _ = hf.load(self.dir)

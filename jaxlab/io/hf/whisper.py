@@ -103,8 +103,9 @@ def load_whisper(path: str | os.PathLike, *, dtype: str = "float32",
                  ) -> tuple[whisper.Whisper, whisper.WhisperConfig]:
   """Loads a Whisper safetensors checkpoint's encoder (no torch).
 
-  With `mesh`, every parameter is placed as it is read (replicated: the
-  encoder's params carry no logical axes). (`jaxlab.io.hf.load`
+  With `mesh` (and logical-axis `rules`), every parameter is placed with
+  its `NamedSharding` as it is read (kernels FSDP over `embed`, tensor
+  parallel over `mlp`; norms and biases replicated). (`jaxlab.io.hf.load`
   dispatches here.)
   """
   path = os.fspath(path)
