@@ -222,6 +222,8 @@ CHECKPOINT_SHAPES = {
     "meta-llama/Llama-3.2-3B-Instruct": "llama3_2_3b",
     "Qwen/Qwen3-4B": "qwen3_4b",
     "mistralai/Mistral-7B-v0.1": "mistral_7b",
+    # StableToken's tokenizer on Whisper's encoder ("whisper_tokenizer").
+    "openai/whisper-large-v3": "whisper_large_v3",
 }
 
 

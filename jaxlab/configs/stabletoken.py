@@ -18,15 +18,22 @@ no_routing (all branches read the same input: the perturbed copy with
 probability loss.augment_prob, else clean), single_branch (plain LFQ n=1
 with the same augmentation), vq (VQ with the same augmentation).
 
-`paper`: the tokenizer at its released size (`PAPER_MODEL`: Whisper-
-large-v3's encoder, D = 1280, 32 blocks of 20 heads, 128 mel bins, with
-Voting-LFQ n = 5, 13 bits after block 16 and 2x pooling to 25 Hz; spec
-E.1), its encoder initialised from `init_from` (`openai/whisper-large-v3`),
-on LibriSpeech as released (`data.path=openslr/librispeech_asr`,
-`data.subset=clean`, `train.100` / `test`), AdamW max lr 1.5e-5 with 1000
-warm-up steps (spec E.5). Not an AOT compile target yet (`PAPER` dicts
-are: the compile path builds LM batches). `short`: the same run with its
-budget cut (`jaxlab.configs._scale.short`).
+`paper`: the real run (`jaxlab.experiments.stabletoken.run_real`): the
+tokenizer at its released size (`PAPER_MODEL`: Whisper-large-v3's
+encoder, D = 1280, 32 blocks of 20 heads, 128 mel bins, with Voting-LFQ
+n = 5, 13 bits after block 16 and 2x pooling to 25 Hz; spec E.1), its
+encoder read from `init_from` (`openai/whisper-large-v3`, or a local
+copy), on LibriSpeech as released (`data.path=openslr/librispeech_asr`,
+`data.subset=clean`, `train.100` / `test`; or TFDS with
+`--config.data.source=tfds --config.data.path=librispeech
+--config.data.data_dir=D --config.data.split=train_clean100
+--config.data.eval_split=test_clean`; or the FLAC directories with
+`--config.data.source=audio --config.data.path=LibriSpeech/`), AdamW max
+lr 1.5e-5 with 1000 warm-up steps (spec E.5). `config.model` and
+`config.scale` describe the same tokenizer for the AOT compile
+(`python -m jaxlab.experiments.compile --config=stabletoken:paper`:
+`PAPER_WHISPER`, `PAPER_SCALE`). `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -47,6 +54,26 @@ PAPER_MODEL = dict(dim=1280, num_heads=20, mlp_dim=5120, lower_layers=16,
 # Whisper's log-mel features (WhisperFeatureExtractor: 128 bins, 25 ms
 # window, 10 ms hop at 16 kHz).
 PAPER_FEATURES = dict(n_mels=128, n_fft=400, hop=160)
+# The same tokenizer as `config.model` ("whisper_tokenizer",
+# `jaxlab.models.whisper`): what `python -m jaxlab.experiments.compile
+# --config=stabletoken:paper` builds (no weights read): Whisper-large-v3's
+# encoder (config.json: max_source_positions 1500, i.e. 3000 mel frames =
+# 30 s windows) with Voting-LFQ after block 16 and a character CTC head
+# (29 classes, `jaxlab.data.librispeech.CHARS` + blank).
+PAPER_WHISPER = dict(
+    name="whisper_tokenizer", num_mel_bins=128, d_model=1280,
+    encoder_layers=32, encoder_attention_heads=20, encoder_ffn_dim=5120,
+    max_source_positions=1500, quantize_after=16, vocab_size=29, n_voters=5,
+    bits=13, num_clean=3, dtype="bfloat16", param_dtype="float32")
+# The compiled step: one 30 s window per example, 32 per step, on 16 v5p
+# chips (FSDP over all of them).
+PAPER_SCALE = dict(
+    shape="whisper_large_v3", topology="v5p:2x2x4", num_slices=1,
+    paper="StableToken spec E.1, E.5 (papers/A-G.md)",
+    note=("Whisper-large-v3's encoder with Voting-LFQ and a CTC head (the "
+          "paper's ASR decoder is not in the step); seq_len counts mel "
+          "frames"),
+    program="train", loss="stabletoken")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -127,9 +154,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.update(lr=1.5e-5, warmup_steps=1000, weight_decay=0.01,
                    clip_norm=1.0)
     c.mesh.update(data=1, fsdp=-1, tensor=1)
+    c.model = ml_collections.ConfigDict(PAPER_WHISPER)
+    c.scale = ml_collections.ConfigDict(PAPER_SCALE)
+    c.train.seq_len = 2 * PAPER_WHISPER["max_source_positions"]
+    # noise_dir: a directory of real noise clips (e.g. ESC-50's audio/) for
+    # the `clip` perturbation; "" leaves it out.
     scale.paper_run(c, init_from="openai/whisper-large-v3",
                     path="openslr/librispeech_asr", subset="clean",
-                    split="train.100", eval_split="test")
+                    split="train.100", eval_split="test", noise_dir="")
   if a.seed >= 0:  # one seed per process (report --add merges workdirs)
     c.seeds = (a.seed,)
   if a.short:

@@ -191,6 +191,50 @@ def log_mel(wave: jax.Array, *, sample_rate: int = SAMPLE_RATE,
   return logm
 
 
+def whisper_normalize(logm: jax.Array) -> jax.Array:
+  """Whisper's log-mel normalisation: clamp at (per-utterance max - 8),
+  then (x + 4) / 4 (`logm [..., frames, n_mels]` in log10 units)."""
+  top = jnp.max(logm, axis=(-2, -1), keepdims=True)
+  return (jnp.maximum(logm, top - 8.0) + 4.0) / 4.0
+
+
+@functools.partial(jax.jit, static_argnames=("n_mels", "n_fft", "hop"))
+def _whisper_log_mel(waves, *, n_mels: int, n_fft: int, hop: int):
+  logm = log_mel(waves, n_fft=n_fft, hop=hop, n_mels=n_mels,
+                 pad_mode="reflect", whisper_norm=False)
+  return whisper_normalize(logm[..., :-1, :])
+
+
+def whisper_features(waves: Sequence[np.ndarray], *, n_mels: int = 80,
+                     num_samples: int = 30 * SAMPLE_RATE, n_fft: int = 400,
+                     hop: int = 160) -> tuple[np.ndarray, np.ndarray]:
+  """Log-mel features as `WhisperFeatureExtractor` computes them.
+
+  Each 16 kHz wave is cut or zero-padded to `num_samples` (the extractor's
+  `n_samples = chunk_length * sampling_rate`, 30 s), framed centred with
+  reflect padding, periodic Hann, |rfft|^2, Slaney mel filters to 8 kHz,
+  log10(max(mel, 1e-10)); the last frame is dropped (num_samples / hop
+  frames remain) and `whisper_normalize` applied per utterance.
+
+  Returns:
+    (features `[B, num_samples / hop, n_mels]` float32 (transpose the last
+    two axes for transformers' `input_features` layout), valid frames
+    `[B]`: ceil(min(len, num_samples) / hop), at least 1).
+  """
+  if num_samples % hop:
+    raise ValueError(f"whisper_features: num_samples={num_samples} must be "
+                     f"a multiple of hop={hop}")
+  batch = np.zeros((len(waves), num_samples), np.float32)
+  lengths = np.zeros((len(waves),), np.int32)
+  for i, w in enumerate(waves):
+    w = np.asarray(w, np.float32).reshape(-1)[:num_samples]
+    batch[i, :w.size] = w
+    lengths[i] = min(max(1, -(-w.size // hop)), num_samples // hop)
+  feats = _whisper_log_mel(jnp.asarray(batch), n_mels=n_mels, n_fft=n_fft,
+                           hop=hop)
+  return np.asarray(feats), lengths
+
+
 # ---------------------------------------------------------------------------
 # Perturbations (NumPy, host side)
 # ---------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 `evaluate`: UED% between the 25 Hz tokens of each held-out clean utterance
 and its noisy copy (`jaxlab.evals.text.unit_edit_distance`) per noise type,
-the clean and noisy phone error rate of greedy CTC, and the bit-vote
-recoveries (noisy frames where most branches' own tokens differ from the
-clean token but the bitwise vote still gives it).
+the clean and noisy phone (character) error rate of greedy CTC, the
+clean and noisy WER when the held-out set has transcripts (`texts`), and
+the bit-vote recoveries (noisy frames where most branches' own tokens
+differ from the clean token but the bitwise vote still gives it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab.data import librispeech
 from jaxlab.evals import text
 from jaxlab.models import speech_tokenizer as st
 
@@ -32,6 +34,17 @@ def phone_error_rate(model, feats, lengths, labels, label_mask) -> float:
   refs = [list(l[m]) for l, m in zip(labels, label_mask)]
   return sum(text.levenshtein(h, r) for h, r in zip(hyps, refs)) / sum(
       len(r) for r in refs)
+
+
+def word_error_rate(model, feats, lengths, texts) -> float:
+  """WER (`text.word_error_rate`, jiwer's) of greedy CTC character
+  transcripts (`librispeech.CHARS`) against the normalised `texts`."""
+  hyps = []
+  for i in range(0, len(feats), 64):
+    hyps += [librispeech.labels_to_text(h) for h in
+             st.ctc_greedy(model, feats[i:i + 64], lengths[i:i + 64])]
+  refs = [librispeech.normalize_transcript(t) for t in texts]
+  return text.word_error_rate(refs, hyps)
 
 
 def evaluate(model, data: dict[str, Any], n_voters: int) -> dict[str, Any]:
@@ -65,4 +78,10 @@ def evaluate(model, data: dict[str, Any], n_voters: int) -> dict[str, Any]:
   out["ued_avg"] = float(np.mean(ueds))
   out["per_noisy"] = float(np.mean(pers))
   out["recovery"] = rec
+  if any(held.get("texts", ())):  # real transcripts: WER clean / noisy too
+    out["wer_clean"] = word_error_rate(model, held["features"], lens,
+                                       held["texts"])
+    out["wer_noisy"] = float(np.mean([word_error_rate(
+        model, feats, lens, held["texts"])
+                                      for feats in held["noisy"].values()]))
   return out

@@ -165,6 +165,24 @@ def unit_edit_distance(clean: Sequence[Sequence], noisy: Sequence[Sequence],
   return 100.0 * errors / total
 
 
+def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]
+                    ) -> float:
+  """Corpus WER as `jiwer.wer` computes it (its default transform: words
+  split on whitespace): sum_utt word-levenshtein(ref, hyp) / sum_utt
+  |ref words| = (S + D + I) / (S + D + C), a fraction (not %)."""
+  if len(references) != len(hypotheses):
+    raise ValueError(f"word_error_rate: {len(references)} references vs "
+                     f"{len(hypotheses)} hypotheses")
+  errors = total = 0
+  for ref, hyp in zip(references, hypotheses):
+    r, h = ref.split(), hyp.split()
+    errors += levenshtein(r, h)
+    total += len(r)
+  if total == 0:
+    raise ValueError("word_error_rate: the references are all empty")
+  return errors / total
+
+
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 

@@ -45,12 +45,18 @@ def variant_configs(cfg, variant: str):
   return model_cfg, loss_cfg
 
 
-def train_variant(cfg, variant: str, data: dict[str, Any], seed: int):
-  """Trains one tokenizer with the trainer's step (StepRunner)."""
+def train_variant(cfg, variant: str, data: dict[str, Any], seed: int, *,
+                  model: nnx.Module | None = None):
+  """Trains one tokenizer with the trainer's step (StepRunner).
+
+  `model`: the tokenizer to train (e.g. `models.whisper.WhisperTokenizer`
+  from a checkpoint); None builds the miniature's from `cfg.tokenizer`.
+  """
   model_cfg, loss_cfg = variant_configs(cfg, variant)
-  spec = model_registry.get_spec(model_cfg, vocab_size=cfg.speech.num_phones
-                                 + 1, seed=seed)
-  model = nnx.jit(spec.factory)()
+  if model is None:
+    spec = model_registry.get_spec(model_cfg, vocab_size=cfg.speech.num_phones
+                                   + 1, seed=seed)
+    model = nnx.jit(spec.factory)()
   steps, bs = int(cfg.train.steps), int(cfg.train.batch_size)
   run = runner.StepRunner(model, loss="stabletoken", loss_config=loss_cfg,
                           optim=cfg.optim, steps=steps, seed=seed)

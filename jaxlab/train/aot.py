@@ -657,16 +657,37 @@ def classifier_example(model_cfg) -> dict[str, np.ndarray]:
           "labels": np.zeros((), np.int32)}
 
 
+def speech_example(config, seq_len: int) -> dict[str, np.ndarray] | None:
+  """One example of the `stabletoken` loss (StableToken's tokenizer,
+  `jaxlab.objectives.stabletoken`), None for other losses: clean and
+  perturbed log-mel `[T, n_mels]` float32 (T = `seq_len` mel frames),
+  `frame_lengths` int32, CTC `labels` `[T / 4]` int32 (one per 25 Hz
+  token at most) and `label_mask` bool. Zero-strided arrays."""
+  if _loss_name(config) != "stabletoken":
+    return None
+  mels = int(config.model.get("num_mel_bins", 0)
+             or config.model.get("n_mels", 80))
+  zeros = lambda shp, dt: np.broadcast_to(np.zeros((), dt), shp)
+  t, n = int(seq_len), max(1, int(seq_len) // 4)
+  return {"features": zeros((t, mels), np.float32),
+          "features_noisy": zeros((t, mels), np.float32),
+          "frame_lengths": np.zeros((), np.int32),
+          "labels": zeros((n,), np.int32), "label_mask": zeros((n,), bool)}
+
+
 def train_example(config, seq_len: int) -> dict[str, np.ndarray]:
   """The example the compiled step reads: a preset's `scale.example`
   (`scale_example`), `classifier_example` for an image classifier,
-  `prefix_example` for a prefix LM, else the LM pipeline's (`lm_example`)."""
+  `prefix_example` for a prefix LM, `speech_example` for StableToken's
+  tokenizer, else the LM pipeline's (`lm_example`)."""
   ex = scale_example(config, seq_len)
   if ex is not None:
     return ex
   if config.model.get("name", "") in NO_VOCAB_MODELS:
     return classifier_example(config.model)
   ex = prefix_example(config, seq_len)
+  if ex is None:
+    ex = speech_example(config, seq_len)
   return lm_example(seq_len) if ex is None else ex
 
 

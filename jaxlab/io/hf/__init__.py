@@ -34,6 +34,7 @@ from jaxlab.io.hf import files
 from jaxlab.io.hf import fill
 from jaxlab.io.hf import qwen2_vl
 from jaxlab.io.hf import vit
+from jaxlab.io.hf import whisper
 from jaxlab.io.hf.config import architecture
 from jaxlab.io.hf.config import config_from_hf
 from jaxlab.io.hf.config import config_to_hf
@@ -69,7 +70,7 @@ __all__ = [
     "is_gemma3_multimodal_config", "is_qwen2_vl_config", "load",
     "load_qwen2_vl", "load_tensors", "qwen2_vl", "qwen2_vl_config_from_hf",
     "qwen2_vl_config_to_hf", "qwen2_vl_variant", "read_config", "save",
-    "save_qwen2_vl", "tensor_shapes", "tensor_table", "vit",
+    "save_qwen2_vl", "tensor_shapes", "tensor_table", "vit", "whisper",
 ]
 
 
@@ -81,7 +82,8 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
   checkpoint dir (a Gemma 3 multimodal one as its language model; a
   Qwen2.5-VL / Qwen2-VL one as `jaxlab.models.qwen2_vl.Qwen2VL`; a ViT /
   DeiT image classifier as `jaxlab.models.vit_classifier.ViTClassifier`,
-  `vit.load_vit`).
+  `vit.load_vit`; a Whisper one as its encoder,
+  `jaxlab.models.whisper.Whisper`).
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded
@@ -105,6 +107,9 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
     ValueError: unsupported architecture/field, missing tensor or a tensor
       whose shape differs from the config's.
   """
+  if whisper.is_whisper_config(read_config(path)):  # (Whisper, its config)
+    return whisper.load_whisper(path, dtype=dtype, param_dtype=param_dtype,
+                                mesh=mesh, rules=rules)
   if vit.is_vit_config(read_config(path)):  # ViT / DeiT classifiers
     return vit.load_vit(path, dtype=dtype, param_dtype=param_dtype,
                         mesh=mesh, rules=rules, **config_overrides)
