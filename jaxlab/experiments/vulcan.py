@@ -58,6 +58,22 @@ def _label(method: str, rate: float) -> str:
   return f"{name} R={rate:g}"
 
 
+def _plan(base, score_batches, mcfg, *, rate, seed, vbase, dense):
+  """Vulcan's pruning plan at `rate` from the scoring batches, the pruned
+  config, its cost fractions of `dense` (params, flops) and the rate's
+  record: (vcfg, plan, small_cfg, fracs, record)."""
+  vcfg = vulcan.VulcanConfig(rate=rate, seed=seed, **vbase)
+  plan = vulcan.make_plan(base, [b["images"] for b in score_batches], vcfg)
+  widths = plan.widths
+  small_cfg = widths.apply(mcfg)
+  fracs = {"params_frac": vulcan.cost(small_cfg) / dense[0],
+           "flops_frac": vulcan.cost(small_cfg, "flops") / dense[1]}
+  record = {"rate": rate, "widths": {"mlp": list(widths.mlp),
+                                     "qk": list(widths.qk),
+                                     "v": list(widths.v)}, **fracs}
+  return vcfg, plan, small_cfg, fracs, record
+
+
 def _score_batches(x, y, n_batches: int, batch: int, seed: int):
   order = np.random.default_rng(seed).permutation(len(y))
   out = []
@@ -217,15 +233,9 @@ def run_real(config, workdir: str) -> dict[str, Any]:
     score_s = _score_batches(sx, sy, int(config.score_batches),
                              int(post.batch_size), seed)
     for rate in rates:
-      vcfg = vulcan.VulcanConfig(rate=rate, seed=seed, **vbase)
-      plan = vulcan.make_plan(base, [b["images"] for b in score_s], vcfg)
-      widths = plan.widths
-      small_cfg = widths.apply(mcfg)
-      fracs = {"params_frac": vulcan.cost(small_cfg) / dense_params,
-               "flops_frac": vulcan.cost(small_cfg, "flops") / dense_flops}
-      rrec = {"rate": rate, "widths": {"mlp": list(widths.mlp),
-                                       "qk": list(widths.qk),
-                                       "v": list(widths.v)}, **fracs}
+      vcfg, plan, small_cfg, fracs, rrec = _plan(
+          base, score_s, mcfg, rate=rate, seed=seed, vbase=vbase,
+          dense=(dense_params, dense_flops))
       for method in methods:
         if method == "vulcan":
           trainee = vulcan.VulcanTrainee(nnx.clone(base), plan, vcfg)
@@ -254,7 +264,7 @@ def run_real(config, workdir: str) -> dict[str, Any]:
                                        int(post.batch_size), seed)
           model = nnx.clone(base)
           small = vulcan.select_prune(
-              model, vulcan.CRITERIA.get(crit)(model, score_all), widths)
+              model, vulcan.CRITERIA.get(crit)(model, score_all), plan.widths)
           vulcan.train_classifier(
               small, batches(all_idx if generic else tr_idx, seed),
               steps=int(post.steps), optim_cfg=_optim(post), seed=seed)
@@ -373,15 +383,9 @@ def run(config, workdir: str) -> dict[str, Any]:
     score_all = _score_batches(tx, ty, int(config.score_batches),
                                int(post.batch_size), seed)
     for rate in rates:
-      vcfg = vulcan.VulcanConfig(rate=rate, seed=seed, **vbase)
-      plan = vulcan.make_plan(base, [b["images"] for b in score_s], vcfg)
-      widths = plan.widths
-      small_cfg = widths.apply(mcfg)
-      fracs = {"params_frac": vulcan.cost(small_cfg) / dense_params,
-               "flops_frac": vulcan.cost(small_cfg, "flops") / dense_flops}
-      rrec = {"rate": rate, "widths": {"mlp": list(widths.mlp),
-                                       "qk": list(widths.qk),
-                                       "v": list(widths.v)}, **fracs}
+      vcfg, plan, small_cfg, fracs, rrec = _plan(
+          base, score_s, mcfg, rate=rate, seed=seed, vbase=vbase,
+          dense=(dense_params, dense_flops))
       for method in methods:
         label = _label(method, rate)
         if method == "vulcan":
@@ -408,7 +412,7 @@ def run(config, workdir: str) -> dict[str, Any]:
           crit = "magnitude" if method == "magnitude" else "taylor"
           scores = vulcan.CRITERIA.get(crit)(
               model, score_all if generic else score_s)
-          small = vulcan.select_prune(model, scores, widths)
+          small = vulcan.select_prune(model, scores, plan.widths)
           vulcan.train_classifier(
               small, all_batches(seed) if generic else sub_batches(seed),
               steps=int(post.steps), optim_cfg=_optim(post), seed=seed)
