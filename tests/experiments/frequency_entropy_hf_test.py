@@ -23,7 +23,6 @@ from jaxlab.data import prose
 from jaxlab.experiments import frequency_entropy as fe_exp
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures
-from jaxlab.testing import tokenizer_fixtures
 
 LINE = (" The {w} river flows north through the valley , and the town of "
         "{w} stands on its banks . It was founded in {y} . \n")
@@ -46,10 +45,10 @@ class FrequencyEntropyWikitextTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tokenizer_fixtures.make_hf_tokenizer(cls.ckpt)
-    hf_fixtures.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=400,
-                                   hidden_size=32, num_layers=2,
-                                   max_position_embeddings=256)
+    hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=400,
+                                     hidden_size=32, num_layers=2,
+                                     init_std=0.2,
+                                     max_position_embeddings=256)
     cls.data = os.path.join(cls.root, "wikitext")
     d = os.path.join(cls.data, "wikitext-103-raw-v1")
     os.makedirs(d)

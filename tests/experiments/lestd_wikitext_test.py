@@ -28,7 +28,6 @@ from jaxlab.configs import lestd as lestd_config
 from jaxlab.experiments import lestd
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures
-from jaxlab.testing import tokenizer_fixtures
 
 TEXT = [
     "", " = Robert Boulter = \n", "",
@@ -73,10 +72,10 @@ class LestdWikitextTest(absltest.TestCase):
     super().setUpClass()
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
-    tokenizer_fixtures.make_hf_tokenizer(cls.ckpt)
-    hf_fixtures.make_hf_checkpoint(cls.ckpt, "llama", vocab_size=400,
-                                   hidden_size=32, num_layers=2, num_heads=4,
-                                   num_kv_heads=4, max_position_embeddings=64)
+    hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=400,
+                                     hidden_size=32, num_layers=2, num_heads=4,
+                                     num_kv_heads=4, init_std=0.2,
+                                     max_position_embeddings=64)
     cls.data = os.path.join(cls.root, "wikitext")
     os.makedirs(os.path.join(cls.data, "wikitext-2-raw-v1"))
     datasets.Dataset.from_dict({"text": TEXT}).to_parquet(os.path.join(
