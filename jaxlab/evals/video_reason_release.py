@@ -125,8 +125,9 @@ def extract_operations(demo: str, text: str) -> list[Any]:
   if demo == "cup":
     return [list(p) for p in re.findall(
         r"\(\s*([a-e][1-5])\s*,\s*([a-e][1-5])\s*\)", low)]
-  if demo == "file_sys":
-    return [c.strip() for c in text.strip().strip("`").replace(
+  if demo == "file_sys":  # (the extracted answer starts after the marker)
+    text = text.strip().lstrip(":*").strip()
+    return [c.strip() for c in text.strip("`").replace(
         "bash\n", "").split(" & ") if c.strip()]
   if demo == "card":
     return [f"{a} {c} {p} {pile}" for a, c, p, pile in re.findall(

@@ -441,9 +441,9 @@ def rows_and_responses():
        "Final Answer: up, down, left"),
       (_row("grid", "prediction_operation", GRID_Q, None,
             states=[[[1, 0, 1], [1, 1, 1], [1, 1, 0]]] * 2,
-            coords=[[1, 1], [1, 1]]), "Final Answer: left, right"),
+            coords=[[0, 1], [0, 1]]), "Final Answer: left"),  # off: kept
       (_row("cup", "prediction_operation", CUP_Q, None, states=CUP_STATES),
-       "Final Answer: (a2, a2)"),
+       "Final Answer: (c3, c2)"),
       (_row("cup", "prediction_operation", CUP_Q, None, states=CUP_STATES,
             visible_time="end"), "Final Answer: (a1, a2), (b2, c2)"),
       (_row("cup", "prediction_operation", CUP_Q, None, states=CUP_STATES),
