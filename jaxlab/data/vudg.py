@@ -84,7 +84,8 @@ class MCQ:
   question_type: int
   stem: str
   options: tuple[str, ...]
-  folder: str = ""   # the release's domain name (its video folder)
+  # The release's domain name (its video folder); not part of equality.
+  folder: str = dataclasses.field(default="", compare=False)
 
   @property
   def answer_text(self) -> str:
