@@ -30,11 +30,12 @@ A real checkpoint loads by `init_from`.
 (`Qwen/Qwen2.5-VL-7B-Instruct`) on VideoReasonBench as released
 (`data.path`: a local copy of the release, questions/*.json of
 github.com/llyx97/video_reason_bench beside videos/ unpacked from
-lyx97/reasoning_videos' videos.zip; the preset names the Hub id, pass the
-directory), 32 frames of at most 448 x 448 (`release`), greedy up to 4096
-tokens, scored per skill level as the release scores
-(`jaxlab.experiments.video_reason.run_release`);
-`--config.release.budgets=0,1024` runs the thinking-budget sweep. `short`: the same run with its budget cut
+lyx97/reasoning_videos' videos.zip; the preset names the Hub id,
+`data.path=lyx97/reasoning_videos`: pass the directory), 32 frames of
+at most 448 x 448 (`release`), greedy up to 4096 tokens, scored per skill
+level as the release scores (`jaxlab.experiments.video_reason.
+run_release`); `--config.release.budgets=0,1024` runs the thinking-budget
+sweep. `short`: the same run with its budget cut
 (`jaxlab.configs._scale.short`).
 """
 
