@@ -35,8 +35,8 @@ subset (`default`); `train` = train_multi.json, `test` = the
 multiple-choice test set; the videos under `release.video_root`, default
 `data.path`, in testset/<domain>/), as zero_shot/qwen2.5vl.py runs it
 (`release`), scored as utils/collect_results.py
-(`jaxlab.experiments.vudg.run_release`). `short`: the same run with its budget cut
-(`jaxlab.configs._scale.short`).
+(`jaxlab.experiments.vudg.run_release`). `short`: the same run with its
+budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections

@@ -96,9 +96,9 @@ class MCQ:
     return SHIFT_TYPE[self.domain]
 
   def to_json(self) -> dict[str, Any]:
+    domain = self.folder or RELEASE_NAME.get(self.domain, self.domain)
     return {"QA_num": self.qa_num, "video": self.video,
-            "domain": self.folder or RELEASE_NAME.get(self.domain,
-                                                      self.domain), "question": self.question,
+            "domain": domain, "question": self.question,
             "answer": self.answer, "question_type": self.question_type}
 
 
@@ -199,8 +199,8 @@ def video_path(root: str, split: str, q: MCQ) -> str:
   """Where the release keeps `q`'s video: root/<trainset|testset>/<domain
   as released>/<video> (VUDG README; zero_shot/qwen2.5vl.py)."""
   if split not in VIDEO_FOLDERS:
-    raise ValueError(f"split={split!r}: the VUDG videos are under "
-                     f"{', '.join(f'{k} ({v}/)' for k, v in VIDEO_FOLDERS.items())}")
+    where = ", ".join(f"{k} ({v}/)" for k, v in VIDEO_FOLDERS.items())
+    raise ValueError(f"split={split!r}: the VUDG videos are under {where}")
   return os.path.join(root, VIDEO_FOLDERS[split],
                       q.folder or RELEASE_NAME.get(q.domain, q.domain),
                       q.video)

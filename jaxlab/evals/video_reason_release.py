@@ -113,7 +113,7 @@ def llm_judge(generate: Callable[[str], str]) -> Judge:
   return judge
 
 
-# -- prediction_operation: the release's simulators -------------------------
+# -- prediction_operation: the release's simulators ----------------------------
 
 
 def extract_operations(demo: str, text: str) -> list[Any]:
@@ -347,7 +347,7 @@ def check_operation(row: dict[str, Any], ops: Sequence[Any]) -> bool:
   raise ValueError(f"unknown demo {demo!r}")
 
 
-# -- the report -----------------------------------------------------------------
+# -- the report ----------------------------------------------------------------
 
 
 @dataclasses.dataclass

@@ -34,11 +34,14 @@ import numpy as np
 
 from jaxlab import plotting
 from jaxlab.data import tokenizers
+from jaxlab.data import video_files
+from jaxlab.data import video_reason_release as release
 from jaxlab.data.synthetic import video_reason as vr
 from jaxlab.data.synthetic.video_reason import lm_data
 from jaxlab.decoding import budget as budget_lib
 from jaxlab.evals import video_reason as ev
 from jaxlab.evals import video_reason_release as ev_release
+from jaxlab.evals import vl_chat
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
 from jaxlab.train import runner
@@ -97,7 +100,7 @@ def run_solvers(cfg, seed: int, table, bins: dict, bin_table=None) -> None:
                                        for k, v in rep.by["op_bin"].items()})
 
 
-# -- part 2: the video LM --------------------------------------------------------
+# -- part 2: the video LM ------------------------------------------------------
 
 
 def train_model(cfg, tok, seed: int):
@@ -173,7 +176,7 @@ def _plot(path: str, bins: dict) -> str:
   return path
 
 
-# -- the release ------------------------------------------------------------------
+# -- the release ---------------------------------------------------------------
 
 RELEASE_SOURCES = ("hf", "grain", "tfds")
 
@@ -201,9 +204,6 @@ def _answer(chat, frames, fps, question, rel, budget):
 
 def run_release(config, workdir: str, t0: float) -> dict:
   """VideoReasonBench as released, answered by `config.init_from`."""
-  from jaxlab.data import video_files  # pylint: disable=g-import-not-at-top
-  from jaxlab.data import video_reason_release as release  # pylint: disable=g-import-not-at-top
-  from jaxlab.evals import vl_chat  # pylint: disable=g-import-not-at-top
   if not config.get("init_from"):
     raise ValueError("the release run needs config.init_from (a Qwen2.5-VL "
                      "checkpoint, e.g. Qwen/Qwen2.5-VL-7B-Instruct)")

@@ -37,13 +37,18 @@ mean, per question type, the QA-weighted overall; per shift type).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import numpy as np
 
 from jaxlab.experiments import results as results_lib
+from jaxlab.data import pipeline
+from jaxlab.data import video_files
+from jaxlab.data import vudg as release
 from jaxlab.data.synthetic import video_domains as vd
+from jaxlab.evals import vl_chat
 from jaxlab.evals import vudg
 from jaxlab.evals.vudg_qa import (  # pylint: disable=unused-import
     ANSWER_CUE, STEMS, answer, encode, make_tokenizer, prompt_ids,
@@ -88,11 +93,6 @@ PROMPT_SUFFIX = "\n\nAnswer with only the letter of the correct choice."
 
 def run_release(config, workdir: str, t0: float) -> dict[str, Any]:
   """Zero-shot VUDG as released, answered by `config.init_from`."""
-  import os  # pylint: disable=g-import-not-at-top
-  from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
-  from jaxlab.data import video_files  # pylint: disable=g-import-not-at-top
-  from jaxlab.data import vudg as release  # pylint: disable=g-import-not-at-top
-  from jaxlab.evals import vl_chat  # pylint: disable=g-import-not-at-top
   if not config.get("init_from"):
     raise ValueError("the release run needs config.init_from (a Qwen2.5-VL "
                      "checkpoint, e.g. Qwen/Qwen2.5-VL-7B-Instruct)")

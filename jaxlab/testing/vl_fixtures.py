@@ -120,6 +120,7 @@ def make_qwen2_5_vl_checkpoint(path: str, *, vocab_size: int = 416,
 
 def write_mp4(path: str, frames: np.ndarray, fps: float = 2.0) -> str:
   """uint8 frames `[F, H, W, 3]` as an mp4 (lossless libx264rgb)."""
-  from jaxlab.data.synthetic.video_reason import io as vr_io  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from jaxlab.data.synthetic.video_reason import io as vr_io
   vr_io.write_frames(path, np.asarray(frames, np.uint8), fps=fps)
   return path

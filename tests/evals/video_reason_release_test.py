@@ -22,7 +22,7 @@ import numpy as np
 from jaxlab.evals import video_reason as ev
 from jaxlab.evals import video_reason_release as rel
 
-# -- the reference (ported) ------------------------------------------------------
+# -- the reference (ported) ----------------------------------------------------
 
 
 def ref_extract_final_answer(response):
@@ -357,7 +357,7 @@ def ref_show_result(results):
   return {k: v[0] / v[1] for k, v in summary.items() if v[1]}
 
 
-# -- rows in the release's layout ---------------------------------------------------
+# -- rows in the release's layout ----------------------------------------------
 
 PROMPT = "\n\nProvide a summary of the final answer after 'Final Answer:'"
 
@@ -484,7 +484,8 @@ def fake_llm(prompt: str) -> str:
                    prompt, re.DOTALL).group(1)
   truth = re.search(r"Ground-Truth Answer: (.*?)\n\nDirectly", prompt,
                     re.DOTALL).group(1)
-  norm = lambda s: re.sub(r"[\s,;*`]+", "", s.lower()).rstrip(".")  # pylint: disable=unnecessary-lambda-assignment
+  def norm(s):
+    return re.sub(r"[\s,;*`]+", "", s.lower()).rstrip(".")
   return "Correct" if norm(resp).lstrip(":") == norm(truth) else "Incorrect"
 
 

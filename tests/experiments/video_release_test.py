@@ -39,6 +39,7 @@ from jaxlab.evals import vudg as vudg_evals
 from jaxlab.evals import video_reason_release as vr_score
 from jaxlab.experiments import video_reason as vr_exp
 from jaxlab.experiments import vudg as vudg_exp
+from jaxlab.testing import hf_fixtures
 from jaxlab.testing import vl_fixtures
 
 SIZE = 56   # frames 56 x 56, 6 frames at 2 fps: 3 s
@@ -126,6 +127,7 @@ class VideoReleaseTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
+    cls.cleanup = hf_fixtures.inductor_cleanup()   # torch's scratch files
     cls.root = tempfile.mkdtemp()
     cls.ckpt = vl_fixtures.make_qwen2_5_vl_checkpoint(
         os.path.join(cls.root, "ckpt"))
@@ -137,6 +139,7 @@ class VideoReleaseTest(absltest.TestCase):
   @classmethod
   def tearDownClass(cls):
     shutil.rmtree(cls.root, ignore_errors=True)
+    cls.cleanup()
     super().tearDownClass()
 
   def _vr_config(self, **release):
