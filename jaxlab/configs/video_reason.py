@@ -92,11 +92,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # instead), at most 448 * 448 pixels a frame, up to 4096 new tokens;
   # `budgets` (thinking tokens, then "Final Answer:" forced and
   # `answer_tokens` more) is the thinking-budget sweep, () = one run.
+  # judge: "normalized_match" (no LLM) or "llm", the release's judge run
+  # by the text checkpoint `judge_from` (eval_qwen.sh: Qwen2.5-72B-Instruct).
   # min_pixels: qwen-vl-utils' VIDEO_MIN_PIXELS (128 * 28 * 28).
   c.release = dict(nframes=32, fps=0.0, max_pixels=448 * 448,
                    min_pixels=128 * 28 * 28,
                    max_new_tokens=4096, budgets=(), answer_tokens=128,
-                   judge="normalized_match")
+                   judge="normalized_match", judge_from="")
   if args.tiny:
     c.seeds = (0, 1)
     c.model_seeds = (0,)

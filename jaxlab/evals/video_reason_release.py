@@ -45,6 +45,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jaxlab import registry
+from jaxlab.decoding import sampler
 
 # Released dim ids -> show_results' key (order_state / counting_state are
 # Infer State questions).
@@ -111,6 +112,28 @@ def llm_judge(generate: Callable[[str], str]) -> Judge:
         question=question, response=response,
         ground_truth=truth)).strip() == "Correct"
   return judge
+
+
+JUDGE_SYSTEM = ("You are Qwen, created by Alibaba Cloud. You are a helpful "
+                "assistant.")
+
+
+def chat_generate(model, tokenizer, *, max_new_tokens: int = 4
+                  ) -> Callable[[str], str]:
+  """`generate(prompt) -> text` of a text checkpoint as the release's
+  `test_chat_completion_hf` runs its judge: the system turn above and the
+  prompt as the user turn through the checkpoint's chat template, greedy,
+  `max_new_tokens` (4 for the judge), special tokens skipped."""
+  def generate(prompt: str) -> str:
+    ids = tokenizer.apply_chat_template(
+        [{"role": "system", "content": JUDGE_SYSTEM},
+         {"role": "user", "content": prompt}], add_generation_prompt=True)
+    eos = tuple(tokenizer.eos_ids)
+    res = sampler.generate(model, [ids], max_new_tokens=max_new_tokens,
+                           eos_id=eos[0] if eos else None,
+                           stop_ids=eos[1:], pad_id=tokenizer.pad_id or 0)
+    return tokenizer.decode(res.tokens[0], skip_special_tokens=True)
+  return generate
 
 
 # -- prediction_operation: the release's simulators ----------------------------

@@ -42,6 +42,7 @@ from jaxlab.decoding import budget as budget_lib
 from jaxlab.evals import video_reason as ev
 from jaxlab.evals import video_reason_release as ev_release
 from jaxlab.evals import vl_chat
+from jaxlab.io import pretrained
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
 from jaxlab.train import runner
@@ -209,6 +210,15 @@ def run_release(config, workdir: str, t0: float) -> dict:
                      "checkpoint, e.g. Qwen/Qwen2.5-VL-7B-Instruct)")
   rel, data = config.release, config.data
   rows = release.load_questions(data.path, max_rows=int(data.max_rows))
+  judge = rel.judge
+  if judge == "llm":   # the release's judge: a text checkpoint
+    if not rel.judge_from:
+      raise ValueError("release.judge='llm' needs release.judge_from (the "
+                       "judge checkpoint, e.g. Qwen/Qwen2.5-72B-Instruct)")
+    jmodel, _ = pretrained.load(rel.judge_from,
+                                dtype=config.model.get("dtype"))
+    judge = ev_release.llm_judge(ev_release.chat_generate(
+        jmodel, pretrained.tokenizer(rel.judge_from)))
   chat = vl_chat.VideoChat.load(config.init_from,
                                 dtype=config.model.get("dtype"))
   budgets = [None] if not len(rel.budgets) else [int(b) for b in
@@ -228,7 +238,7 @@ def run_release(config, workdir: str, t0: float) -> dict:
                         budget)
       responses.append(text)
       used.append(n)
-    rep = ev_release.score_release(rows, responses, judge=rel.judge)
+    rep = ev_release.score_release(rows, responses, judge=judge)
     vals = dict(rep.per_skill)
     vals.update({f"L{l}": v for l, v in rep.per_level.items()})
     vals["overall"] = rep.accuracy

@@ -541,6 +541,49 @@ class ReleaseScorerTest(absltest.TestCase):
       want = ref_extract_final_answer(text)
       self.assertEqual(got, want or None, msg=repr(text))
 
+  def test_llm_judge_runs_the_checkpoint_as_the_release_does(self):
+    """chat_generate == transformers' generate on the release's judge
+    messages (test_chat_completion_hf: system + user turn, greedy)."""
+    import os  # pylint: disable=g-import-not-at-top
+    import shutil  # pylint: disable=g-import-not-at-top
+    import tempfile  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+    from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+    from jaxlab.testing import hf_fixtures  # pylint: disable=g-import-not-at-top
+    from jaxlab.testing import tokenizer_fixtures  # pylint: disable=g-import-not-at-top
+    cleanup = hf_fixtures.inductor_cleanup()
+    d = tempfile.mkdtemp()
+    try:
+      ckpt = os.path.join(d, "judge")
+      tokenizer_fixtures.make_hf_tokenizer(ckpt)
+      hf_fixtures.make_hf_checkpoint(ckpt, "llama", vocab_size=416,
+                                     num_layers=1, init_std=0.05)
+      model, _ = pretrained.load(ckpt)
+      generate = rel.chat_generate(model, pretrained.tokenizer(ckpt))
+      hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
+      ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt).eval()
+      prompt = rel.JUDGE_PROMPT.format(question="Q?", response="(a,1): 2",
+                                       ground_truth="(a,1): 3")
+      text = hf_tok.apply_chat_template(
+          [{"role": "system", "content": rel.JUDGE_SYSTEM},
+           {"role": "user", "content": prompt}], tokenize=False,
+          add_generation_prompt=True)
+      x = hf_tok([text], return_tensors="pt", add_special_tokens=False)
+      with torch.no_grad():
+        out = ref.generate(**x, max_new_tokens=4, do_sample=False,
+                           eos_token_id=hf_tok.eos_token_id,
+                           pad_token_id=hf_tok.pad_token_id)
+      want = hf_tok.batch_decode(out[:, x["input_ids"].shape[1]:],
+                                 skip_special_tokens=True)[0]
+      self.assertEqual(generate(prompt), want)
+      judge = rel.llm_judge(generate)
+      self.assertEqual(judge("Q?", "(a,1): 2", "(a,1): 3"),
+                       want.strip() == "Correct")
+    finally:
+      shutil.rmtree(d, ignore_errors=True)
+      cleanup()
+
   def test_errors(self):
     rows, responses = rows_and_responses()
     with self.assertRaisesRegex(ValueError, "one response per row"):

@@ -195,6 +195,11 @@ class VideoReleaseTest(absltest.TestCase):
     for used in sweep["budget 2"]["tokens"]:
       self.assertLessEqual(used, 2 + 3)
 
+  def test_llm_judge_needs_its_checkpoint(self):
+    cfg = self._vr_config(judge="llm")
+    with self.assertRaisesRegex(ValueError, "release.judge_from"):
+      vr_exp.run(cfg, os.path.join(self.root, "vr_llm"))
+
   def test_vudg_paper_short(self):
     cfg = vudg_config.get_config("paper,short")
     cfg.init_from, cfg.data.path = self.ckpt, self.vudg
