@@ -28,10 +28,14 @@ A real checkpoint loads by `init_from`.
 
 `paper`: Qwen2.5-VL-7B-Instruct from `init_from`
 (`Qwen/Qwen2.5-VL-7B-Instruct`) on VideoReasonBench as released
-(`data.path=lyx97/reasoning_videos`, no subset, test split; questions as
-in the repository's `questions/*.json`), 32 frames at the tower's input
-size (`task.frame_size` = `model.prefix.image_size`, 448 px), thinking up
-to 1024 tokens. `short`: the same run with its budget cut
+(`data.path`: a local copy of the release, questions/*.json of
+github.com/llyx97/video_reason_bench beside videos/ unpacked from
+lyx97/reasoning_videos' videos.zip; the preset names the Hub id,
+`data.path=lyx97/reasoning_videos`: pass the directory), 32 frames of
+at most 448 x 448 (`release`), greedy up to 4096 tokens, scored per skill
+level as the release scores (`jaxlab.experiments.video_reason.
+run_release`); `--config.release.budgets=0,1024` runs the thinking-budget
+sweep. `short`: the same run with its budget cut
 (`jaxlab.configs._scale.short`).
 """
 
@@ -83,6 +87,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # and clipping at 1, as the committed run was trained).
   c.optim.update(lr=3e-3, warmup_steps=20, weight_decay=0.0,
                  schedule="cosine", end_lr_frac=0.0, clip_norm=1.0)
+  # The release run (data.source hf / grain / tfds: the `paper` preset),
+  # as eval_qwen.sh runs eval_huggingface.py: 32 frames (or `fps` > 0
+  # instead), at most 448 * 448 pixels a frame, up to 4096 new tokens;
+  # `budgets` (thinking tokens, then "Final Answer:" forced and
+  # `answer_tokens` more) is the thinking-budget sweep, () = one run.
+  # judge: "normalized_match" (no LLM) or "llm", the release's judge run
+  # by the text checkpoint `judge_from` (eval_qwen.sh: Qwen2.5-72B-Instruct).
+  # min_pixels: qwen-vl-utils' VIDEO_MIN_PIXELS (128 * 28 * 28).
+  c.release = dict(nframes=32, fps=0.0, max_pixels=448 * 448,
+                   min_pixels=128 * 28 * 28,
+                   max_new_tokens=4096, budgets=(), answer_tokens=128,
+                   judge="normalized_match", judge_from="")
   if args.tiny:
     c.seeds = (0, 1)
     c.model_seeds = (0,)
@@ -112,6 +128,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # paper's thinking budget.
     c.task.frame_size = int(c.model.prefix.image_size[0])
     c.task.budgets = (0, 1024)
+    c.release.max_pixels = c.task.frame_size ** 2
   if args.short:
     scale.short(c)
   return c

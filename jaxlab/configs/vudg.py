@@ -29,12 +29,14 @@ same decoder fields, a 2-block vision tower over frame pairs, M-RoPE)
 instead of ViT + temporal blocks (`vl,smoke` in the tests).
 
 `paper`: Qwen2.5-VL-7B-Instruct from `init_from`
-(`Qwen/Qwen2.5-VL-7B-Instruct`) on VUDG as released
-(`data.path=QLGalaxy/VUDG`, no subset (`default`); `train` =
-train_multi.json, `test` = the multiple-choice test set), 16 frames at
-the tower's input size (`vudg.size` = `model.prefix.image_size`, 336 x
-420), letter answers. `short`: the same run with its budget cut
-(`jaxlab.configs._scale.short`).
+(`Qwen/Qwen2.5-VL-7B-Instruct`) zero-shot on VUDG as released
+(`data.path=QLGalaxy/VUDG` or a local copy laid out as on the Hub, no
+subset (`default`); `train` = train_multi.json, `test` = the
+multiple-choice test set; the videos under `release.video_root`, default
+`data.path`, in testset/<domain>/), as zero_shot/qwen2.5vl.py runs it
+(`release`), scored as utils/collect_results.py
+(`jaxlab.experiments.vudg.run_release`). `short`: the same run with its
+budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -84,6 +86,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.fit = ml_collections.ConfigDict(dict(
       steps=250, batch_size=32, lr=3e-3, warmup_steps=20,
       weight_decay=0.0, eval_batch=64))
+  # The release run (data.source hf / grain / tfds: the `paper` preset),
+  # as zero_shot/qwen2.5vl.py: fps 1 (or `nframes` > 0 instead), at most
+  # 360 * 420 pixels a frame (min_pixels: qwen-vl-utils' VIDEO_MIN_PIXELS),
+  # 16 new tokens; videos under `video_root` (default data.path)/testset.
+  c.release = ml_collections.ConfigDict(dict(
+      fps=1.0, nframes=0, max_pixels=360 * 420, min_pixels=128 * 28 * 28,
+      max_new_tokens=16, video_root=""))
   if args.tiny or args.smoke:
     c.seeds = (0,)
     c.vudg.update(train_clips_per_domain=16, test_clips_per_domain=4)

@@ -21,6 +21,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 from jaxlab import registry
 from jaxlab.data.synthetic import video_reason as vr
+# The release's scoring (questions/*.json rows as published, show_results'
+# report), re-exported: jaxlab.evals.video_reason_release.
+from jaxlab.evals.video_reason_release import score_release  # pylint: disable=unused-import
 
 _MARKER = re.compile(r"final\s*answer\s*\**\s*:?\s*\**", re.IGNORECASE)
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxlab.data.synthetic import video_domains as vd
+from jaxlab.data import vudg as vd   # the released schema
 
 PROTOCOLS = ("full", "multi_source", "single_source", "single_source_shift",
              "zero_shot")

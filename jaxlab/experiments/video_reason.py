@@ -10,6 +10,19 @@
    thinking budgets by `jaxlab.decoding.budget.budget_forced` (spec R.5:
    the thinking budget helps most on this benchmark).
 Writes WORKDIR/results.json and budget.png.
+
+The release (`config.data.source` "hf" / "grain" / "tfds", the `paper`
+preset; `run_release`): VideoReasonBench as published under `data.path`
+(`jaxlab.data.video_reason_release`: questions/*.json + videos/), answered
+by the Qwen2.5-VL checkpoint `config.init_from` with its own chat
+template, tokenizer and video processor (`jaxlab.evals.vl_chat`: frames
+as qwen-vl-utils picks them, `release.nframes` or `release.fps`, at most
+`release.max_pixels`), greedy, and scored as the release scores each skill
+level (`jaxlab.evals.video_reason_release`). `release.budgets` is the
+thinking-budget sweep (spec R.5): each budget b lets the model write up to
+b tokens, then, when no "Final Answer" came, appends "Final Answer:" and
+lets it answer in `release.answer_tokens` more (budget forcing); empty =
+one run of up to `release.max_new_tokens` tokens, as eval_huggingface.py.
 """
 
 from __future__ import annotations
@@ -21,10 +34,15 @@ import numpy as np
 
 from jaxlab import plotting
 from jaxlab.data import tokenizers
+from jaxlab.data import video_files
+from jaxlab.data import video_reason_release as release
 from jaxlab.data.synthetic import video_reason as vr
 from jaxlab.data.synthetic.video_reason import lm_data
 from jaxlab.decoding import budget as budget_lib
 from jaxlab.evals import video_reason as ev
+from jaxlab.evals import video_reason_release as ev_release
+from jaxlab.evals import vl_chat
+from jaxlab.io import pretrained
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import video_lm  # pylint: disable=unused-import
 from jaxlab.train import runner
@@ -83,7 +101,7 @@ def run_solvers(cfg, seed: int, table, bins: dict, bin_table=None) -> None:
                                        for k, v in rep.by["op_bin"].items()})
 
 
-# -- part 2: the video LM --------------------------------------------------------
+# -- part 2: the video LM ------------------------------------------------------
 
 
 def train_model(cfg, tok, seed: int):
@@ -159,8 +177,90 @@ def _plot(path: str, bins: dict) -> str:
   return path
 
 
+# -- the release ---------------------------------------------------------------
+
+RELEASE_SOURCES = ("hf", "grain", "tfds")
+
+
+def _answer(chat, frames, fps, question, rel, budget):
+  """(response, generated tokens) at a thinking budget (None: one run of
+  `max_new_tokens`)."""
+  kw = dict(nframes=int(rel.nframes) or None,
+            fps=float(rel.fps) or None, max_pixels=int(rel.max_pixels) or None,
+            min_pixels=int(rel.min_pixels) or None)
+  if budget is None:
+    return chat.answer(frames, fps, question,
+                       max_new_tokens=int(rel.max_new_tokens), **kw)
+  text, used = "", 0
+  if budget > 0:
+    text, used = chat.answer(frames, fps, question, max_new_tokens=budget,
+                             **kw)
+  if ev_release.extract_final_answer(text) is None:
+    forced = text + "\nFinal Answer:"
+    more, n = chat.answer(frames, fps, question, continuation=forced,
+                          max_new_tokens=int(rel.answer_tokens), **kw)
+    text, used = forced + more, used + n
+  return text, used
+
+
+def run_release(config, workdir: str, t0: float) -> dict:
+  """VideoReasonBench as released, answered by `config.init_from`."""
+  if not config.get("init_from"):
+    raise ValueError("the release run needs config.init_from (a Qwen2.5-VL "
+                     "checkpoint, e.g. Qwen/Qwen2.5-VL-7B-Instruct)")
+  rel, data = config.release, config.data
+  rows = release.load_questions(data.path, max_rows=int(data.max_rows))
+  judge = rel.judge
+  if judge == "llm":   # the release's judge: a text checkpoint
+    if not rel.judge_from:
+      raise ValueError("release.judge='llm' needs release.judge_from (the "
+                       "judge checkpoint, e.g. Qwen/Qwen2.5-72B-Instruct)")
+    jmodel, _ = pretrained.load(rel.judge_from,
+                                dtype=config.model.get("dtype"))
+    judge = ev_release.llm_judge(ev_release.chat_generate(
+        jmodel, pretrained.tokenizer(rel.judge_from)))
+  chat = vl_chat.VideoChat.load(config.init_from,
+                                dtype=config.model.get("dtype"))
+  budgets = [None] if not len(rel.budgets) else [int(b) for b in
+                                                 rel.budgets]
+  table = results_lib.Table(
+      "release", f"{config.init_from} on VideoReasonBench (accuracy %)",
+      _columns(with_malformed=True), row_label="decode")
+  per_budget, videos = {}, {}
+  for budget in budgets:
+    label = "greedy" if budget is None else f"budget {budget}"
+    responses, used = [], []
+    for row in rows:
+      if row["video"] not in videos:
+        videos[row["video"]] = video_files.read_video(
+            release.video_file(data.path, row))
+      text, n = _answer(chat, *videos[row["video"]], row["question"], rel,
+                        budget)
+      responses.append(text)
+      used.append(n)
+    rep = ev_release.score_release(rows, responses, judge=judge)
+    vals = dict(rep.per_skill)
+    vals.update({f"L{l}": v for l, v in rep.per_level.items()})
+    vals["overall"] = rep.accuracy
+    vals["malformed"] = rep.malformed / max(rep.n, 1)
+    table.add_seed(label, 0, vals)
+    per_budget[label] = dict(rep.to_json(), tokens=used,
+                             responses=responses,
+                             ids=[r["id"] for r in rows])
+  prov = results_lib.data_provenance(config, rows={"test": len(rows)})
+  prov["videos"] = len(videos)
+  out = results_lib.write(workdir, "video_reason", tables=[table],
+                          extra={"release": per_budget}, config=config,
+                          start_time=t0, data=prov)
+  out["table_markdown"] = report.render_table(out, table.id)
+  return out
+
+
 def run(config, workdir: str) -> dict:
   t0 = time.time()
+  if config.data.get("source", "") in RELEASE_SOURCES:
+    os.makedirs(workdir, exist_ok=True)
+    return run_release(config, workdir, t0)
   os.makedirs(workdir, exist_ok=True)
   parts = {p.strip() for p in config.parts.split(",") if p.strip()}
   unknown = parts - {"solvers", "model"}

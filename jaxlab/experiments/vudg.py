@@ -20,17 +20,35 @@ Tables (results.json): `protocols` (D-Avg / Avg_m / Avg_s, malformed
 rate; paired comparisons full vs held-out), `domains` (per-domain
 in-domain accuracy of the full model beside the held-out accuracy of the
 LODO models), `qtypes` (per question type, full model).
+
+The release (`config.data.source` "hf" / "grain" / "tfds", the `paper`
+preset; `run_release`): VUDG's multiple-choice test split as released
+(`pipeline.read_split(config.data, data.eval_split)`: test_mul.json /
+test_multi.json rows, `jaxlab.data.vudg`), each video from
+`<video root>/testset/<domain>/<video>` (video root `release.video_root`,
+default `data.path`), answered zero-shot by the Qwen2.5-VL checkpoint
+`config.init_from` as zero_shot/qwen2.5vl.py does (`jaxlab.evals.vl_chat`:
+question + "\n\nAnswer with only the letter of the correct choice.", fps
+1, at most 360 * 420 pixels, 16 new tokens, the reply stripped and
+upper-cased) and scored as utils/collect_results.py does
+(`vudg.score(strict=True)`: per-domain accuracy, D-Avg = their unweighted
+mean, per question type, the QA-weighted overall; per shift type).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import numpy as np
 
 from jaxlab.experiments import results as results_lib
+from jaxlab.data import pipeline
+from jaxlab.data import video_files
+from jaxlab.data import vudg as release
 from jaxlab.data.synthetic import video_domains as vd
+from jaxlab.evals import vl_chat
 from jaxlab.evals import vudg
 from jaxlab.evals.vudg_qa import (  # pylint: disable=unused-import
     ANSWER_CUE, STEMS, answer, encode, make_tokenizer, prompt_ids,
@@ -69,8 +87,73 @@ def train(config, arrays, domains_of_rows, train_domains, tok, seed):
   return runner.write_back(), log
 
 
+RELEASE_SOURCES = ("hf", "grain", "tfds")
+PROMPT_SUFFIX = "\n\nAnswer with only the letter of the correct choice."
+
+
+def run_release(config, workdir: str, t0: float) -> dict[str, Any]:
+  """Zero-shot VUDG as released, answered by `config.init_from`."""
+  if not config.get("init_from"):
+    raise ValueError("the release run needs config.init_from (a Qwen2.5-VL "
+                     "checkpoint, e.g. Qwen/Qwen2.5-VL-7B-Instruct)")
+  rel, data = config.release, config.data
+  split = data.get("eval_split") or "test"
+  root = rel.video_root or data.path
+  if not os.path.isdir(root):
+    raise ValueError(f"release.video_root={root!r} is not a directory: set "
+                     "it to the folder holding testset/<domain>/<video> "
+                     "(the release's videos, unpacked)")
+  rows = pipeline.read_split(data, split=split)
+  questions = release.from_rows(rows, where=f"{data.path} {split}")
+  chat = vl_chat.VideoChat.load(config.init_from,
+                                dtype=config.model.get("dtype"))
+  replies, videos = [], {}
+  kw = dict(fps=float(rel.fps) or None, nframes=int(rel.nframes) or None,
+            max_pixels=int(rel.max_pixels) or None,
+            min_pixels=int(rel.min_pixels) or None,
+            max_new_tokens=int(rel.max_new_tokens))
+  for q in questions:
+    path = release.video_path(root, "test", q)
+    if path not in videos:
+      videos[path] = video_files.read_video(path)
+    text, _ = chat.answer(*videos[path], q.question + PROMPT_SUFFIX, **kw)
+    replies.append(text.strip().upper())
+  res = vudg.score(questions, replies, strict=True, match_option_text=False)
+  pct = dict(decimals=1, scale=100)
+  summary = results_lib.Table(
+      "release", f"{config.init_from} zero-shot on VUDG (accuracy %)",
+      row_label="metric",
+      columns=[results_lib.Column("acc", "accuracy", **pct)])
+  summary.add("D-Avg", "acc", 0, res.d_avg)
+  summary.add("Overall (QA-weighted)", "acc", 0, res.overall)
+  for s, acc in res.by_shift_type.items():
+    summary.add(f"Shift: {s}", "acc", 0, acc)
+  summary.add("Unparsed replies", "acc", 0,
+              res.num_malformed / res.num_questions)
+  domains_t = results_lib.Table(
+      "release_domains", "Per domain (accuracy %)", row_label="domain",
+      columns=[results_lib.Column("acc", "accuracy", **pct)])
+  for d, acc in res.by_domain.items():
+    domains_t.add(d, "acc", 0, acc)
+  qtypes = results_lib.Table(
+      "release_qtypes", "Per question type (accuracy %)",
+      row_label="question type",
+      columns=[results_lib.Column("acc", "accuracy", **pct)])
+  for t, acc in res.by_question_type.items():
+    qtypes.add(vd.QUESTION_TYPES[t], "acc", 0, acc)
+  prov = results_lib.data_provenance(config, rows={split: len(rows)})
+  prov["videos"] = len(videos)
+  return results_lib.write(
+      workdir, "vudg", tables=[summary, domains_t, qtypes],
+      extra={"release": dict(res.to_json(), replies=replies,
+                             qa_num=[q.qa_num for q in questions])},
+      config=config, start_time=t0, data=prov)
+
+
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
+  if config.data.get("source", "") in RELEASE_SOURCES:
+    return run_release(config, workdir, t0)
   tok = make_tokenizer()
   vcfg, pcfg, fit = config.vudg, config.protocols, config.fit
   lodo = vd.check_domains(pcfg.lodo_domains, "protocols.lodo_domains")

@@ -39,25 +39,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from jaxlab import _optional
+from jaxlab.data import vudg as release
+# The release's schema lives in jaxlab.data.vudg; re-exported here.
+from jaxlab.data.vudg import (  # pylint: disable=unused-import
+    ALL_DOMAINS, DOMAINS, LETTERS, MCQ, QUESTION_TYPES, RELEASE_ALIASES,
+    SHIFT_TYPE, check_domains, format_question, parse_question, read_video)
 
-# VUDG's `DOMAINS` (S.1): shift type -> domain code ids.
-DOMAINS: dict[str, tuple[str, ...]] = {
-    "style": ("cartoon", "movie-TVshow", "game", "virtual"),
-    "viewpoint": ("egocentric", "surveillance", "shaky"),
-    "environment": ("foggy", "night", "rainy", "snowy"),
-}
-ALL_DOMAINS: tuple[str, ...] = tuple(d for ds in DOMAINS.values() for d in ds)
-SHIFT_TYPE: dict[str, str] = {d: s for s, ds in DOMAINS.items() for d in ds}
-QUESTION_TYPES: dict[int, str] = {1: "action", 2: "attribute", 3: "object",
-                                  4: "temporal"}
-LETTERS = "ABCDEF"
 ACTIONS = ("walk left", "walk right", "jump", "crouch", "wave", "spin",
            "throw", "lift")
 COLOURS = {"red": (0.9, 0.1, 0.1), "green": (0.1, 0.8, 0.2),
@@ -77,16 +68,6 @@ _GROUNDS = ((0.35, 0.55, 0.3), (0.5, 0.45, 0.35), (0.45, 0.45, 0.45),
 def vocabulary() -> tuple[str, ...]:
   """Every answer string (one tokenizer special each keeps prompts short)."""
   return ACTIONS + tuple(COLOURS) + SHAPES
-
-
-def check_domains(domains: Sequence[str], field: str = "domains"
-                  ) -> tuple[str, ...]:
-  """The domains, or one clear error naming the unknown one."""
-  for d in domains:
-    if d not in SHIFT_TYPE:
-      raise ValueError(f"{field}: unknown domain {d!r}; valid: "
-                       f"{', '.join(ALL_DOMAINS)}")
-  return tuple(domains)
 
 
 # -- scripts and clean rendering -----------------------------------------------
@@ -382,60 +363,6 @@ def render(script: Script, domain: str, *, num_frames: int, size: int,
 # -- questions -------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class MCQ:
-  """One multiple-choice row in VUDG's `test_multi.json` schema (S.2).
-
-  `question` is the stem followed by newline-separated "(A) ..." options;
-  `answer` the correct letter; `options` and `answer_text` are parsed from
-  it (or set by the generator).
-  """
-  qa_num: int
-  video: str
-  domain: str
-  question: str
-  answer: str
-  question_type: int
-  stem: str
-  options: tuple[str, ...]
-
-  @property
-  def answer_text(self) -> str:
-    return self.options[LETTERS.index(self.answer)]
-
-  @property
-  def shift_type(self) -> str:
-    return SHIFT_TYPE[self.domain]
-
-  def to_json(self) -> dict[str, Any]:
-    return {"QA_num": self.qa_num, "video": self.video,
-            "domain": self.domain, "question": self.question,
-            "answer": self.answer, "question_type": self.question_type}
-
-
-def format_question(stem: str, options: Sequence[str]) -> str:
-  return stem + "".join(f"\n({LETTERS[i]}) {o}" for i, o in enumerate(options))
-
-
-_OPTION_RE = re.compile(r"^\(([A-F])\)\s*(.*)$")
-
-
-def parse_question(text: str) -> tuple[str, tuple[str, ...]]:
-  """(stem, options) of a VUDG question ("stem\\n(A) x\\n(B) y...")."""
-  stem_lines, options = [], []
-  for line in text.split("\n"):
-    m = _OPTION_RE.match(line.strip())
-    if m:
-      if LETTERS.index(m.group(1)) != len(options):
-        raise ValueError(f"options out of order at {line.strip()!r}")
-      options.append(m.group(2).strip())
-    elif options:
-      options[-1] += " " + line.strip()   # a wrapped option
-    else:
-      stem_lines.append(line)
-  return "\n".join(stem_lines).strip(), tuple(options)
-
-
 def _mcq(rng, vocab, answer, exclude, stem, *, qa_num, video, domain, qtype):
   pool = [w for w in vocab if w != answer and w not in exclude]
   distractors = [pool[i] for i in rng.choice(len(pool), 5, replace=False)]
@@ -546,81 +473,12 @@ def export(data: VideoQASet, root: str, name: str = "test_multi") -> str:
   return path
 
 
-def read_video(path: str, num_frames: int | None = None) -> np.ndarray:
-  """Frames float32 `[F, H, W, 3]` in [0, 1], `num_frames` uniformly
-  sampled (S.6). npz (key `frames`) / npy natively; other formats (mp4)
-  through imageio when it and a plugin for the format are installed."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"video file {path} not found (video_root is "
-                            "the folder the JSON's `video` paths are under)")
-  if path.endswith(".npz"):
-    with np.load(path) as z:
-      if "frames" not in z:
-        raise ValueError(f"{path}: npz without a `frames` array")
-      arr = z["frames"]
-  elif path.endswith(".npy"):
-    arr = np.load(path)
-  else:
-    iio = _optional.require("imageio.v3", "video")
-    try:
-      arr = np.asarray(iio.imread(path))
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f"cannot decode {path} ({e}); install imageio with "
-                       "a video plugin (imageio[ffmpeg] or av) or convert "
-                       "it to npz with a `frames` array") from e
-  if arr.ndim != 4 or arr.shape[-1] != 3:
-    raise ValueError(f"{path}: frames must be [F, H, W, 3], got "
-                     f"{arr.shape}")
-  arr = arr.astype(np.float32)
-  if arr.max() > 1.0:
-    arr = arr / 255.0
-  if num_frames is not None:
-    idx = np.linspace(0, len(arr) - 1, num_frames).round().astype(int)
-    arr = arr[idx]
-  return arr
-
-
 def load(json_path: str, *, video_root: str | None = None,
          num_frames: int | None = None, load_videos: bool = True,
          domains: Sequence[str] | None = None) -> VideoQASet:
-  """Reads VUDG's multiple-choice JSON (a list of `{QA_num, video, domain,
-  question, answer, question_type}` rows, S.2) and, optionally, its videos
-  from `video_root` (default: the JSON's folder). A bad row raises one
-  error naming the row and the field."""
-  with open(json_path) as f:
-    rows = json.load(f)
-  if not isinstance(rows, list):
-    raise ValueError(f"{json_path}: expected a JSON list of question rows")
-  root = video_root or os.path.dirname(os.path.abspath(json_path))
-  keep = None if domains is None else set(check_domains(domains))
-  questions, videos = [], {}
-  for i, row in enumerate(rows):
-    where = f"{json_path} row {i}"
-    for key in ("QA_num", "video", "domain", "question", "answer",
-                "question_type"):
-      if key not in row:
-        raise ValueError(f"{where}: missing field {key!r}")
-    domain = row["domain"]
-    if domain not in SHIFT_TYPE:
-      raise ValueError(f"{where}: unknown domain {domain!r}; valid: "
-                       f"{', '.join(ALL_DOMAINS)}")
-    if keep is not None and domain not in keep:
-      continue
-    stem, options = parse_question(row["question"])
-    answer = str(row["answer"]).strip().upper()
-    if not 2 <= len(options) <= 6:
-      raise ValueError(f"{where}: question has {len(options)} options "
-                       "\"(A) ...\"; need 2-6")
-    if answer not in LETTERS[:len(options)]:
-      raise ValueError(f"{where}: answer {row['answer']!r} is not one of "
-                       f"{LETTERS[:len(options)]}")
-    qtype = int(row["question_type"])
-    if qtype not in QUESTION_TYPES:
-      raise ValueError(f"{where}: question_type {qtype} not in 1-4")
-    q = MCQ(qa_num=int(row["QA_num"]), video=str(row["video"]),
-            domain=domain, question=row["question"], answer=answer,
-            question_type=qtype, stem=stem, options=options)
-    questions.append(q)
-    if load_videos and q.video not in videos:
-      videos[q.video] = read_video(os.path.join(root, q.video), num_frames)
+  """`jaxlab.data.vudg.load` as a `VideoQASet` (the released JSON and,
+  optionally, its videos from `video_root`, default the JSON's folder)."""
+  videos, questions = release.load(json_path, video_root=video_root,
+                                   num_frames=num_frames,
+                                   load_videos=load_videos, domains=domains)
   return VideoQASet(videos, questions)
