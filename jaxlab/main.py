@@ -99,11 +99,13 @@ _NOT_EXPERIMENTS = frozenset({"launch_local", "report", "results", "compile",
 
 
 def available_experiments() -> tuple[str, ...]:
-  """Names `config.experiment` may take: the runnable modules of
-  `jaxlab.experiments` (found by package walk, plugin directories
-  included: a new experiment is a new file)."""
+  """Names `config.experiment` may take: the runnable modules and
+  per-paper packages of `jaxlab.experiments` (found by package walk,
+  plugin directories included: a new experiment is a new file, or a
+  package `experiments/<paper>/` with its own glue beside it)."""
   from jaxlab import registry  # pylint: disable=g-import-not-at-top
-  return tuple(name for name in registry.package_modules("jaxlab.experiments")
+  return tuple(name for name in registry.package_modules("jaxlab.experiments",
+                                                         packages=True)
                if name not in _NOT_EXPERIMENTS)
 
 

@@ -8,7 +8,7 @@ exact match and steps per solution of solvers trained on coarse / expanded
 (rounds 1..k) / fine data, the fraction of correct computation steps in each
 training set, and per round the insertion and rejection rates and the
 fraction of inserted steps that are correct arithmetic. The pieces are
-`jaxlab.objectives.fim` and `jaxlab.objectives.fim_solver`.
+`jaxlab.objectives.fim` and `jaxlab.experiments.mathfimer.solver`.
 
 `config.data.source == "hf"` (preset `paper`; `run_hf`): the paper's
 pipeline on released data with the checkpoint of `config.init_from` (and
@@ -50,7 +50,7 @@ from jaxlab.io import params as params_io
 from jaxlab.io import pretrained
 from jaxlab.objectives import fim
 from jaxlab.objectives import self_generated as sg
-from jaxlab.objectives.fim_solver import (  # pylint: disable=unused-import
+from jaxlab.experiments.mathfimer.solver import (  # pylint: disable=unused-import
     ROUND_KEYS, Progress, correct_step_frac, evaluate_solver, expand_rounds,
     heldout_fim_accuracy, init_model, inserted_steps, majority_exact_match,
     problem_pools, solver_prompt, train_fim_model, train_solver)

@@ -8,7 +8,7 @@
    sampling), the multiple-choice least-likely-option attack and the
    log-prob drift of the forget values in unrelated text
    (`jaxlab.evals.unlearning`).
-The methods and their evaluation are `jaxlab.objectives.pmc_methods`.
+The methods and their evaluation are `jaxlab.experiments.pmc.methods`.
 Writes WORKDIR/results.json, lottery.png, table.md (rendered from it).
 
 With `data.source="hf"` (the `paper` preset) the unlearning part runs on
@@ -38,12 +38,12 @@ from jaxlab.experiments import results as results_lib
 from jaxlab.io import params as params_io
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
-from jaxlab.objectives.pmc_methods import (  # pylint: disable=unused-import
+from jaxlab.experiments.pmc.methods import (  # pylint: disable=unused-import
     METRICS, dpo_arrays, lottery_runs, pretrained_model, prompts,
     unlearn_config, value_pool)
-from jaxlab.objectives import pmc_methods as _methods
-from jaxlab.objectives.pmc_methods import evaluate as _eval
-from jaxlab.objectives.pmc_methods import unlearn_and_eval as _unlearn_and_eval
+from jaxlab.experiments.pmc import methods as _methods
+from jaxlab.experiments.pmc.methods import evaluate as _eval
+from jaxlab.experiments.pmc.methods import unlearn_and_eval as _unlearn_and_eval
 from jaxlab.train import runner
 
 def run_lottery(cfg, workdir: str) -> dict:

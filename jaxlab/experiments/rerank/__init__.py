@@ -11,7 +11,7 @@ WORKDIR/runs/ (a finished run is skipped on re-launch).
 
 The pieces are the library's: the tokenizer and sources in
 `jaxlab.data.synthetic.rerank_groups`, the cells, models, head pretraining
-and evaluation in `jaxlab.objectives.rerank_probe`; every training is the
+and evaluation in `jaxlab.experiments.rerank.probe`; every training is the
 trainer's (`trainer.train` on the `"rerank"` loss; the head pretraining
 through `jaxlab.train.runner.StepRunner`).
 """
@@ -33,7 +33,7 @@ from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
 from jaxlab.models import reranker as rr
 from jaxlab.objectives import rerank as rerank_obj
-from jaxlab.objectives.rerank_probe import (  # pylint: disable=unused-import
+from jaxlab.experiments.rerank.probe import (  # pylint: disable=unused-import
     W_KEYS, embedding_evaluate, evaluate, learnable_random_head, make_model,
     mean_w, parse_cell, pretrain_embedding_model, pretrained_embedding_model,
     reranker_config, summarize)

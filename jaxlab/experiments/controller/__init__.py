@@ -26,7 +26,7 @@ from jaxlab.evals.controller_eval import (  # pylint: disable=unused-import
     VARIANT_LABELS, evaluate, flop_rows, model_config)
 from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import results as results_lib
-from jaxlab.objectives.controller_train import loss_config, train_variant  # pylint: disable=unused-import
+from jaxlab.experiments.controller.train import loss_config, train_variant  # pylint: disable=unused-import
 
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
