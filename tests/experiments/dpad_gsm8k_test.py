@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import datasets
@@ -259,6 +260,32 @@ class DpadGsm8kTest(absltest.TestCase):
     self.assertTrue(res["shift_logits"])
     self.assertEqual([r["completions"]["seed0/32/vanilla"] for r in records],
                      self._direct_vanilla(self.dream, True))
+
+  def test_accuracy_on_chosen_completions(self):
+    """The scoring wiring on completions chosen to cover the harness's cases
+    (a random tiny model rarely writes the right number)."""
+    tok = pretrained.tokenizer(self.llada)
+    chosen = ["It is 72.\n#### 72", "$10.", "#### 1250", "it is 7",
+              "3\nQuestion: 5", "#### 18.00", "21 miles", "no idea"]
+
+    def fake_decode(model, prompts, *, gen_len, **kwargs):
+      del model, kwargs
+      rows = [tok.encode(t) + [self.eos] * gen_len for t in chosen]
+      self.assertLen(prompts, 8)
+      return (np.array([r[:gen_len] for r in rows], np.int32),
+              {"latency_s": 0.5, "nfe": 7.0, "tokens_processed": 1.0,
+               "flops": 1.0, "compile_s": 0.0})
+
+    c = self._config(self.llada, ("vanilla",))
+    with mock.patch.object(dpad.diffusion_decode, "decode_prompts",
+                           fake_decode):
+      res = dpad.run(c, os.path.join(self.root, "chosen"))
+    m = res["per_seed"][0]["decode"]["32"]["vanilla"]
+    # By hand: strict matches "#### 72" and "#### 1250" (target "1,250");
+    # flexible also "$10.", "3\n" (cut at "Question:") and "21", not
+    # "18.00" (not "18" as a string) or "7" (target -7).
+    self.assertEqual((m["strict"], m["flexible"]), (2 / 8, 5 / 8))
+    self.assertEqual((m["latency_s"], m["nfe"], m["speedup"]), (0.5, 7.0, 1.0))
 
   def test_errors_are_named(self):
     c = self._config(self.llada)
