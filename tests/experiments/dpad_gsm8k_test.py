@@ -30,11 +30,13 @@ import numpy as np
 import safetensors.numpy
 
 from jaxlab.configs import dpad as dpad_cfg
+from jaxlab.data import hf_tokenizer
 from jaxlab.decoding import diffusion
 from jaxlab.evals import gsm8k
 from jaxlab.experiments import dpad
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures as hfx
+from jaxlab.testing import tokenizer_fixtures
 
 VOCAB = 416   # >= the tiny tokenizer's 400 ids
 MASK = 410    # outside the tokenizer, as a reserved id
@@ -168,10 +170,8 @@ class DpadGsm8kTest(absltest.TestCase):
       ).to_parquet(os.path.join(cls.data, "main",
                                 f"{split}-00000-of-00001.parquet"))
     # EOS: the tokenizer's <|im_end|>, as LLaDA's eos is a tokenizer id.
-    from jaxlab.testing import tokenizer_fixtures  # pylint: disable=g-import-not-at-top
     tok_dir = tokenizer_fixtures.make_hf_tokenizer(
         os.path.join(cls.root, "tok"))
-    from jaxlab.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
     cls.eos = hf_tokenizer.HFTokenizer(tok_dir).eos_id
     cls.llada = _make_llada(os.path.join(cls.root, "llada"), cls.eos)
     cls.dream = _make_dream(os.path.join(cls.root, "dream"), cls.eos)
