@@ -29,9 +29,12 @@ operations, left-padded, which the 400-step model did not learn),
 `init_from=PATH` (continue training from a run's `seed{seed}/params.npz`;
 the committed miniature is `tiny` then `tiny,steps=300,init_from=...`).
 
-`paper`: LLaDA-8B-Instruct from `init_from` (`GSAI-ML/LLaDA-8B-Instruct`)
-decoding GSM8K as released (`data.path=openai/gsm8k`, `data.subset=main`,
-test split), gen_len 1024 (spec L's long setting). `short`: the same run
+`paper`: LLaDA-8B-Instruct from `init_from` (`GSAI-ML/LLaDA-8B-Instruct`;
+any LLaDA / Dream checkpoint) decoding GSM8K as released
+(`data.path=openai/gsm8k`, `data.subset=main`, test split, 1-shot from
+train), gen_len 1024 (spec L's long setting), scored with the harness's
+strict and flexible matching; latency and NFE per sample
+(`jaxlab.experiments.dpad.run_hf`). `short`: the same run
 with its budget cut (`jaxlab.configs._scale.short`).
 """
 
@@ -110,7 +113,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "prompts": 64,            # held-out prompts per gen_len
       "batch": 64,
       "repeats": 1,             # timed passes (median)
+      # The real run (data.source "hf"): the checkpoint's compute dtype.
+      "dtype": "float32",
   })
+  # The real run: lm-evaluation-harness gsm8k prompts with this many
+  # few-shot examples (the first rows of data.split).
+  c.gsm8k = ml_collections.ConfigDict({"num_fewshot": 4})
   c.bench = ml_collections.ConfigDict({"gen_lens": (128, 256, 512)})
   if args.tiny:  # what 2 shared CPU cores allow: short canvas, few prompts
     c.seeds = (0, 1)
@@ -145,7 +153,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     scale.paper_run(c, init_from="GSAI-ML/LLaDA-8B-Instruct",
                     path="openai/gsm8k", subset="main", split="train",
                     eval_split="test")
-    c.decode.gen_lens = (1024,)   # spec L: gen_len 1024, GSM8K 1-shot
+    # Spec L's long setting: gen_len 1024, GSM8K 1-shot, block 32, DPad
+    # W = 256, k = 3, a = 1.6, threshold 0.9, latency per sample (batch 1);
+    # the variants of its long-sequence table.
+    c.decode.update(gen_lens=(1024,), block_len=32, threshold=0.9, batch=1,
+                    dtype="bfloat16",
+                    variants=("vanilla", "+early stop", "+DPad",
+                              "+threshold+prefix cache", "+all"))
+    c.decode.dpad.update(window=256, k=3.0, a=1.6)
+    c.gsm8k.num_fewshot = 1
   if args.short:
     scale.short(c)
   return c
