@@ -271,7 +271,7 @@ def eval_lengths(config, original: int) -> list[int]:
 
 def text_documents(config, tok, lengths) -> tuple[dict[int, np.ndarray], int]:
   """({length: [docs, length] token ids}, rows read): the first `length`
-  tokens (BOS first, as the YaRN / MrRoPE perplexity scripts tokenize) of
+  tokens (the checkpoint's own leading special tokens first, `add_bos`) of
   the first `task.eval_docs` rows of `data.eval_split` (else `data.split`)
   with at least `length` tokens; the text is column `data.text_key`."""
   split = config.data.get("eval_split", "") or config.data.get("split", "")
@@ -281,16 +281,21 @@ def text_documents(config, tok, lengths) -> tuple[dict[int, np.ndarray], int]:
     raise ValueError(f"data.path={config.data.path!r} split {split!r} has no "
                      f"column {key!r} (data.text_key); columns: "
                      f"{sorted(rows[0])}")
-  toks = [np.asarray(tok.encode(rows[i][key], add_bos=True), np.int32)
-          for i in range(len(rows))]
   want = int(config.task.eval_docs)
+  picked: dict[int, list[np.ndarray]] = {n: [] for n in lengths}
+  for i in range(len(rows)):  # tokenized until every length has its docs
+    if all(len(v) >= want for v in picked.values()):
+      break
+    ids = np.asarray(tok.encode(rows[i][key], add_bos=True), np.int32)
+    for n, v in picked.items():
+      if len(ids) >= n and len(v) < want:
+        v.append(ids[:n])
   docs = {}
-  for n in lengths:
-    long = [t[:n] for t in toks if len(t) >= n][:want]
-    if not long:
+  for n, v in picked.items():
+    if not v:
       logging.warning("rope_extension: no row of %s has %d tokens; no "
                       "perplexity at that length", config.data.path, n)
-    docs[n] = np.stack(long) if long else None
+    docs[n] = np.stack(v) if v else None
   if all(d is None for d in docs.values()):
     raise ValueError(f"data.path={config.data.path!r} split {split!r}: no row "
                      f"has {min(lengths)} tokens (the shortest evaluation "

@@ -215,6 +215,22 @@ class RopeExtensionHfTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "unknown RULER task"):
       lc.ruler_row_score("summaries", "x", ["x"])
 
+  def test_user_errors_are_named(self):
+    c = self.config.copy_and_resolve_references()
+    c.ruler.path = os.path.join(self.root, "missing")
+    with self.assertRaisesRegex(ValueError, "ruler.path=.*no jsonl file"):
+      rope_exp.ruler_rows(c)
+    c.ruler.path = self.data  # a directory of another layout
+    with self.assertRaisesRegex(ValueError, "no jsonl file"):
+      rope_exp.ruler_rows(c)
+    c.data.text_key = "book_text"
+    tok = pretrained.tokenizer(self.ckpt)
+    with self.assertRaisesRegex(ValueError, "no column 'book_text'"):
+      rope_exp.text_documents(c, tok, LENGTHS)
+    c.data.text_key = "text"
+    with self.assertRaisesRegex(ValueError, "no row has 100000 tokens"):
+      rope_exp.text_documents(c, tok, (100000,))
+
 
 if __name__ == "__main__":
   absltest.main()
