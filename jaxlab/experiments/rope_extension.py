@@ -78,12 +78,16 @@ def train_model(config, workdir: str, seed: int, tok):
 # only `methods` or the evaluation grid re-evaluates the saved model.
 TRAIN_FIELDS = ("model", "task", "loss", "optim", "train", "lora",
                 "init_from")
+# Fields only the real run (`run_pretrained`) reads: out of the miniature's
+# keys, so its saved models and evaluations stay valid.
+REAL_RUN_ONLY = ("task.original_len", "task.eval_lengths", "task.dtype")
 TRAIN_EXCLUDE = ("task.eval_factors", "task.eval_docs", "task.depths",
-                 "task.samples", "task.eval_batch_size")
+                 "task.samples", "task.eval_batch_size") + REAL_RUN_ONLY
 EVAL_FIELDS = ("methods", "task")
 
 
-PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE)
+PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE,
+                   eval_exclude=REAL_RUN_ONLY)
 train_key, eval_key = PLAN.train_key, PLAN.eval_key
 
 
