@@ -19,9 +19,22 @@ test), `seeds=N`, `steps=N`, `samples=N` (passkey prompts per depth per
 length), `train_len=N`, `lr=F`.
 
 `paper`: LLaMA3-8B from `init_from` (`meta-llama/Meta-Llama-3-8B`),
-extended zero-shot 8K -> 128K, perplexity on Proof-pile as released
-(`data.path=hoskinson-center/proof-pile`, no subset, test split). `short`:
-the same run with its budget cut (`jaxlab.configs._scale.short`).
+its own tokenizer, extended zero-shot (no training) 8K -> 128K: every
+`methods` scaling of the `jaxlab.nn.rope` registry applied to the
+checkpoint's config at each `task.eval_lengths` (S = length / L, L the
+checkpoint's context or `task.original_len`), scored by perplexity of the
+first `length` tokens of `task.eval_docs` long rows of `data.path` (column
+`data.text_key`: Proof-pile as released,
+`data.path=hoskinson-center/proof-pile`, test split; PG19 the same with
+`data.path=emozilla/pg19`) and, when `ruler.path` names RULER's generated
+rows (`<task>/validation.jsonl` as RULER's prepare.py writes them, or one
+jsonl), RULER's string-match score per task
+(`jaxlab.evals.long_context.ruler_row_score`). `short`: the same run with
+its budget cut (`jaxlab.configs._scale.short`: rows, documents).
+
+    python -m jaxlab.main --config=rope_extension:paper,short \
+        --config.init_from=CHECKPOINT --config.data.path=PG19_COPY \
+        --config.ruler.path=RULER_DIR --workdir=/tmp/rope_paper
 """
 
 import ml_collections
@@ -62,7 +75,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "samples": 8,             # passkey prompts per (length, depth)
       "data_seed": 1234,
       "eval_batch_size": 8,
+      # The real run (data.source = "hf"): the checkpoint's context L
+      # (0: its own), the evaluation lengths (empty: L x eval_factors) and
+      # the compute dtype of the loaded checkpoint.
+      "original_len": 0,
+      "eval_lengths": (),
+      "dtype": "float32",
   })
+  # RULER rows of the real run ("" = none): a jsonl file or a directory of
+  # <task>/<subset>.jsonl; rows per task (0 = all); answer tokens (0 =
+  # RULER's tokens_to_generate of the task).
+  c.ruler = ml_collections.ConfigDict({
+      "path": "", "subset": "validation", "max_rows": 0,
+      "max_new_tokens": 0})
   c.methods = ("default", "pi", "ntk", "dynamic_ntk", "yarn", "yarn_rotation",
                "llama3", "mrope_uni", "mrope_pro")
   c.train.update(steps=1000, batch_size=32, seq_len=64, log_every=100,
@@ -97,7 +122,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     scale.preset(c, PAPER)
     scale.paper_run(c, init_from="meta-llama/Meta-Llama-3-8B",
                     path="hoskinson-center/proof-pile", subset="",
-                    split="test", eval_split="test")
+                    split="test", eval_split="test", text_key="text")
+    c.methods = ("default", "pi", "ntk", "yarn", "mrope_uni", "mrope_pro")
+    c.task.update(eval_lengths=(4096, 8192, 16384, 32768, 65536, 131072),
+                  eval_docs=10, eval_batch_size=1, dtype="bfloat16")
   if args.short:
     scale.short(c)
   return c

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
 import math
+import re
 from typing import Any
 
 import jax
@@ -660,3 +661,58 @@ def chat_needle_example(tokenizer, *, length: int, depth: float,
   return RulerExample(prompt, np.asarray(tokenizer.encode(value), np.int32),
                       value, length, depth, start, task="needle_chat",
                       parts=(value,), question_first=False)
+
+
+# -- RULER as released (Hsieh et al. 2024, github.com/NVIDIA/RULER) ------------
+
+# Tokens each RULER task generates, by its base task (RULER
+# scripts/data/synthetic/constants.py, `tokens_to_generate`); a task name as
+# scripts/synthetic.yaml names it (niah_single_1, vt, cwe, fwe, qa_1, ...)
+# maps to its base task with `ruler_base_task`.
+RULER_TOKENS_TO_GENERATE = {"niah": 128, "variable_tracking": 30,
+                            "common_words_extraction": 120,
+                            "freq_words_extraction": 50, "qa": 32}
+_RULER_BASE = {"vt": "variable_tracking", "cwe": "common_words_extraction",
+               "fwe": "freq_words_extraction"}
+
+
+def ruler_base_task(task: str) -> str:
+  """The base task of one of RULER's 13 task names (synthetic.yaml):
+  niah_* -> niah, vt, cwe, fwe -> their long names, qa_* -> qa."""
+  name = task.lower()
+  for prefix in ("niah", "qa"):
+    if name.startswith(prefix):
+      return prefix
+  if name in _RULER_BASE:
+    return _RULER_BASE[name]
+  if name in RULER_TOKENS_TO_GENERATE:
+    return name
+  raise ValueError(f"unknown RULER task {task!r}; valid: niah_*, vt, cwe, "
+                   "fwe, qa_* (RULER scripts/synthetic.yaml)")
+
+
+def ruler_postprocess(pred: str) -> str:
+  """RULER's `postprocess_pred` (scripts/eval/evaluate.py): strip, control
+  characters to newlines, strip again."""
+  return re.sub(r"[\x00-\x1f]", "\n", pred.strip()).strip()
+
+
+def ruler_match_all(pred: str, refs: Sequence[str]) -> float:
+  """One row of RULER's `string_match_all`: the fraction of the references
+  found (case-insensitive substring) in the prediction, in [0, 1]."""
+  return sum(r.lower() in pred.lower() for r in refs) / len(refs)
+
+
+def ruler_match_part(pred: str, refs: Sequence[str]) -> float:
+  """One row of RULER's `string_match_part`: 1 if any reference is found
+  (case-insensitive substring) in the prediction, else 0."""
+  return float(max(r.lower() in pred.lower() for r in refs))
+
+
+def ruler_row_score(task: str, pred: str, refs: Sequence[str]) -> float:
+  """A row's score in [0, 1] with the metric RULER gives `task`
+  (scripts/eval/synthetic/constants.py: qa -> string_match_part, every
+  other task -> string_match_all), after `ruler_postprocess`. A task's
+  RULER score is 100 x the mean over its rows (rounded to 2 decimals)."""
+  fn = ruler_match_part if ruler_base_task(task) == "qa" else ruler_match_all
+  return fn(ruler_postprocess(pred), list(refs))

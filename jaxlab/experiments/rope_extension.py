@@ -19,21 +19,29 @@ are the same too.
 """
 
 import copy
+import json
+import logging
+import math
 import os
 import time
 from typing import Any
 
 from flax import nnx
+import numpy as np
 
 from jaxlab.analysis.rope_plots import (plot_cumulative_scale,
                                         plot_learning_curves)
 from jaxlab.analysis.rope_plots import plot_metric as _plot_metric
+from jaxlab.data import pipeline
 from jaxlab.data.tokenizers import ByteTokenizer
+from jaxlab.decoding import sampler
+from jaxlab.evals import long_context as lc
 from jaxlab.evals.passkey_copy import (  # pylint: disable=unused-import
     MARKER, NEEDLE, QUESTION, SENTENCES, PasskeySource, document,
     bound_first_roots, learning_curve, passkey, summarize)
 from jaxlab.evals.passkey_copy import evaluate_extension as evaluate_seed
 from jaxlab.experiments import report
+from jaxlab.io import pretrained
 from jaxlab.io import stages
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives.passkey import passkey_loss
@@ -70,12 +78,16 @@ def train_model(config, workdir: str, seed: int, tok):
 # only `methods` or the evaluation grid re-evaluates the saved model.
 TRAIN_FIELDS = ("model", "task", "loss", "optim", "train", "lora",
                 "init_from")
+# Fields only the real run (`run_pretrained`) reads: out of the miniature's
+# keys, so its saved models and evaluations stay valid.
+REAL_RUN_ONLY = ("task.original_len", "task.eval_lengths", "task.dtype")
 TRAIN_EXCLUDE = ("task.eval_factors", "task.eval_docs", "task.depths",
-                 "task.samples", "task.eval_batch_size")
+                 "task.samples", "task.eval_batch_size") + REAL_RUN_ONLY
 EVAL_FIELDS = ("methods", "task")
 
 
-PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE)
+PLAN = stages.Plan(TRAIN_FIELDS, EVAL_FIELDS, train_exclude=TRAIN_EXCLUDE,
+                   eval_exclude=REAL_RUN_ONLY)
 train_key, eval_key = PLAN.train_key, PLAN.eval_key
 
 
@@ -189,6 +201,8 @@ def results_tables(per_seed: list[dict[str, Any]],
 
 def run(config, workdir: str) -> dict[str, Any]:
   t0 = time.time()
+  if config.get("data") and config.data.get("source", "") == "hf":
+    return run_pretrained(config, workdir, t0)
   tok = ByteTokenizer()
   per_seed, final_losses = [], []
   for seed in config.seeds:
@@ -236,3 +250,221 @@ def run(config, workdir: str) -> dict[str, Any]:
                     comparisons=comparisons, extra=out, config=config,
                     start_time=t0)
   return out
+
+
+# -- the real run: a pretrained checkpoint, training-free ----------------------
+
+
+def original_length(config, cfg) -> int:
+  """The checkpoint's pre-training context L: `task.original_len`, else the
+  `original_max_position` of its own `rope_scaling`, else its
+  `max_position_embeddings`."""
+  if int(config.task.get("original_len", 0) or 0) > 0:
+    return int(config.task.original_len)
+  own = dict(cfg.rope_scaling or {})
+  if int(own.get("original_max_position", 0) or 0) > 0:
+    return int(own["original_max_position"])
+  return int(cfg.max_position_embeddings)
+
+
+def eval_lengths(config, original: int) -> list[int]:
+  """`task.eval_lengths` when set, else `original` x `task.eval_factors`."""
+  lengths = [int(n) for n in config.task.get("eval_lengths", ()) or ()]
+  return lengths or [original * int(f) for f in config.task.eval_factors]
+
+
+def text_documents(config, tok, lengths) -> tuple[dict[int, np.ndarray], int]:
+  """({length: [docs, length] token ids}, rows read): the first `length`
+  tokens (the checkpoint's own leading special tokens first, `add_bos`) of
+  the first `task.eval_docs` rows of `data.eval_split` (else `data.split`)
+  with at least `length` tokens; the text is column `data.text_key`."""
+  split = config.data.get("eval_split", "") or config.data.get("split", "")
+  rows = pipeline.read_split(config.data, split)
+  key = config.data.get("text_key", "") or "text"
+  if len(rows) and key not in rows[0]:
+    raise ValueError(f"data.path={config.data.path!r} split {split!r} has no "
+                     f"column {key!r} (data.text_key); columns: "
+                     f"{sorted(rows[0])}")
+  want = int(config.task.eval_docs)
+  picked: dict[int, list[np.ndarray]] = {n: [] for n in lengths}
+  for i in range(len(rows)):  # tokenized until every length has its docs
+    if all(len(v) >= want for v in picked.values()):
+      break
+    ids = np.asarray(tok.encode(rows[i][key], add_bos=True), np.int32)
+    for n, v in picked.items():
+      if len(ids) >= n and len(v) < want:
+        v.append(ids[:n])
+  docs = {}
+  for n, v in picked.items():
+    if not v:
+      logging.warning("rope_extension: no row of %s has %d tokens; no "
+                      "perplexity at that length", config.data.path, n)
+    docs[n] = np.stack(v) if v else None
+  if all(d is None for d in docs.values()):
+    raise ValueError(f"data.path={config.data.path!r} split {split!r}: no row "
+                     f"has {min(lengths)} tokens (the shortest evaluation "
+                     "length); give longer documents or shorter "
+                     "task.eval_lengths")
+  return docs, len(rows)
+
+
+def ruler_rows(config) -> list[dict[str, Any]]:
+  """RULER rows as its generator writes them (`input`, `outputs`,
+  `length`, optional `answer_prefix`), from `ruler.path`: one jsonl file
+  (the task is its directory's name) or a directory laid out as RULER's
+  prepare.py writes (`<task>/<subset>.jsonl`, every task found; subset
+  `ruler.subset`). At most `ruler.max_rows` rows per task (0 = all); each
+  row gets its `task`."""
+  path, cap = config.ruler.path, int(config.ruler.max_rows)
+  if os.path.isfile(path):
+    files = [(os.path.basename(os.path.dirname(os.path.abspath(path))),
+              path)]
+  elif os.path.isdir(path):
+    files = sorted(
+        (task, os.path.join(path, task, f"{config.ruler.subset}.jsonl"))
+        for task in os.listdir(path)
+        if os.path.isfile(os.path.join(path, task,
+                                       f"{config.ruler.subset}.jsonl")))
+  else:
+    files = []
+  if not files:
+    raise ValueError(f"ruler.path={path!r}: no jsonl file (a file, or a "
+                     f"directory of <task>/{config.ruler.subset}.jsonl)")
+  out = []
+  for task, file in files:
+    lc.ruler_base_task(task)  # a clear error for a directory of another kind
+    with open(file, encoding="utf-8") as f:
+      rows = [json.loads(line) for line in f if line.strip()]
+    for r in rows[:cap] if cap > 0 else rows:
+      for field in ("input", "outputs"):
+        if field not in r:
+          raise ValueError(f"{file}: a row has no {field!r} (RULER rows "
+                           "have input, outputs, length)")
+      out.append(dict(r, task=task))
+  return out
+
+
+def ruler_scores(model, tok, rows, *, method: str, original: int,
+                 lengths, config) -> list[dict[str, Any]]:
+  """Greedy answers of every RULER row under `method` and their scores.
+
+  The prompt is `input + answer_prefix` as RULER's call_api.py sends it;
+  the scaling's S comes from the smallest of `lengths` that holds the prompt
+  and its answer (`ruler.max_new_tokens`, 0 = RULER's per task), else from
+  that length itself. Score: `long_context.ruler_row_score`.
+  """
+  groups: dict[int, list[int]] = {}
+  prompts, budgets = [], []
+  for i, r in enumerate(rows):
+    ids = tok.encode(r["input"] + r.get("answer_prefix", ""), add_bos=True)
+    new = int(config.ruler.max_new_tokens) or lc.RULER_TOKENS_TO_GENERATE[
+        lc.ruler_base_task(r["task"])]
+    need = len(ids) + new
+    target = min([n for n in lengths if n >= need], default=need)
+    prompts.append(ids)
+    budgets.append(new)
+    groups.setdefault(target, []).append(i)
+  stops = tuple(getattr(tok, "eos_ids", ())) or (tok.eos_id,)
+  bs = max(1, int(config.task.eval_batch_size))
+  recs: dict[int, dict[str, Any]] = {}
+  for target, idx in sorted(groups.items()):
+    variant = lc.with_rope_scaling(model, lc.scaling_for(
+        method, train_len=original, eval_len=target))
+    for s in range(0, len(idx), bs):
+      chunk = idx[s:s + bs]
+      out = sampler.generate(
+          variant, [prompts[i] for i in chunk],
+          max_new_tokens=max(budgets[i] for i in chunk), eos_id=tok.eos_id,
+          stop_ids=stops, pad_id=tok.pad_id)
+      for j, i in enumerate(chunk):
+        toks = [t for t in out.tokens[j][:budgets[i]] if t not in stops]
+        pred = tok.decode(toks)
+        recs[i] = {"task": rows[i]["task"], "length": rows[i].get("length"),
+                   "eval_len": target, "pred": pred,
+                   "score": lc.ruler_row_score(rows[i]["task"], pred,
+                                               rows[i]["outputs"])}
+  return [recs[i] for i in range(len(rows))]
+
+
+PRETRAINED_PLAN = stages.Plan(("init_from", "data", "ruler"),
+                              ("methods", "task"))
+
+
+def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
+  """The paper's protocol on `config.init_from` (module docstring of the
+  config): training-free, each `config.methods` scaling applied to the
+  checkpoint's config at each evaluation length; perplexity of the first
+  `length` tokens of long rows of `data.path` and, with `ruler.path`,
+  RULER's string-match scores."""
+  model, cfg = pretrained.load(config.init_from,
+                               dtype=config.task.get("dtype", "float32"))
+  tok = pretrained.tokenizer(config.init_from)
+  original = original_length(config, cfg)
+  lengths = eval_lengths(config, original)
+  docs, n_text = text_documents(config, tok, lengths)
+  rrows = ruler_rows(config) if config.ruler.get("path", "") else []
+  bs = int(config.task.eval_batch_size)
+
+  def evaluate():
+    ppl, ruler = {}, {}
+    for method in config.methods:
+      ppl[method] = []
+      for n in lengths:
+        if docs[n] is None:
+          ppl[method].append(math.nan)
+          continue
+        variant = lc.with_rope_scaling(model, lc.scaling_for(
+            method, train_len=original, eval_len=n))
+        ppl[method].append(lc.chunked_perplexity(
+            variant, docs[n], chunk_len=n, batch_size=bs)["perplexity"])
+      if rrows:
+        ruler[method] = ruler_scores(model, tok, rrows, method=method,
+                                     original=original, lengths=lengths,
+                                     config=config)
+    return {"perplexity": ppl, "ruler": ruler}
+
+  rec = stages.cached(os.path.join(workdir, "eval.json"),
+                      PRETRAINED_PLAN.eval_key(config, 0), evaluate)
+  label = lambda m: METHOD_LABELS.get(m, m)
+  col = results_lib.Column
+  tables = []
+  t = results_lib.Table(
+      "perplexity", f"perplexity of the first N tokens of "
+      f"{config.data.path} rows ({config.init_from}, L = {original})",
+      [col(f"n{n}", f"{n} ({n / original:g}x)", 2) for n in lengths],
+      row_label="method")
+  for m in config.methods:
+    t.add_seed(label(m), 0, {f"n{n}": v for n, v in
+                             zip(lengths, rec["perplexity"][m])})
+  tables.append(t)
+  ruler_summary = {}
+  if rrows:
+    tasks = sorted({r["task"] for r in rrows})
+    for m in config.methods:
+      per = rec["ruler"][m]
+      ruler_summary[m] = {
+          task: round(100 * float(np.mean(
+              [p["score"] for p in per if p["task"] == task])), 2)
+          for task in tasks}
+    t = results_lib.Table(
+        "ruler", "RULER score (RULER's string match, 0-100) per task",
+        [col(task, task, 2) for task in tasks] + [col("mean", "mean", 2)],
+        row_label="method")
+    for m in config.methods:
+      s = ruler_summary[m]
+      t.add_seed(label(m), 0, dict(s, mean=float(np.mean(list(s.values())))))
+    tables.append(t)
+  rows_read = {config.data.get("eval_split", "") or
+               config.data.get("split", ""): n_text}
+  if rrows:
+    rows_read["ruler"] = len(rrows)
+  extra = {"methods": list(config.methods), "lengths": lengths,
+           "original_len": original,
+           "docs_per_length": {str(n): 0 if d is None else int(len(d))
+                               for n, d in docs.items()},
+           "perplexity": rec["perplexity"], "ruler_scores": ruler_summary,
+           "ruler_rows": rec["ruler"]}
+  results_lib.write(workdir, "rope_extension", tables=tables, extra=extra,
+                    config=config, start_time=t0,
+                    data=results_lib.data_provenance(config, rows=rows_read))
+  return extra

@@ -1,0 +1,236 @@
+"""`rope_extension:paper,short` on a tiny checkpoint, PG19 and RULER rows.
+
+A random transformers Llama checkpoint (max_position_embeddings 64) with
+the tiny ChatML tokenizer beside it (`hf_fixtures.make_chat_checkpoint`),
+evaluated training-free at 2x and 4x its context under several RoPE
+scalings. Data written here in the released layouts:
+- PG19 as on the Hub (`emozilla/pg19`, the parquet copy of `deepmind/pg19`:
+  `data/<split>-*.parquet`, columns short_book_title / publication_date /
+  url / text as its dataset card's `dataset_info.features` list them);
+- RULER rows as its generator writes them (NVIDIA/RULER
+  scripts/data/synthetic/niah.py `formatted_output`: index, input, outputs,
+  length, length_w_model_temp, answer_prefix, token_position_answer; saved
+  by scripts/data/prepare.py as `<task>/validation.jsonl`).
+Checked: `data.rows` counts the rows read; perplexity under PI and YaRN
+equals transformers' own loss on the same tokens with the same
+rope_scaling (linear / yarn); RULER's scores equal RULER's own
+string_match_all / string_match_part (ported below) on the run's answers.
+"""
+
+import json
+import math
+import os
+import shutil
+import tempfile
+
+import datasets
+from absl.testing import absltest
+import numpy as np
+
+from jaxlab.configs import rope_extension as rope_config
+from jaxlab.evals import long_context as lc
+from jaxlab.experiments import rope_extension as rope_exp
+from jaxlab.io import pretrained
+from jaxlab.testing import hf_fixtures
+
+
+# Reference: RULER scripts/eval/synthetic/constants.py (NVIDIA/RULER commit
+# c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a), verbatim but for names, and
+# scripts/eval/evaluate.py `postprocess_pred`.
+def ref_string_match_part(preds, refs):
+  score = sum([max([1.0 if r.lower() in pred.lower() else 0.0 for r in ref])
+               for pred, ref in zip(preds, refs)]) / len(preds) * 100
+  return round(score, 2)
+
+
+def ref_string_match_all(preds, refs):
+  score = sum([sum([1.0 if r.lower() in pred.lower() else 0.0 for r in ref])
+               / len(ref) for pred, ref in zip(preds, refs)]) / len(preds) * 100
+  return round(score, 2)
+
+
+def ref_postprocess_pred(predict_str):
+  import re  # pylint: disable=g-import-not-at-top
+  predict_str = predict_str.strip()
+  np_pattern = re.compile(r"[\x00-\x1f]")
+  return np_pattern.sub("\n", predict_str).strip()
+
+
+ORIGINAL = 64
+LENGTHS = (128, 256)
+
+
+def hf_perplexity(ckpt, rope_parameters, ids_bt):
+  """exp(mean loss) of transformers' model under `rope_parameters`."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  cfg = transformers.AutoConfig.from_pretrained(ckpt)
+  cfg.rope_parameters = dict(rope_parameters, rope_theta=10000.0)
+  cfg.max_position_embeddings = ids_bt.shape[1]
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      ckpt, config=cfg, dtype=torch.float32,
+      attn_implementation="eager").eval()
+  nll = []
+  with torch.no_grad():
+    for row in ids_bt:
+      ids = torch.as_tensor(row[None], dtype=torch.long)
+      nll.append(float(model(input_ids=ids, labels=ids).loss))
+  return math.exp(float(np.mean(nll)))
+
+
+class RopeExtensionHfTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    cls.ckpt = os.path.join(cls.root, "ckpt")
+    hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", hidden_size=32,
+                                     num_heads=4, num_kv_heads=2,
+                                     max_position_embeddings=ORIGINAL)
+    rng = np.random.default_rng(0)
+    texts = [lc.haystack_text(rng, 80), "A short book.",
+             lc.haystack_text(rng, 80)]
+    cls.data = os.path.join(cls.root, "pg19")
+    os.makedirs(os.path.join(cls.data, "data"))
+    datasets.Dataset.from_dict({
+        "short_book_title": [f"Book {i}" for i in range(len(texts))],
+        "publication_date": [1900 + i for i in range(len(texts))],
+        "url": [f"http://www.gutenberg.org/ebooks/{i}"
+                for i in range(len(texts))],
+        "text": texts}).to_parquet(os.path.join(
+            cls.data, "data", "test-00000-of-00001.parquet"))
+    cls.texts = texts
+    cls.ruler = os.path.join(cls.root, "ruler")
+    prefix = {"niah_single_1": (" The special magic numbers for {q} "
+                                "mentioned in the provided text are"),
+              "qa_1": " Answer:"}
+    cls.n_ruler = 0
+    for task, pre in prefix.items():
+      os.makedirs(os.path.join(cls.ruler, task))
+      with open(os.path.join(cls.ruler, task, "validation.jsonl"), "w") as f:
+        for i in range(3):
+          value = str(1000 + 7 * i)
+          text = (lc.haystack_text(rng, i) + f" The special magic "
+                  f"number for key{i} is: {value}. " +
+                  lc.haystack_text(rng, 1) + " What is it?")
+          f.write(json.dumps({
+              "index": i, "input": text, "outputs": [value, "the"],
+              "length": 128, "length_w_model_temp": 128,
+              "answer_prefix": pre.format(q=f"key{i}"),
+              "token_position_answer": 40}) + "\n")
+          cls.n_ruler += 1
+    c = rope_config.get_config("paper,short")
+    c.init_from = cls.ckpt
+    c.data.path = cls.data
+    c.data.cache_dir = os.path.join(cls.root, "hf_cache")
+    c.methods = ("default", "pi", "yarn", "mrope_pro")
+    c.task.eval_lengths = LENGTHS
+    c.task.eval_docs = 2
+    c.task.eval_batch_size = 2
+    c.task.dtype = "float32"
+    c.ruler.path = cls.ruler
+    c.ruler.max_new_tokens = 4
+    cls.config = c
+    cls.workdir = os.path.join(cls.root, "work")
+    cls.out = rope_exp.run(c, cls.workdir)
+    with open(os.path.join(cls.workdir, "results.json")) as f:
+      cls.results = json.load(f)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root, ignore_errors=True)
+    super().tearDownClass()
+
+  def test_rows_read_and_lengths(self):
+    data = self.results["data"]
+    self.assertEqual(data["source"], "hf")
+    self.assertEqual(data["rows"], {"test": 3, "ruler": self.n_ruler})
+    self.assertEqual(self.out["original_len"], ORIGINAL)
+    self.assertEqual(self.out["lengths"], list(LENGTHS))
+    # The short book is skipped; both long ones are scored at each length.
+    self.assertEqual(self.out["docs_per_length"], {"128": 2, "256": 2})
+
+  def _tokens(self, n):
+    tok = pretrained.tokenizer(self.ckpt)
+    ids = [tok.encode(t, add_bos=True) for t in self.texts]
+    return np.stack([np.asarray(x[:n]) for x in ids if len(x) >= n])
+
+  def test_perplexity_equals_transformers(self):
+    ppl = self.out["perplexity"]
+    # PI at 2x: transformers' "linear" with factor 2.
+    want = hf_perplexity(self.ckpt, {"rope_type": "linear", "factor": 2.0},
+                         self._tokens(128))
+    self.assertAlmostEqual(ppl["pi"][0] / want, 1.0, delta=2e-5)
+    # YaRN at 4x: transformers' "yarn", factor 4 from the original 64.
+    want = hf_perplexity(self.ckpt, {"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position_embeddings":
+                                         ORIGINAL}, self._tokens(256))
+    self.assertAlmostEqual(ppl["yarn"][1] / want, 1.0, delta=2e-5)
+    # Plain RoPE: transformers' default.
+    want = hf_perplexity(self.ckpt, {"rope_type": "default"},
+                         self._tokens(256))
+    self.assertAlmostEqual(ppl["default"][1] / want, 1.0, delta=2e-5)
+    for m in self.config.methods:
+      self.assertTrue(all(math.isfinite(v) and v > 1 for v in ppl[m]), m)
+
+  def test_ruler_scores_equal_reference(self):
+    for m in self.config.methods:
+      rows = self.out["ruler_rows"][m]
+      self.assertLen(rows, self.n_ruler)
+      # S comes from the shortest evaluation length holding prompt + answer.
+      tok = pretrained.tokenizer(self.ckpt)
+      for task in ("niah_single_1", "qa_1"):
+        with open(os.path.join(self.ruler, task, "validation.jsonl")) as f:
+          for line, r in zip(f, [r for r in rows if r["task"] == task]):
+            row = json.loads(line)
+            need = len(tok.encode(row["input"] + row["answer_prefix"],
+                                  add_bos=True)) + 4
+            self.assertEqual(r["eval_len"], min(
+                [n for n in LENGTHS if n >= need], default=need))
+      self.assertIn(128, [r["eval_len"] for r in rows])
+      for task, fn in (("niah_single_1", ref_string_match_all),
+                       ("qa_1", ref_string_match_part)):
+        got = [r for r in rows if r["task"] == task]
+        refs = []
+        with open(os.path.join(self.ruler, task, "validation.jsonl")) as f:
+          refs = [json.loads(line)["outputs"] for line in f]
+        want = fn([ref_postprocess_pred(r["pred"]) for r in got], refs)
+        self.assertAlmostEqual(self.out["ruler_scores"][m][task], want,
+                               places=6)
+
+  def test_row_score_equals_reference_on_written_answers(self):
+    cases = [("niah_single_1", " 1007 and The", ["1007", "the"]),
+             ("niah_multikey_2", "\x01 1007\n", ["1007", "2000"]),
+             ("vt", "VAR A, var b ", ["VAR A", "VAR B", "VAR C"]),
+             ("qa_2", "Paris.", ["London", "paris"]),
+             ("qa_1", "Rome", ["London", "Paris"])]
+    for task, pred, refs in cases:
+      fn = (ref_string_match_part if task.startswith("qa")
+            else ref_string_match_all)
+      want = fn([ref_postprocess_pred(pred)], [refs])
+      # RULER rounds a task's score to 2 decimals.
+      self.assertEqual(round(100 * lc.ruler_row_score(task, pred, refs), 2),
+                       want, msg=task)
+    with self.assertRaisesRegex(ValueError, "unknown RULER task"):
+      lc.ruler_row_score("summaries", "x", ["x"])
+
+  def test_user_errors_are_named(self):
+    c = self.config.copy_and_resolve_references()
+    c.ruler.path = os.path.join(self.root, "missing")
+    with self.assertRaisesRegex(ValueError, "ruler.path=.*no jsonl file"):
+      rope_exp.ruler_rows(c)
+    c.ruler.path = self.data  # a directory of another layout
+    with self.assertRaisesRegex(ValueError, "no jsonl file"):
+      rope_exp.ruler_rows(c)
+    c.data.text_key = "book_text"
+    tok = pretrained.tokenizer(self.ckpt)
+    with self.assertRaisesRegex(ValueError, "no column 'book_text'"):
+      rope_exp.text_documents(c, tok, LENGTHS)
+    c.data.text_key = "text"
+    with self.assertRaisesRegex(ValueError, "no row has 100000 tokens"):
+      rope_exp.text_documents(c, tok, (100000,))
+
+
+if __name__ == "__main__":
+  absltest.main()
