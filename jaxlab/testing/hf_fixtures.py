@@ -146,6 +146,8 @@ def to_v4_dialect(path: str | os.PathLike) -> None:
     hf = json.load(fh)
   rope = dict(hf.pop("rope_parameters", None) or {})
   hf["rope_theta"] = rope.pop("rope_theta", 10000.0)
+  if "partial_rotary_factor" in rope:  # Phi: a top-level field in v4
+    hf["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
   rope_type = rope.pop("rope_type", "default")
   hf["rope_scaling"] = None if rope_type == "default" else {
       "type": rope_type, **rope}
