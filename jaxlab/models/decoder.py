@@ -15,6 +15,12 @@ sliding-window / global attention with two RoPE bases (`layer_types`,
 tied embeddings, the `query_pre_attn_scalar` attention scale (`attn_scale`)
 and attention / final logit soft-capping (`attn_logit_softcap`,
 `final_logit_softcap`); `jaxlab.io.hf` maps `Gemma3ForCausalLM`.
+Phi (Phi-1 / 1.5 / 2) is the decoder with its Phi switches on: LayerNorm
+with biases (`norm="layernorm"`), one input norm feeding attention and MLP
+in parallel (`parallel_block`), RoPE on part of each head
+(`partial_rotary_factor`), a non-gated fc1 -> gelu_new -> fc2 MLP with
+biases (`mlp_gated=False`, `mlp_bias`), attention-output and LM-head biases
+(`attn_out_bias`, `lm_head_bias`); `jaxlab.io.hf` maps `PhiForCausalLM`.
 Causal by default; `causal=False` gives the bidirectional model used by
 diffusion LMs (and `forward(causal=...)` overrides it per call). Per-layer
 RoPE can be switched off (`nope_layers`) for NoPE/iRoPE-style controls.
