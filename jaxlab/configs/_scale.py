@@ -325,7 +325,7 @@ def preset(c: ml_collections.ConfigDict, spec: dict[str, Any]
 # Every parameter of the decoder a LoRA run adapts: the attention
 # projections and the MLP of every block (`jaxlab.nn.attention`,
 # `jaxlab.nn.mlp`). Every architecture `init_from` loads (`jaxlab.io.hf`:
-# Llama, Qwen2 / 2.5 / 3, Mistral, Gemma 3, LLaDA, Dream, and the language
+# Llama, Qwen2 / 2.5 / 3, Mistral, Gemma 3, Phi, LLaDA, Dream, and the language
 # model of Qwen2-VL / 2.5-VL) becomes a `jaxlab.models.decoder.Decoder`
 # with these names, scanned or not; a vision tower's `nnx.Linear` kernels
 # are not matched (spec A.9: LoRA on the LLM, the tower frozen).

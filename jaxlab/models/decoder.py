@@ -15,6 +15,12 @@ sliding-window / global attention with two RoPE bases (`layer_types`,
 tied embeddings, the `query_pre_attn_scalar` attention scale (`attn_scale`)
 and attention / final logit soft-capping (`attn_logit_softcap`,
 `final_logit_softcap`); `jaxlab.io.hf` maps `Gemma3ForCausalLM`.
+Phi (Phi-1 / 1.5 / 2) is the decoder with its Phi switches on: LayerNorm
+with biases (`norm="layernorm"`), one input norm feeding attention and MLP
+in parallel (`parallel_block`), RoPE on part of each head
+(`partial_rotary_factor`), a non-gated fc1 -> gelu_new -> fc2 MLP with
+biases (`mlp_gated=False`, `mlp_bias`), attention-output and LM-head biases
+(`attn_out_bias`, `lm_head_bias`); `jaxlab.io.hf` maps `PhiForCausalLM`.
 Causal by default; `causal=False` gives the bidirectional model used by
 diffusion LMs (and `forward(causal=...)` overrides it per call). Per-layer
 RoPE can be switched off (`nope_layers`) for NoPE/iRoPE-style controls.
@@ -149,6 +155,21 @@ class DecoderConfig:
   # logits; None: off.
   attn_logit_softcap: float | None = None
   final_logit_softcap: float | None = None
+  # Phi-style switches (Phi-1 / 1.5 / 2: all set); the defaults are Llama.
+  # "rmsnorm" | "layernorm" (with bias, `norm_lib.LayerNorm`) for every norm
+  # (blocks, q/k norms, final).
+  norm: str = "rmsnorm"
+  # One input norm feeding attention and MLP in parallel:
+  # h = h + Attn(norm(h)) + MLP(norm(h)) (GPT-J / Phi); no `mlp_norm`.
+  parallel_block: bool = False
+  # RoPE on the first int(head_dim * factor) dims of each head, the rest
+  # passed through (Phi's / GPT-NeoX's `partial_rotary_factor`).
+  partial_rotary_factor: float = 1.0
+  # False: non-gated MLP down(act(up(x))) (`mlp_lib.MLP`, Phi's fc1 / fc2).
+  mlp_gated: bool = True
+  mlp_bias: bool = False  # biases of the non-gated MLP's two projections
+  attn_out_bias: bool = False  # bias of the attention output projection
+  lm_head_bias: bool = False  # bias `[V]` added to the logits
 
   def __post_init__(self):
     # One reading of `rope_scaling` (jaxlab.nn.rope.normalize_scaling): a
@@ -160,6 +181,22 @@ class DecoderConfig:
     hd = self.resolved_head_dim
     if hd % 2:
       raise ValueError(f"head_dim must be even for RoPE, got {hd}")
+    if self.norm not in NORMS:
+      raise ValueError(f"norm={self.norm!r} unknown; valid: "
+                       f"{', '.join(NORMS)}")
+    if not 0 < self.partial_rotary_factor <= 1:
+      raise ValueError(f"partial_rotary_factor={self.partial_rotary_factor} "
+                       "must be in (0, 1]")
+    if self.rotary_dim < 2 or self.rotary_dim % 2:
+      raise ValueError(
+          f"partial_rotary_factor={self.partial_rotary_factor} gives "
+          f"rotary_dim={self.rotary_dim} of head_dim={hd}; it must be even "
+          "and >= 2")
+    if self.mlp_bias and self.mlp_gated:
+      raise ValueError("mlp_bias=True needs mlp_gated=False (the gated "
+                       "SwiGLU MLP has no biases)")
+    if self.norm_plus_one and self.norm != "rmsnorm":
+      raise ValueError("norm_plus_one=True needs norm='rmsnorm'")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_heads={self.num_heads} must be a multiple of "
                        f"num_kv_heads={self.num_kv_heads}")
@@ -242,6 +279,14 @@ class DecoderConfig:
     return self.head_dim or self.dim // self.num_heads
 
   @property
+  def rotary_dim(self) -> int:
+    """Dims of each head that RoPE rotates: int(head_dim *
+    partial_rotary_factor), transformers' `rotary_ndims` (all by default)."""
+    if self.partial_rotary_factor == 1:
+      return self.resolved_head_dim
+    return int(self.resolved_head_dim * self.partial_rotary_factor)
+
+  @property
   def rope_dtype(self) -> Any:
     """dtype of the RoPE tables: float32, float64 for a float64 model."""
     return dtypes.at_least_float32(to_dtype(self.dtype))
@@ -251,17 +296,18 @@ class DecoderConfig:
 
   def rope_tables(self, seq_len: int | None = None,
                   theta: float | None = None) -> tuple[Any, float]:
-    """(inv_freq `[head_dim // 2]`, attention_scale) for this config.
+    """(inv_freq `[rotary_dim // 2]`, attention_scale) for this config
+    (rotary_dim = head_dim unless `partial_rotary_factor` < 1).
 
     `seq_len` (a static Python int) is the current sequence length; only
     length-dependent scalings (dynamic NTK) use it, the others ignore it.
     `theta` (a `LayerSpec.rope_theta`): plain RoPE with this base instead.
     """
     if theta is not None:
-      return rope_lib.scaling_tables(None, head_dim=self.resolved_head_dim,
+      return rope_lib.scaling_tables(None, head_dim=self.rotary_dim,
                                      base=theta, seq_len=seq_len)
     return rope_lib.scaling_tables(self.rope_scaling,
-                                   head_dim=self.resolved_head_dim,
+                                   head_dim=self.rotary_dim,
                                    base=self.rope_theta, seq_len=seq_len)
 
   def num_params(self) -> int:
@@ -271,14 +317,24 @@ class DecoderConfig:
       attn += hd * (self.num_heads + 2 * self.num_kv_heads)
     if self.qk_norm:
       attn += 2 * hd
-    block = attn + 3 * self.dim * self.mlp_dim + 2 * self.dim
+    if self.qk_norm and self.norm == "layernorm":
+      attn += 2 * hd
+    if self.attn_out_bias:
+      attn += self.dim
+    mlp = (3 if self.mlp_gated else 2) * self.dim * self.mlp_dim
+    if self.mlp_bias:
+      mlp += self.mlp_dim + self.dim
+    norm = 2 * self.dim if self.norm == "layernorm" else self.dim
+    block = attn + mlp + norm * (1 if self.parallel_block else 2)
     if self.post_norms:
-      block += 2 * self.dim
+      block += 2 * norm
     emb = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
-    return self.num_layers * block + emb + self.dim
+    head_bias = self.vocab_size if self.lm_head_bias else 0
+    return self.num_layers * block + emb + norm + head_bias
 
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
+NORMS = ("rmsnorm", "layernorm")
 
 
 def _normalize_remat(remat) -> bool | str:
@@ -320,8 +376,13 @@ class DecoderOutput:
   attentions: tuple[jax.Array, ...] | None = None
 
 
-def _rms_norm(cfg: DecoderConfig, dim: int) -> norm_lib.RMSNorm:
-  """An RMSNorm of this config (Gemma's (1 + w) one with `norm_plus_one`)."""
+def _rms_norm(cfg: DecoderConfig, dim: int
+              ) -> norm_lib.RMSNorm | norm_lib.LayerNorm:
+  """A norm of this config: RMSNorm (Gemma's (1 + w) one with
+  `norm_plus_one`), or LayerNorm with a bias with `norm="layernorm"`."""
+  if cfg.norm == "layernorm":
+    return norm_lib.LayerNorm(dim, eps=cfg.norm_eps,
+                              param_dtype=to_dtype(cfg.param_dtype))
   return norm_lib.RMSNorm(dim, eps=cfg.norm_eps,
                           param_dtype=to_dtype(cfg.param_dtype),
                           plus_one=cfg.norm_plus_one)
@@ -333,7 +394,9 @@ class Block(nnx.Module):
   h = h + Attn(attn_norm(h)); h = h + MLP(mlp_norm(h)); with
   `cfg.post_norms` (Gemma) the attention and MLP outputs are normalised
   too: h = h + post_attn_norm(Attn(attn_norm(h))), and likewise
-  `post_mlp_norm` for the MLP.
+  `post_mlp_norm` for the MLP. With `cfg.parallel_block` (Phi) one norm
+  feeds both: h = h + Attn(attn_norm(h)) + MLP(attn_norm(h)) (`mlp_norm` is
+  None).
   """
 
   def __init__(self, cfg: DecoderConfig, layer: int, *, rngs: nnx.Rngs):
@@ -345,15 +408,23 @@ class Block(nnx.Module):
         init_std=cfg.init_std, use_rope=layer not in cfg.nope_layers,
         attention_impl=cfg.attention_impl, qk_norm=cfg.qk_norm,
         norm_eps=cfg.norm_eps, scale=cfg.attn_scale,
-        logits_soft_cap=cfg.attn_logit_softcap)
-    if cfg.qk_norm and cfg.norm_plus_one:
-      # Gemma's q/k norms are (1 + w) norms too.
+        logits_soft_cap=cfg.attn_logit_softcap,
+        out_bias=cfg.attn_out_bias)
+    if cfg.qk_norm and (cfg.norm_plus_one or cfg.norm != "rmsnorm"):
+      # Gemma's q/k norms are (1 + w) norms too; Phi's are LayerNorms.
       self.attn.q_norm = _rms_norm(cfg, cfg.resolved_head_dim)
       self.attn.k_norm = _rms_norm(cfg, cfg.resolved_head_dim)
-    self.mlp_norm = _rms_norm(cfg, cfg.dim)
-    self.mlp = mlp_lib.SwiGLU(cfg.dim, cfg.mlp_dim, rngs=rngs, param_dtype=pdt,
-                              dtype=dt, init_std=cfg.init_std,
-                              activation=cfg.mlp_activation)
+    self.mlp_norm = None if cfg.parallel_block else _rms_norm(cfg, cfg.dim)
+    if cfg.mlp_gated:
+      self.mlp = mlp_lib.SwiGLU(cfg.dim, cfg.mlp_dim, rngs=rngs,
+                                param_dtype=pdt, dtype=dt,
+                                init_std=cfg.init_std,
+                                activation=cfg.mlp_activation)
+    else:
+      self.mlp = mlp_lib.MLP(cfg.dim, cfg.mlp_dim, rngs=rngs, param_dtype=pdt,
+                             dtype=dt, init_std=cfg.init_std,
+                             activation=cfg.mlp_activation,
+                             bias=cfg.mlp_bias)
     if cfg.post_norms:
       self.post_attn_norm = _rms_norm(cfg, cfg.dim)
       self.post_mlp_norm = _rms_norm(cfg, cfg.dim)
@@ -369,7 +440,8 @@ class Block(nnx.Module):
     structured = {k: v for k, v in (("segment_ids_bt", segment_ids_bt),
                                     ("sliding_window", sliding_window))
                   if v is not None}
-    res = self.attn(self.attn_norm(h_btd), cos_btd=cos_btd, sin_btd=sin_btd,
+    normed = self.attn_norm(h_btd)
+    res = self.attn(normed, cos_btd=cos_btd, sin_btd=sin_btd,
                     mask=mask, is_causal=is_causal, layer_cache=layer_cache,
                     cache_index=cache_index,
                     output_attentions=output_attentions, **structured)
@@ -377,6 +449,12 @@ class Block(nnx.Module):
     probs = res[2] if output_attentions else None
     if self.post_attn_norm is not None:
       a = self.post_attn_norm(a)
+    if self.mlp_norm is None:  # parallel block (Phi): attn + mlp + residual
+      m = self.mlp(normed)
+      if self.post_mlp_norm is not None:
+        m = self.post_mlp_norm(m)
+      h_btd = (a + m).astype(h_btd.dtype) + h_btd
+      return pt.constrain_batch(h_btd), new_cache, probs
     h_btd = h_btd + a.astype(h_btd.dtype)
     m = self.mlp(self.mlp_norm(h_btd))
     if self.post_mlp_norm is not None:
@@ -497,6 +575,10 @@ class Decoder(nnx.Module):
           jax.nn.initializers.normal(cfg.init_std)(
               rngs.params(), (cfg.dim, cfg.vocab_size), pdt),
           (pt.EMBED, pt.VOCAB))
+    # Phi's lm_head.bias (also with tied embeddings).
+    self.lm_head_bias_v = (pt.param(jnp.zeros((cfg.vocab_size,), pdt),
+                                    (pt.VOCAB,))
+                           if cfg.lm_head_bias else None)
 
   # -- pieces usable on their own (multimodal inputs, probes) --------------
 
@@ -550,6 +632,8 @@ class Decoder(nnx.Module):
       logits = jnp.einsum("...d,dv->...v", h, self.lm_head_dv[...].astype(dt),
                           preferred_element_type=out_dt)
     logits = logits.astype(out_dt)
+    if self.lm_head_bias_v is not None:
+      logits = logits + self.lm_head_bias_v[...].astype(out_dt)
     cap = self.cfg.final_logit_softcap
     if cap is not None:
       logits = cap * jnp.tanh(logits / cap)

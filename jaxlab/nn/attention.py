@@ -502,6 +502,7 @@ class Attention(nnx.Module):
 
   Params: q `[D, N, H]`, k/v `[D, K, H]`, o `[N, H, D]` with logical axes
   (embed, heads|kv_heads, head_dim); optional q/k/v biases (Qwen2);
+  optional output bias `o_bias_d [D]` (Phi's `dense.bias`, `out_bias`);
   optional per-head RMSNorm of q and k over head_dim before RoPE (Qwen3's
   `q_norm`/`k_norm`, one `[H]` scale each, shared by all heads).
   `scale` multiplies the q.k logits (None: head_dim ** -0.5; Gemma 3:
@@ -518,7 +519,8 @@ class Attention(nnx.Module):
                norm_eps: float = 1e-6,
                splash_block_size: int | None = None,
                scale: float | None = None,
-               logits_soft_cap: float | None = None):
+               logits_soft_cap: float | None = None,
+               out_bias: bool = False):
     if num_heads % num_kv_heads:
       raise ValueError(f"num_heads={num_heads} must be a multiple of "
                        f"num_kv_heads={num_kv_heads}")
@@ -554,6 +556,9 @@ class Attention(nnx.Module):
           (pt.KV_HEADS, pt.HEAD_DIM))
     else:
       self.q_bias_nh = self.k_bias_kh = self.v_bias_kh = None
+    # Bias of the output projection (Phi's `dense.bias`), `[D]`.
+    self.o_bias_d = (pt.param(jnp.zeros((dim,), param_dtype), (pt.EMBED,))
+                     if out_bias else None)
     if qk_norm:
       self.q_norm = norm_lib.RMSNorm(head_dim, eps=norm_eps,
                                      param_dtype=param_dtype)
@@ -669,6 +674,8 @@ class Attention(nnx.Module):
     b, t, n, h = out_btnh.shape
     out = jnp.reshape(out_btnh, (b, t, n * h)) @ jnp.reshape(
         self.o_nhd[...].astype(self.dtype), (n * h, -1))
+    if self.o_bias_d is not None:
+      out = out + self.o_bias_d[...].astype(self.dtype)
     if output_attentions:
       return out, new_cache, probs
     return out, new_cache

@@ -10,9 +10,10 @@ from jaxlab.nn import partitioning as pt
 
 # Gate activations of the gated MLP: "silu" (SwiGLU: Llama, Qwen) and
 # "gelu_tanh" (GeGLU with the tanh approximation of GELU: Gemma's
-# `gelu_pytorch_tanh`).
+# `gelu_pytorch_tanh`, Phi's `gelu_new`); "gelu" is the exact (erf) GELU.
 ACTIVATIONS = {"silu": jax.nn.silu,
-               "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True)}
+               "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
+               "gelu": functools.partial(jax.nn.gelu, approximate=False)}
 
 
 class SwiGLU(nnx.Module):
@@ -44,3 +45,42 @@ class SwiGLU(nnx.Module):
     up_btf = x_btd @ self.up_df[...].astype(self.dtype)
     act = ACTIVATIONS[self.activation]
     return (act(gate_btf) * up_btf) @ self.down_fd[...].astype(self.dtype)
+
+
+class MLP(nnx.Module):
+  """Non-gated MLP: down(act(x @ up + b_up)) + b_down (GPT-2 / Phi's
+  `fc1` -> activation -> `fc2`; Phi: act = `gelu_new`, "gelu_tanh" here).
+
+  Params: up_df `[D, F]`, down_fd `[F, D]` and, with `bias`, up_bias_f
+  `[F]` and down_bias_d `[D]`.
+  """
+
+  def __init__(self, dim: int, hidden: int, *, rngs: nnx.Rngs,
+               param_dtype=jnp.float32, dtype=jnp.float32,
+               init_std: float = 0.02, activation: str = "gelu_tanh",
+               bias: bool = True):
+    if activation not in ACTIVATIONS:
+      raise ValueError(f"activation={activation!r} unknown; valid: "
+                       f"{', '.join(ACTIVATIONS)}")
+    init = jax.nn.initializers.normal(init_std)
+    self.dtype = dtype
+    self.activation = activation
+    self.up_df = pt.param(init(rngs.params(), (dim, hidden), param_dtype),
+                          (pt.EMBED, pt.MLP))
+    self.down_fd = pt.param(init(rngs.params(), (hidden, dim), param_dtype),
+                            (pt.MLP, pt.EMBED))
+    if bias:
+      self.up_bias_f = pt.param(jnp.zeros((hidden,), param_dtype), (pt.MLP,))
+      self.down_bias_d = pt.param(jnp.zeros((dim,), param_dtype), (pt.EMBED,))
+    else:
+      self.up_bias_f = self.down_bias_d = None
+
+  def __call__(self, x_btd: jax.Array) -> jax.Array:
+    dt = self.dtype
+    h_btf = x_btd.astype(dt) @ self.up_df[...].astype(dt)
+    if self.up_bias_f is not None:
+      h_btf = h_btf + self.up_bias_f[...].astype(dt)
+    out = ACTIVATIONS[self.activation](h_btf) @ self.down_fd[...].astype(dt)
+    if self.down_bias_d is not None:
+      out = out + self.down_bias_d[...].astype(dt)
+    return out

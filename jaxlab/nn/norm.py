@@ -37,3 +37,29 @@ class RMSNorm(nnx.Module):
       return (y32 * (1.0 + self.scale[...].astype(y32.dtype))).astype(dtype)
     y = (x32 * jax.lax.rsqrt(var + self.eps)).astype(dtype)
     return self.scale[...].astype(dtype) * y
+
+
+class LayerNorm(nnx.Module):
+  """Layer norm with a scale and a bias (Ba et al., 2016), torch's
+  `nn.LayerNorm` as Phi uses it.
+
+  y = (x - mean(x)) / sqrt(var(x) + eps) * scale + bias over the last axis,
+  the statistics (biased variance) and the affine map computed in float32
+  (at least), the result cast back to the input dtype.
+  """
+
+  def __init__(self, dim: int, *, eps: float = 1e-5, param_dtype=jnp.float32):
+    self.eps = eps
+    self.scale = partitioning.param(jnp.ones((dim,), param_dtype), ("norm",))
+    self.bias = partitioning.param(jnp.zeros((dim,), param_dtype), ("norm",))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    dtype = x.dtype
+    x32 = x.astype(dtypes.at_least_float32(dtype))
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    centred = x32 - mean
+    var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
+    y = centred * jax.lax.rsqrt(var + self.eps)
+    y = (y * self.scale[...].astype(y.dtype)
+         + self.bias[...].astype(y.dtype))
+    return y.astype(dtype)

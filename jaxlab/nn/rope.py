@@ -571,8 +571,18 @@ def cos_sin(positions_bt: jax.Array, inv_freq_h: jax.Array,
 
 def apply_rope(x_btnh: jax.Array, cos_btd: jax.Array,
                sin_btd: jax.Array) -> jax.Array:
-  """Rotates `x [B, T, N, H]` by precomputed cos/sin `[B, T, H]`."""
+  """Rotates `x [B, T, N, H]` by precomputed cos/sin `[B, T, R]`.
+
+  R = H rotates every dim. R < H is partial rotary (GPT-NeoX / Phi's
+  `partial_rotary_factor`): the first R dims of each head are rotated
+  (rotate-half within them), the remaining H - R pass through unchanged.
+  """
   dtype = x_btnh.dtype
+  rot = cos_btd.shape[-1]
+  if rot < x_btnh.shape[-1]:
+    x_rot, x_pass = x_btnh[..., :rot], x_btnh[..., rot:]
+    return jnp.concatenate(
+        [apply_rope(x_rot, cos_btd, sin_btd), x_pass], axis=-1)
   x = x_btnh.astype(dtypes.at_least_float32(x_btnh.dtype))
   cos = cos_btd[:, :, None, :]
   sin = sin_btd[:, :, None, :]

@@ -49,13 +49,14 @@ def inductor_cleanup() -> Callable[[], None]:
       shutil.rmtree(path, ignore_errors=True)
   return cleanup
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "phi")
 # arch -> (config class, model class) names in transformers.
 _CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "phi": ("PhiConfig", "PhiForCausalLM"),
 }
 
 
@@ -72,6 +73,8 @@ def hf_config(arch: str = "llama", *, vocab_size: int = 97,
   `rope_scaling` is an HF rope dict, e.g. `{"rope_type": "yarn",
   "factor": 4.0, "original_max_position_embeddings": 64}`.
   `sliding_window` (Qwen2 only) turns the window on for every layer.
+  Phi: `rms_norm_eps` is its `layer_norm_eps`, and `partial_rotary_factor`
+  (in `extra`; default 0.5) goes into `rope_parameters`.
   """
   import transformers  # pylint: disable=g-import-not-at-top
   if arch not in ARCHS:
@@ -91,6 +94,12 @@ def hf_config(arch: str = "llama", *, vocab_size: int = 97,
             rms_norm_eps=rms_norm_eps, rope_parameters=rope)
   if head_dim is not None:
     kw["head_dim"] = head_dim
+  if arch == "phi":
+    kw["layer_norm_eps"] = kw.pop("rms_norm_eps")
+    rope["partial_rotary_factor"] = float(
+        extra.pop("partial_rotary_factor", 0.5))
+    if sliding_window is not None:
+      raise ValueError("sliding_window is a Qwen2/Qwen3/Mistral option")
   config_name, model_name = _CLASSES[arch]
   cls = getattr(transformers, config_name)
   if arch == "llama" and sliding_window is not None:
@@ -137,6 +146,8 @@ def to_v4_dialect(path: str | os.PathLike) -> None:
     hf = json.load(fh)
   rope = dict(hf.pop("rope_parameters", None) or {})
   hf["rope_theta"] = rope.pop("rope_theta", 10000.0)
+  if "partial_rotary_factor" in rope:  # Phi: a top-level field in v4
+    hf["partial_rotary_factor"] = rope.pop("partial_rotary_factor")
   rope_type = rope.pop("rope_type", "default")
   hf["rope_scaling"] = None if rope_type == "default" else {
       "type": rope_type, **rope}
@@ -163,7 +174,8 @@ def make_hf_checkpoint(path: str | os.PathLike, arch: str = "llama", *,
 
   Args:
     path: output directory (created).
-    arch: "llama", "qwen2" (qkv bias), "qwen3" (q/k norm) or "mistral".
+    arch: "llama", "qwen2" (qkv bias), "qwen3" (q/k norm), "mistral" or
+      "phi" (Phi-1.5's PhiForCausalLM).
     vocab_size ... max_position_embeddings: the architecture.
     sliding_window: Qwen2/Qwen3/Mistral; a window on every layer.
     max_shard_size: e.g. "20KB" to write a sharded checkpoint with

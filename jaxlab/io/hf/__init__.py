@@ -13,7 +13,7 @@ One job per module:
             stacked, each param placed with its sharding), `to_tensors` is
             its inverse (LoRA folded through `jaxlab.nn.lora`);
   config    config.json <-> `DecoderConfig` (Llama, Qwen2, Qwen3, Mistral,
-            Gemma 3, Dream, LLaDA; both transformers dialects, RoPE);
+            Gemma 3, Phi, Dream, LLaDA; both transformers dialects, RoPE);
   decoder   the decoder families' name table, `load_tensors`, load / save;
   qwen2_vl  Qwen2.5-VL / Qwen2-VL: config mapping, name table, load / save;
   vit       ViT / DeiT image classifiers (`ViTClassifier`).
@@ -78,7 +78,7 @@ def load(path: str | os.PathLike, *, dtype: str = "float32",
          param_dtype: str | None = None, mesh: jax.sharding.Mesh | None = None,
          rules: Any = None, **config_overrides: Any
          ) -> tuple[decoder_lib.Decoder, decoder_lib.DecoderConfig]:
-  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 / Dream / LLaDA
+  """Loads a HF Llama / Qwen2 / Qwen3 / Mistral / Gemma 3 / Phi / Dream / LLaDA
   checkpoint dir (a Gemma 3 multimodal one as its language model; a
   Qwen2.5-VL / Qwen2-VL one as `jaxlab.models.qwen2_vl.Qwen2VL`; a ViT /
   DeiT image classifier as `jaxlab.models.vit_classifier.ViTClassifier`,

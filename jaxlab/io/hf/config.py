@@ -15,6 +15,14 @@ Both config dialects are read: transformers 4 (`rope_theta` and
 transformers 5 (`rope_parameters` with `rope_theta` and `rope_type`). HF rope
 types map to `jaxlab.nn.rope` registry names through `HF_ROPE_TYPES`.
 `config_to_hf` writes the transformers-4 dialect.
+
+Phi (`PhiForCausalLM`, model_type phi: Phi-1, Phi-1.5, Phi-2) is the
+decoder with its Phi switches on (`_PHI_SWITCHES`): LayerNorm with biases,
+one input norm feeding attention and MLP in parallel, partial rotary
+(`partial_rotary_factor`, 0.5 when absent, as transformers' `PhiConfig`),
+q/k/v and output projection biases, a non-gated fc1 -> gelu_new -> fc2 MLP
+with biases, an LM head bias, optional LayerNorm q/k norms
+(`qk_layernorm`).
 """
 
 from collections.abc import Mapping
@@ -52,6 +60,23 @@ _GEMMA3_SWITCHES = {"post_norms": True, "norm_plus_one": True,
                     "attn_logit_softcap": None}
 # Gemma 3's defaults (transformers' Gemma3TextConfig).
 _GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
+# Phi (`PhiForCausalLM`, model_type phi): `_phi_config_from_hf`,
+# `_phi_config_to_hf`; DecoderConfig fields of Phi and their value there.
+PHI = "PhiForCausalLM"
+SUPPORTED_ARCHITECTURES += (PHI,)
+_MODEL_TYPES["phi"] = PHI
+_PHI_SWITCHES = {"norm": "layernorm", "parallel_block": True,
+                 "mlp_gated": False, "mlp_bias": True, "qkv_bias": True,
+                 "attn_out_bias": True, "lm_head_bias": True,
+                 "post_norms": False, "norm_plus_one": False,
+                 "embed_scale": False, "causal": True, "nope_layers": (),
+                 "attn_scale": None, "attn_logit_softcap": None,
+                 "final_logit_softcap": None, "sliding_window": None,
+                 "layer_types": (), "sliding_rope_theta": None}
+# HF activation names -> `jaxlab.nn.mlp.ACTIVATIONS` (gelu_new and
+# gelu_pytorch_tanh are both the tanh approximation).
+_PHI_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                    "gelu": "gelu"}
 # LLaDA config.json field -> the Llama field it means.
 _LLADA_CONFIG = {"d_model": "hidden_size", "n_heads": "num_attention_heads",
                  "n_kv_heads": "num_key_value_heads",
@@ -291,6 +316,68 @@ def _gemma3_config_from_hf(hf: Mapping[str, Any], *, dtype: str,
   return decoder_lib.DecoderConfig(**fields)
 
 
+def _phi_config_from_hf(hf: Mapping[str, Any], *, dtype: str,
+                        param_dtype: str | None, where: str,
+                        **overrides: Any) -> decoder_lib.DecoderConfig:
+  """`config_from_hf` of a `PhiForCausalLM` (phi) config.
+
+  Fields absent from the file take transformers' `PhiConfig` defaults
+  (partial_rotary_factor 0.5, layer_norm_eps 1e-5, gelu_new). The rotary
+  factor is read from the top level (transformers 4) or from
+  `rope_parameters` (transformers 5).
+  """
+  for field in ("vocab_size", "hidden_size", "intermediate_size",
+                "num_hidden_layers", "num_attention_heads"):
+    if hf.get(field) is None:
+      raise ValueError(f"{where}: missing required field {field!r}")
+  act = hf.get("hidden_act") or "gelu_new"
+  if act not in _PHI_ACTIVATIONS:
+    raise ValueError(f"{where}: hidden_act={act!r} is not supported for Phi; "
+                     f"supported: {', '.join(_PHI_ACTIVATIONS)}")
+  params = hf.get("rope_parameters")
+  prf = None
+  if isinstance(params, Mapping):
+    prf = params.get("partial_rotary_factor")
+    params = {k: v for k, v in params.items() if k != "partial_rotary_factor"}
+  if prf is None:
+    prf = hf.get("partial_rotary_factor")
+  if prf is None:
+    prf = 0.5  # transformers' PhiConfig default
+  rope_hf = {k: v for k, v in hf.items() if k != "partial_rotary_factor"}
+  if params is not None:
+    rope_hf["rope_parameters"] = params
+  theta, scaling = _rope_config(rope_hf, where)
+  num_heads = int(hf["num_attention_heads"])
+  dim = int(hf["hidden_size"])
+  head_dim = int(hf.get("head_dim") or dim // num_heads)
+  if hf.get("qk_layernorm") and head_dim != dim // num_heads:
+    raise ValueError(f"{where}: qk_layernorm with head_dim={head_dim} != "
+                     "hidden_size // num_attention_heads is not supported")
+  fields = dict(
+      vocab_size=int(hf["vocab_size"]),
+      dim=dim,
+      num_layers=int(hf["num_hidden_layers"]),
+      num_heads=num_heads,
+      num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
+      head_dim=head_dim,
+      mlp_dim=int(hf["intermediate_size"]),
+      rope_theta=theta,
+      rope_scaling=scaling,
+      partial_rotary_factor=float(prf),
+      max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+      norm_eps=float(hf.get("layer_norm_eps", 1e-5)),
+      tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+      qk_norm=bool(hf.get("qk_layernorm", False)),
+      mlp_activation=_PHI_ACTIVATIONS[act],
+      dtype=dtype,
+      param_dtype=param_dtype or dtype,
+      **{k: v for k, v in _PHI_SWITCHES.items()
+         if k not in ("causal", "nope_layers", "layer_types")},
+  )
+  fields.update(overrides)
+  return decoder_lib.DecoderConfig(**fields)
+
+
 def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
                    param_dtype: str | None = None,
                    where: str = files.CONFIG_FILE,
@@ -305,6 +392,9 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
     **overrides: further `DecoderConfig` fields (e.g. `remat=True`).
   """
   arch = architecture(hf, where)
+  if arch == PHI:
+    return _phi_config_from_hf(hf, dtype=dtype, param_dtype=param_dtype,
+                               where=where, **overrides)
   if arch == GEMMA3:
     return _gemma3_config_from_hf(hf, dtype=dtype, param_dtype=param_dtype,
                                   where=where, **overrides)
@@ -375,6 +465,49 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
   )
   fields.update(overrides)
   return decoder_lib.DecoderConfig(**fields)
+
+
+def phi_like(cfg: decoder_lib.DecoderConfig) -> bool:
+  """Whether `cfg` sets a switch only Phi has (Phi tensor names, export as
+  `PhiForCausalLM`)."""
+  return (cfg.norm == "layernorm" or cfg.parallel_block
+          or not cfg.mlp_gated or cfg.mlp_bias or cfg.attn_out_bias
+          or cfg.lm_head_bias or cfg.partial_rotary_factor != 1)
+
+
+def _phi_config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
+  """transformers-4 dialect `PhiForCausalLM` config.json."""
+  wrong = {name: getattr(cfg, name) for name, want in _PHI_SWITCHES.items()
+           if getattr(cfg, name) != want}
+  inverse = {"gelu_tanh": "gelu_new", "gelu": "gelu"}
+  if cfg.mlp_activation not in inverse:
+    wrong["mlp_activation"] = cfg.mlp_activation
+  if cfg.qk_norm and cfg.resolved_head_dim != cfg.dim // cfg.num_heads:
+    wrong["head_dim"] = cfg.resolved_head_dim
+  if wrong:
+    raise ValueError(
+        f"a decoder with Phi switches exports as {PHI}, which needs "
+        f"{_PHI_SWITCHES} (mlp_activation gelu_tanh or gelu); this config "
+        f"has {wrong}")
+  return {
+      "architectures": [PHI],
+      "model_type": "phi",
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.dim,
+      "intermediate_size": cfg.mlp_dim,
+      "num_hidden_layers": cfg.num_layers,
+      "num_attention_heads": cfg.num_heads,
+      "num_key_value_heads": cfg.num_kv_heads,
+      "hidden_act": inverse[cfg.mlp_activation],
+      "max_position_embeddings": cfg.max_position_embeddings,
+      "layer_norm_eps": cfg.norm_eps,
+      "rope_theta": cfg.rope_theta,
+      "rope_scaling": _rope_scaling_to_hf(cfg),
+      "partial_rotary_factor": cfg.partial_rotary_factor,
+      "qk_layernorm": cfg.qk_norm,
+      "tie_word_embeddings": cfg.tie_embeddings,
+      "torch_dtype": cfg.param_dtype,
+  }
 
 
 def _gemma3_like(cfg: decoder_lib.DecoderConfig) -> bool:
@@ -462,12 +595,16 @@ def _gemma3_config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
 def config_to_hf(cfg: decoder_lib.DecoderConfig) -> dict[str, Any]:
   """transformers-4 dialect config.json.
 
-  The architecture follows the config: any Gemma switch (post_norms,
+  The architecture follows the config: any Phi switch (LayerNorm, parallel
+  block, non-gated MLP, biases, partial rotary) -> Phi (`PhiForCausalLM`,
+  all of its switches required), any Gemma switch (post_norms,
   norm_plus_one, embed_scale, a GeGLU MLP, attn_scale, soft-capping) ->
   Gemma 3 (`Gemma3ForCausalLM`, all of its switches required), q/k norm ->
   Qwen3, qkv bias -> Qwen2, a sliding window otherwise -> Mistral, else
   Llama.
   """
+  if phi_like(cfg):
+    return _phi_config_to_hf(cfg)
   if _gemma3_like(cfg):
     return _gemma3_config_to_hf(cfg)
   if not cfg.causal:

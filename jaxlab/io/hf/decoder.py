@@ -34,6 +34,19 @@ Gemma 3's norms map as
 with the (1 + w) weights stored as is; LLaDA's OLMo-style names are the
 Llama names rewritten by `LLADA_TENSORS`.
 
+Phi (`PhiForCausalLM`; `config_lib.phi_like(cfg)`) has its own names,
+every LayerNorm and projection with a bias (`.weight` -> scale / kernel as
+above, `.bias` -> the matching bias):
+
+  model.final_layernorm.weight/bias    [D]       -> final_norm.scale/bias
+  lm_head.weight / lm_head.bias        [V, D]/[V] -> lm_head_dv / lm_head_bias_v
+  layers.i.input_layernorm.*           [D]       -> attn_norm.scale/bias
+  layers.i.self_attn.q/k/v_proj.*                -> q_dnh, q_bias_nh, ...
+  layers.i.self_attn.dense.weight/bias [D, N*H]  -> o_nhd / o_bias_d [D]
+  layers.i.mlp.fc1.weight/bias         [F, D]    -> mlp.up_df / up_bias_f
+  layers.i.mlp.fc2.weight/bias         [D, F]    -> mlp.down_fd / down_bias_d
+  layers.i.self_attn.q/k_layernorm.*   [H]       -> q_norm/k_norm (qk_layernorm)
+
 Gemma 3's multimodal checkpoints (`Gemma3ForConditionalGeneration`, model
 type gemma3: every Gemma 3 from 4B up) load their language model:
 `text_config` as a `Gemma3ForCausalLM` config, and the text tensors under
@@ -98,6 +111,8 @@ def tensor_table(cfg: decoder_lib.DecoderConfig
     return (lambda x: x.reshape(heads, h), lambda x: x.reshape(heads * h))
 
   out_proj = (lambda x: x.T.reshape(n, h, d), lambda x: x.reshape(n * h, d).T)
+  if config_lib.phi_like(cfg):
+    return _phi_table(cfg, in_proj, bias, out_proj)
   table = {
       ("embed_vd",): ("model.embed_tokens.weight", (v, d), same, same),
       ("final_norm", "scale"): ("model.norm.weight", (d,), same, same),
@@ -142,6 +157,58 @@ def tensor_table(cfg: decoder_lib.DecoderConfig
                                      *bias(k))
     for path, row in rows.items():
       table[("layers", i) + path] = (p + row[0],) + row[1:]
+  return table
+
+
+def _phi_table(cfg: decoder_lib.DecoderConfig, in_proj, bias, out_proj
+               ) -> dict[tuple[Any, ...], tuple[str, tuple[int, ...],
+                                                Callable, Callable]]:
+  """`tensor_table` of a Phi config (`PhiForCausalLM` names)."""
+  d, v, f = cfg.dim, cfg.vocab_size, cfg.mlp_dim
+  n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+  same = lambda x: x  # pylint: disable=unnecessary-lambda-assignment
+  t = lambda x: x.T  # pylint: disable=unnecessary-lambda-assignment
+
+  def norm(ours, theirs, size):
+    return {ours + ("scale",): (theirs + ".weight", (size,), same, same),
+            ours + ("bias",): (theirs + ".bias", (size,), same, same)}
+
+  table = {("embed_vd",): ("model.embed_tokens.weight", (v, d), same, same),
+           **norm(("final_norm",), "model.final_layernorm", d)}
+  if not cfg.tie_embeddings:
+    table[("lm_head_dv",)] = ("lm_head.weight", (v, d), t, t)
+  if cfg.lm_head_bias:
+    table[("lm_head_bias_v",)] = ("lm_head.bias", (v,), same, same)
+  for i in range(cfg.num_layers):
+    rows = {
+        **norm(("attn_norm",), "input_layernorm", d),
+        ("attn", "q_dnh"): ("self_attn.q_proj.weight", (n * h, d),
+                            *in_proj(n)),
+        ("attn", "k_dkh"): ("self_attn.k_proj.weight", (k * h, d),
+                            *in_proj(k)),
+        ("attn", "v_dkh"): ("self_attn.v_proj.weight", (k * h, d),
+                            *in_proj(k)),
+        ("attn", "o_nhd"): ("self_attn.dense.weight", (d, n * h), *out_proj),
+        ("mlp", "up_df"): ("mlp.fc1.weight", (f, d), t, t),
+        ("mlp", "down_fd"): ("mlp.fc2.weight", (d, f), t, t),
+    }
+    if cfg.qkv_bias:
+      rows[("attn", "q_bias_nh")] = ("self_attn.q_proj.bias", (n * h,),
+                                     *bias(n))
+      rows[("attn", "k_bias_kh")] = ("self_attn.k_proj.bias", (k * h,),
+                                     *bias(k))
+      rows[("attn", "v_bias_kh")] = ("self_attn.v_proj.bias", (k * h,),
+                                     *bias(k))
+    if cfg.attn_out_bias:
+      rows[("attn", "o_bias_d")] = ("self_attn.dense.bias", (d,), same, same)
+    if cfg.mlp_bias:
+      rows[("mlp", "up_bias_f")] = ("mlp.fc1.bias", (f,), same, same)
+      rows[("mlp", "down_bias_d")] = ("mlp.fc2.bias", (d,), same, same)
+    if cfg.qk_norm:
+      rows.update(norm(("attn", "q_norm"), "self_attn.q_layernorm", h))
+      rows.update(norm(("attn", "k_norm"), "self_attn.k_layernorm", h))
+    for path, row in rows.items():
+      table[("layers", i) + path] = (f"model.layers.{i}." + row[0],) + row[1:]
   return table
 
 
