@@ -29,6 +29,7 @@ from absl import logging
 from flax import nnx
 
 from jaxlab.experiments import results as results_lib
+from jaxlab.data import streaming_format as sf
 from jaxlab.data.synthetic import running_sum as rs
 from jaxlab.decoding import streaming as sd
 from jaxlab.io import stages
@@ -161,6 +162,9 @@ def evaluate(model, config, method: str, stories: list[rs.Story]
 
 
 def run(config, workdir: str) -> dict[str, Any]:
+  if config.get("data") is not None and config.data.get("source", "") in (
+      "hf", "grain", "tfds"):
+    return run_released(config, workdir)
   t0 = time.time()
   check_methods(config)
   stories = _stories(config, int(config.task.data_seed) + HELD_OUT_SEED,
@@ -208,4 +212,148 @@ def run(config, workdir: str) -> dict[str, Any]:
   results_lib.write(workdir, "streaming_thinker", tables=[table],
                     comparisons=comparisons, extra=extra, config=config,
                     start_time=t0)
+  return extra
+
+
+# -- StreamingCoT as released (`NAME:paper`) ---------------------------------
+#
+# Row schema: the authors' reader of StreamingCoT rows, EIT-NLP/StreamingLLM
+# StreamingThinker/dataloader_hf.py (`extract_instruct`, snapshot 47b7bd1)
+# and its data/example_D2.json: `Instruct_Context` = {"instruct": the
+# question, "context": sentences each ending in <EOS>}, `streaming_reasoning`
+# (units ending in <EOQ> / <EOT>), `deep_reasoning`, `answer` ("\\boxed{285}").
+# Configs / splits: the dataset card's `configs:` metadata
+# (huggingface.co/datasets/JunlongTong/StreamingCoT, README.md e30d7bc):
+# Train -> train (Train/train.parquet); Eval -> metamathqa_1k_eval,
+# gsm_symbolic_p1_1k_eval, gsm_symbolic_p2_0_5k_eval (Eval/<split>.parquet).
+# Evaluation reads `Instruct_Context` and `answer` only (the authors'
+# inference path of `extract_instruct`).
+
+# The authors' system instruction is a config choice (`Instruct` in their
+# params_qwen_D*.json); this one is [inferred].
+INSTRUCT = ("<|im_start|>system\nPlease reason step by step while reading, "
+            "and put your final answer within \\boxed{}.<|im_end|>\n"
+            "<|im_start|>user\n")
+ASSISTANT = "<|im_start|>assistant\n<think>\n"
+END_INSTRUCT = "<|im_end|>\n"
+
+
+def row_segments(row: dict[str, Any]) -> list[str]:
+  """A StreamingCoT row's source segments (text), the authors' layout.
+
+  [INSTRUCT + <SEP>], [instruct + <EOQ>], then the context split after each
+  <EOS> (`streaming_format.segment_text`), `END_INSTRUCT` appended to the
+  last (`streaming_format.format_example`'s order, as strings).
+  """
+  ic = row.get("Instruct_Context")
+  if not isinstance(ic, dict) or "instruct" not in ic or "context" not in ic:
+    raise ValueError("StreamingCoT row: expected `Instruct_Context` with "
+                     f"`instruct` and `context`, got keys {sorted(row)}")
+  sentences = [s for s in sf.segment_text(ic["context"], (sf.EOS,))
+               if s.strip()]
+  if not sentences:
+    raise ValueError("StreamingCoT row: `Instruct_Context.context` is empty")
+  segs = [INSTRUCT + sf.SEP, ic["instruct"] + sf.EOQ] + sentences
+  segs[-1] += END_INSTRUCT
+  return segs
+
+
+def _single_ids(tok, pieces) -> list[int]:
+  """Ids of the pieces the tokenizer holds as one token (the separators of
+  the authors' tokenizer; a tokenizer without them has none)."""
+  out = []
+  for p in pieces:
+    ids = tok.encode(p)
+    if len(ids) == 1:
+      out.append(int(ids[0]))
+  return out
+
+
+def boxed_match(prediction: str, reference: str) -> float:
+  """Spec K accuracy: the boxed answers match exactly (whitespace-stripped;
+  `evals.math_answers.last_boxed`; the reference's own box, else itself)."""
+  from jaxlab.evals import math_answers  # pylint: disable=g-import-not-at-top
+  pred = math_answers.last_boxed(prediction)
+  ref = math_answers.last_boxed(reference)
+  ref = reference if ref is None else ref
+  return float(pred is not None and pred.strip() == ref.strip())
+
+
+def evaluate_rows(model, tok, config, method: str, rows
+                  ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+  """Greedy `decoding.streaming.decode` of each row in `method`'s mode;
+  mean accuracy, TTFT, Delay per rate and reasoning tokens, and samples."""
+  d, clk = config.decode, config.clock
+  seps = _single_ids(tok, sf.SEPARATORS)
+  stops = sorted(set(_single_ids(tok, ("<|im_end|>",)) + [int(tok.eos_id)]))
+  seed = tok.encode(ASSISTANT) + _single_ids(tok, (sf.SEP,))
+  per_row, samples = [], []
+  for i in range(len(rows)):
+    row = rows[i]
+    src = [tok.encode(s) for s in row_segments(row)]
+    res = sd.decode(model, src, seed_tokens=seed, separator_ids=seps,
+                    stop_ids=stops, max_new_tokens=int(d.max_new_tokens),
+                    mode=method, temperature=float(d.temperature),
+                    read_chunk=int(d.read_chunk))
+    text = tok.decode(res.tokens)
+    m = {"accuracy": boxed_match(text, str(row["answer"])),
+         "reasoning_tokens": float(len(res.tokens))}
+    for k in clk.tokens_per_tick:
+      c = sd.arrival_clock(res.trace, [len(s) for s in src],
+                           tokens_per_tick=float(k),
+                           concurrent_reads=method == "streaming",
+                           read_ticks_per_token=float(
+                               clk.read_ticks_per_token))
+      m["ttft_tokens"] = float(c.ttft_tokens)
+      m[delay_key(float(k))] = c.delay_ticks
+    per_row.append(m)
+    if i < 3:
+      samples.append({"question": row["Instruct_Context"]["instruct"],
+                      "reasoning": text, "answer": str(row["answer"])})
+  return ({k: float(np.mean([r[k] for r in per_row])) for k in per_row[0]},
+          samples)
+
+
+def run_released(config, workdir: str) -> dict[str, Any]:
+  """StreamingCoT's evaluation rows (`config.data`, `read_split`) decoded by
+  the `config.init_from` checkpoint in every method's mode: accuracy, TTFT
+  and Delay. No streaming fine-tune here (the paper fine-tunes first)."""
+  from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  t0 = time.time()
+  for m in config.methods:
+    if m not in sf.LAYOUTS:
+      raise ValueError(f"config.methods: unknown method {m!r}; valid: "
+                       f"{', '.join(sf.LAYOUTS)}")
+  if not config.get("init_from"):
+    raise ValueError("streaming_thinker on released data needs "
+                     "config.init_from (a checkpoint)")
+  split = config.data.split
+  rows = pipeline.read_split(config.data, split)
+  if not len(rows):
+    raise ValueError(f"{config.data.path} [{config.data.subset}/{split}]: "
+                     "no rows")
+  model, _ = pretrained.load(config.init_from)
+  tok = pretrained.tokenizer(config.init_from)
+  rates = [float(k) for k in config.clock.tokens_per_tick]
+  cols = [results_lib.Column("accuracy", "boxed acc %", 1, 100),
+          results_lib.Column("ttft_tokens", "TTFT (input tokens)", 1),
+          *[results_lib.Column(delay_key(k), f"Delay @{k:g} tok/tick "
+                               "(ticks)", 1) for k in rates],
+          results_lib.Column("reasoning_tokens", "reasoning tokens", 1)]
+  table = results_lib.Table(
+      "methods", f"StreamingCoT {config.data.subset}/{split} "
+      f"({len(rows)} rows, greedy, {config.init_from})", cols,
+      row_label="method")
+  per_method = {}
+  for method in config.methods:
+    metrics, samples = evaluate_rows(model, tok, config, method, rows)
+    per_method[method] = {"metrics": metrics, "samples": samples}
+    table.add_seed(method, 0, {c.key: metrics[c.key] for c in cols})
+  extra = {"methods": per_method, "rows": len(rows)}
+  results_lib.write(workdir, "streaming_thinker", tables=[table],
+                    comparisons=[], extra=extra, config=config,
+                    start_time=t0,
+                    data=results_lib.data_provenance(
+                        config, rows={split: len(rows)}))
   return extra
