@@ -28,8 +28,7 @@ StreamingCoT as released (`data.path=JunlongTong/StreamingCoT`, subset
 `Eval`, split `gsm_symbolic_p1_1k_eval`): accuracy, TTFT and Delay per
 method, decoded by the checkpoint as given (the paper's streaming SFT on
 `Train`, lr 1e-5 with 300 warm-up steps, is not run yet). `short`: the same
-run with its budget cut (`jaxlab.configs._scale.short`: 8 rows, 64 new
-tokens).
+run with its budget cut (`jaxlab.configs._scale.short`: 8 rows).
 """
 
 import ml_collections
@@ -119,6 +118,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.decode.update(max_new_tokens=2048, read_chunk=32)
   if args.short:
     scale.short(c)
-    if args.paper:  # seconds per row, not minutes
-      c.decode.max_new_tokens = min(int(c.decode.max_new_tokens), 64)
   return c
