@@ -147,7 +147,8 @@ def _score(graphdef, params, batch, kind, direction):
                                direction)[:, 0]
 
 
-def evaluate(model, flat, labels, tasks, config, direction) -> dict:
+def evaluate(model, flat, labels, tasks, config, direction, *,
+             return_scores: bool = False) -> dict:
   """nDCG@k (overall and per task), MRR@k and recall@1 of the multimodal
   reranker on `eval_inputs`' candidate lists."""
   graphdef, params = nnx.split(model)
@@ -163,6 +164,8 @@ def evaluate(model, flat, labels, tasks, config, direction) -> dict:
   for task in sorted(set(tasks)):
     sel = tasks == task
     out[f"ndcg@{k}/{task}"] = ranking.ndcg_at_k(scores[sel], labels[sel], k)
+  if return_scores:
+    out["scores"] = scores
   return out
 
 
