@@ -239,14 +239,17 @@ def run(config, workdir: str) -> dict:
 
 
 def _text_backbone(config) -> bool:
-  """True when `init_from` is a text LM (its HF config has no vision
-  tower): the reranker is then the imported decoder alone."""
+  """True when `init_from` is a text LM (a GGUF, a shipped name, a trainer
+  checkpoint, or an HF directory whose config has no vision tower): the
+  reranker is then the imported decoder alone."""
   from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-  try:
-    cfg = hf.read_config(config.init_from)
-  except (OSError, ValueError):
-    return False
-  return "vision_config" not in cfg
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import decoder as decoder_lib  # pylint: disable=g-import-not-at-top
+  src = pretrained.path(config.init_from)
+  if os.path.isfile(os.path.join(src, "config.json")):
+    return "vision_config" not in hf.read_config(src)
+  return isinstance(pretrained.load_config(config.init_from),
+                    decoder_lib.DecoderConfig)
 
 
 def run_mbeir(config, workdir: str, t0: float) -> dict:

@@ -91,8 +91,9 @@ def reranker_config(config, tok) -> rr.RerankerConfig:
   if config.init_from:
     # Import the decoder's architecture; the ViT (or the Qwen2.5-VL tower,
     # in `RerankerConfig`) projects to its width.
-    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-    dcfg = hf.config_from_hf(hf.read_config(config.init_from))
+    # (`pretrained.load_config`: an HF directory, a GGUF, a shipped name.)
+    from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+    dcfg = pretrained.load_config(config.init_from)
     cfg = dataclasses.replace(
         cfg, decoder=dcfg, vit=None if vit is None else dataclasses.replace(
             vit, out_dim=dcfg.dim))
