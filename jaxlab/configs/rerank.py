@@ -259,6 +259,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model_kind = "multimodal"
     c.reranker.arch = "qwen2_5_vl"
     c.lora.targets = scale.LM_LORA_TARGETS
+    if not (a.probe or a.all or a.directions or a.native or a.negatives):
+      c.cells = "sft/sft,cl/cl"   # the paper's CL vs SFT
+    if not (a.directions or a.all):
+      # Label-token sets only feed the multi_token direction; a checkpoint's
+      # vocabulary need not hold "incorrect" as one token.
+      c.reranker.labels.num_label_tokens = 0
     c.optim.lr = 1e-4
     c.task.num_negatives = 15     # 1 + 15 documents a group, 4 groups
     c.prompt.max_len = c.train.seq_len

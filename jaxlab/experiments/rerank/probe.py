@@ -91,8 +91,9 @@ def reranker_config(config, tok) -> rr.RerankerConfig:
   if config.init_from:
     # Import the decoder's architecture; the ViT (or the Qwen2.5-VL tower,
     # in `RerankerConfig`) projects to its width.
-    from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
-    dcfg = hf.config_from_hf(hf.read_config(config.init_from))
+    # (`pretrained.load_config`: an HF directory, a GGUF, a shipped name.)
+    from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+    dcfg = pretrained.load_config(config.init_from)
     cfg = dataclasses.replace(
         cfg, decoder=dcfg, vit=None if vit is None else dataclasses.replace(
             vit, out_dim=dcfg.dim))
@@ -147,7 +148,8 @@ def _score(graphdef, params, batch, kind, direction):
                                direction)[:, 0]
 
 
-def evaluate(model, flat, labels, tasks, config, direction) -> dict:
+def evaluate(model, flat, labels, tasks, config, direction, *,
+             return_scores: bool = False) -> dict:
   """nDCG@k (overall and per task), MRR@k and recall@1 of the multimodal
   reranker on `eval_inputs`' candidate lists."""
   graphdef, params = nnx.split(model)
@@ -163,6 +165,8 @@ def evaluate(model, flat, labels, tasks, config, direction) -> dict:
   for task in sorted(set(tasks)):
     sel = tasks == task
     out[f"ndcg@{k}/{task}"] = ranking.ndcg_at_k(scores[sel], labels[sel], k)
+  if return_scores:
+    out["scores"] = scores
   return out
 
 
