@@ -1,96 +1,12 @@
 """GSM8K extraction and exact match: parity with lm-evaluation-harness."""
 
-import re
-import string
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
 from jaxlab.evals import gsm8k
-
-
-# --- Reference: a port of lm-evaluation-harness (EleutherAI), the gsm8k task
-# lm_eval/tasks/gsm8k/gsm8k.yaml (metadata version 3.0, commit 47f16bf6):
-# filters `strict-match` / `flexible-extract` (regex + take_first) and the
-# exact_match metric's arguments; lm_eval/filters/extraction.py
-# (RegexFilter.apply, commit 03ebd203); lm_eval/api/metrics.py
-# (exact_match_hf_evaluate).
-class _RefRegexFilter:
-
-  def __init__(self, regex_pattern=r"#### (\-?[0-9\.\,]+)", group_select=0,
-               fallback="[invalid]"):
-    self.regex = re.compile(regex_pattern)
-    self.group_select = group_select
-    self.fallback = fallback
-
-  def apply(self, resps, docs):
-    del docs
-
-    def filter_set(inst):
-      filtered = []
-      for resp in inst:
-        match = self.regex.findall(resp)
-        if match:
-          match = match[self.group_select]
-          if isinstance(match, tuple):
-            match = [m for m in match if m][0]
-          match = match.strip()
-        else:
-          match = self.fallback
-        filtered.append(match)
-      return filtered
-
-    return list(map(filter_set, resps))
-
-
-def _ref_take_first(resps):
-  return [r[0] for r in resps]
-
-
-def _ref_exact_match_hf_evaluate(predictions, references,
-                                 regexes_to_ignore=None, ignore_case=False,
-                                 ignore_punctuation=False,
-                                 ignore_numbers=False):
-  if regexes_to_ignore is not None:
-    for s in regexes_to_ignore:
-      predictions = np.array([re.sub(s, "", x) for x in predictions])
-      references = np.array([re.sub(s, "", x) for x in references])
-  else:
-    predictions = np.asarray(predictions)
-    references = np.asarray(references)
-  if ignore_case:
-    predictions = np.char.lower(predictions)
-    references = np.char.lower(references)
-  if ignore_punctuation:
-    repl_table = string.punctuation.maketrans("", "", string.punctuation)
-    predictions = np.char.translate(predictions, table=repl_table)
-    references = np.char.translate(references, table=repl_table)
-  if ignore_numbers:
-    repl_table = string.digits.maketrans("", "", string.digits)
-    predictions = np.char.translate(predictions, table=repl_table)
-    references = np.char.translate(references, table=repl_table)
-  score_list = predictions == references
-  return {"exact_match": np.mean(score_list)}
-
-
-_REF_FILTERS = {
-    "strict-match": dict(regex_pattern=r"#### (\-?[0-9\.\,]+)"),
-    "flexible-extract": dict(regex_pattern=r"(-?[$0-9.,]{2,})|(-?[0-9]+)",
-                             group_select=-1),
-}
-_REF_METRIC = dict(ignore_case=True, ignore_punctuation=False,
-                   regexes_to_ignore=[",", "\\$", "(?s).*#### ", "\\.$"])
-
-
-def ref_score(completion: str, answer: str, filter_name: str) -> float:
-  """The harness's exact_match of one completion (repeats = 1) on a doc
-  whose target is the `answer` field."""
-  filt = _RefRegexFilter(**_REF_FILTERS[filter_name])
-  pred = _ref_take_first(filt.apply([[completion]], None))[0]
-  return float(_ref_exact_match_hf_evaluate([pred], [answer],
-                                            **_REF_METRIC)["exact_match"])
-# --- end of the reference port.
+from jaxlab.testing.gsm8k_reference import ref_score
 
 
 ANSWER = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 1200"

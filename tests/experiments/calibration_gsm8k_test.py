@@ -10,7 +10,6 @@ a tiny BPE tokenizer and a ChatML chat template in the same directory.
 """
 
 import collections
-import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ from jaxlab.configs import calibration as calibration_cfg
 from jaxlab.evals import gsm8k
 from jaxlab.experiments import calibration
 from jaxlab.io import pretrained
+from jaxlab.testing import gsm8k_reference
 from jaxlab.testing import hf_fixtures as hfx
 
 VOCAB = 416  # >= the tokenizer's 400 ids
@@ -67,16 +67,6 @@ configs:
 """
 
 
-def _reference():
-  """The harness port of tests/evals/gsm8k_test.py (`ref_score`)."""
-  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "evals",
-                      "gsm8k_test.py")
-  spec = importlib.util.spec_from_file_location("gsm8k_reference", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.ref_score
-
-
 def _plurality_first(completions, classes):
   """(count share, first completion) of the plurality class (ties: the
   class sampled first), as spec N.3 defines the prediction."""
@@ -105,7 +95,7 @@ class CalibrationGsm8kTest(absltest.TestCase):
           {"question": [q for q, _ in rows], "answer": [a for _, a in rows]}
       ).to_parquet(os.path.join(cls.data, "main",
                                 f"{split}-00000-of-00001.parquet"))
-    cls.ref_score = staticmethod(_reference())
+    cls.ref_score = staticmethod(gsm8k_reference.ref_score)
 
   @classmethod
   def tearDownClass(cls):

@@ -17,7 +17,6 @@ completions, and the vanilla completions against decoding the harness's
 prompt text directly with `jaxlab.decoding.diffusion.generate`.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from jaxlab.decoding import diffusion
 from jaxlab.evals import gsm8k
 from jaxlab.experiments import dpad
 from jaxlab.io import pretrained
+from jaxlab.testing import gsm8k_reference
 from jaxlab.testing import hf_fixtures as hfx
 from jaxlab.testing import tokenizer_fixtures
 
@@ -143,16 +143,6 @@ def _make_dream(path, eos_id):
   return path
 
 
-def _reference():
-  """The harness port of tests/evals/gsm8k_test.py (`ref_score`)."""
-  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "evals",
-                      "gsm8k_test.py")
-  spec = importlib.util.spec_from_file_location("gsm8k_reference", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.ref_score
-
-
 class DpadGsm8kTest(absltest.TestCase):
 
   @classmethod
@@ -175,7 +165,7 @@ class DpadGsm8kTest(absltest.TestCase):
     cls.eos = hf_tokenizer.HFTokenizer(tok_dir).eos_id
     cls.llada = _make_llada(os.path.join(cls.root, "llada"), cls.eos)
     cls.dream = _make_dream(os.path.join(cls.root, "dream"), cls.eos)
-    cls.ref_score = staticmethod(_reference())
+    cls.ref_score = staticmethod(gsm8k_reference.ref_score)
 
   @classmethod
   def tearDownClass(cls):

@@ -14,7 +14,6 @@ The checkpoint is a tiny random transformers llama with a tiny BPE
 tokenizer (ChatML template) in the same directory.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from jaxlab.configs import mathfimer as mathfimer_cfg
 from jaxlab.data import math_rows
 from jaxlab.experiments import mathfimer
 from jaxlab.objectives import fim
+from jaxlab.testing import gsm8k_reference
 from jaxlab.testing import hf_fixtures as hfx
 
 VOCAB = 416  # >= the tokenizer's 400 ids
@@ -80,16 +80,6 @@ def _write(root, layout, columns, readme=None):
       f.write(readme)
 
 
-def _gsm8k_reference():
-  """The harness port of tests/evals/gsm8k_test.py (`ref_score`)."""
-  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "evals",
-                      "gsm8k_test.py")
-  spec = importlib.util.spec_from_file_location("gsm8k_reference", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.ref_score
-
-
 class MathFimerHfTest(absltest.TestCase):
 
   @classmethod
@@ -125,7 +115,7 @@ class MathFimerHfTest(absltest.TestCase):
     _write(cls.math, {s: f"data/{s}-00000-of-00001.parquet"
                       for s in ("train", "test")},
            {"train": mcols(MATH[:2]), "test": mcols(MATH)})
-    cls.ref_score = staticmethod(_gsm8k_reference())
+    cls.ref_score = staticmethod(gsm8k_reference.ref_score)
 
   @classmethod
   def tearDownClass(cls):
