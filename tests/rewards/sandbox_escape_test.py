@@ -383,10 +383,18 @@ class SandboxEscapeTest(parameterized.TestCase):
 
   def test_same_code_runs_unprivileged(self):
     """From a process already dropped to nobody: no drop, limits hold."""
-    mpl = tempfile.mkdtemp(prefix="sandbox_mpl_nobody_")
-    self.addCleanup(shutil.rmtree, mpl, True)
+    # Everything the unprivileged run writes (its matplotlib config and its
+    # sandboxes' temp roots) sits one level down in a root-owned directory,
+    # so the leak checks of tests running beside this one in the other
+    # worker, which look for the sandbox user's entries at the top of the
+    # shared temp directories, never see them.
+    base = tempfile.mkdtemp(prefix="sandbox_unprivileged_")
+    os.chmod(base, 0o711)  # traversable by the sandbox user, not listable
+    self.addCleanup(shutil.rmtree, base, True)
+    mpl = os.path.join(base, "mpl")
     src = sandbox._default_mplconfigdir()  # pylint: disable=protected-access
     shutil.copytree(src, mpl, dirs_exist_ok=True)
+    os.makedirs(os.path.join(mpl, "tmp"), exist_ok=True)
     for dirpath, _, files in os.walk(mpl):
       for p in [dirpath] + [os.path.join(dirpath, f) for f in files]:
         os.chown(p, self.uid, self.uid)
@@ -447,6 +455,8 @@ os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
 os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
 assert os.getuid() != 0
 os.environ["MPLCONFIGDIR"] = cfg["mpl"]
+import tempfile
+os.environ["TMPDIR"] = tempfile.tempdir = os.path.join(cfg["mpl"], "tmp")
 from jaxlab.rewards import sandbox
 res = {}
 with sandbox.SandboxPool(1) as pool:
