@@ -1,24 +1,33 @@
-"""Answering a question about a video with a Qwen2.5-VL checkpoint.
+"""Answering a question about a video or images with a Qwen2.5-VL checkpoint.
 
-    chat = VideoChat.load(config.init_from)            # model, tokenizer,
+    chat = VLChat.load(config.init_from)               # model, tokenizer,
     text = chat.answer(frames, video_fps, "What ...?",  # processor
                        nframes=32, max_pixels=448 * 448, max_new_tokens=64)
+    text, n = chat.answer_images([image], "Redraw this chart in Python.",
+                                 max_new_tokens=1024)
 
 What the released evaluation scripts of VideoReasonBench
 (`eval_huggingface.py`) and VUDG (`zero_shot/qwen2.5vl.py`) do with
 transformers + qwen-vl-utils, on jaxlab's parts:
 
 1. the user turn `[{"type": "video", ...}, {"type": "text", "text": q}]`
-   rendered by the checkpoint's chat template with the generation prompt
-   (its `<|vision_start|><|video_pad|><|vision_end|>` for the video);
+   (`{"type": "image"}` entries for images) rendered by the checkpoint's
+   chat template with the generation prompt (its
+   `<|vision_start|><|video_pad|><|vision_end|>` for the video,
+   `<|vision_start|><|image_pad|><|vision_end|>` for each image);
 2. frames chosen and sized as qwen-vl-utils' `fetch_video` does
    (`jaxlab.data.video_files`: `nframes` or `fps`, `max_pixels`), then the
    checkpoint's video processor (`jaxlab.data.vision_processor`:
    normalisation, patches, `second_per_grid_ts` = temporal patch / the
    sampled fps) and the placeholder expanded to the video's tokens;
+   images through the checkpoint's image processor (`smart_resize` within
+   its `min_pixels` / `max_pixels`, or the bounds the call gives, as
+   qwen-vl-utils' `fetch_image` passes them);
 3. greedy decoding through `jaxlab.decoding.sampler.generate(multimodal=)`
    up to `max_new_tokens` or an end-of-turn token, decoded with the special
    tokens skipped (`batch_decode(skip_special_tokens=True)`).
+
+`VideoChat` is the same class under its first name.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from jaxlab.decoding import sampler
 from jaxlab.io import pretrained
 
 VIDEO_PAD = "<|video_pad|>"
+IMAGE_PAD = "<|image_pad|>"
 
 
 def _json(path: str) -> dict[str, Any]:
@@ -46,7 +56,7 @@ def _json(path: str) -> dict[str, Any]:
 
 
 @dataclasses.dataclass
-class VideoChat:
+class VLChat:
   """A Qwen2.5-VL model with its tokenizer, chat template and processor."""
   model: Any
   tokenizer: Any
@@ -54,7 +64,7 @@ class VideoChat:
   chat_template: str | None = None
 
   @classmethod
-  def load(cls, spec: str, *, dtype: str | None = None) -> "VideoChat":
+  def load(cls, spec: str, *, dtype: str | None = None) -> "VLChat":
     """From `config.init_from` (an HF Qwen2.5-VL directory, or a Hub id
     `jaxlab.io.pretrained` resolves)."""
     model, _ = pretrained.load(spec, dtype=dtype)
@@ -76,14 +86,83 @@ class VideoChat:
           "chat_template")
     return cls(model, tok, proc, template)
 
-  def prompt_ids(self, question: str) -> list[int]:
-    """The chat template's ids of a user turn: the video, then the text."""
-    messages = [{"role": "user", "content": [
-        {"type": "video", "video": "video"},
-        {"type": "text", "text": question}]}]
+  def prompt_ids(self, question: str, *, media: str = "video",
+                 num_images: int = 1, system: str | None = None
+                 ) -> list[int]:
+    """The chat template's ids of a user turn: the video (`media="video"`),
+    `num_images` images (`"image"`) or nothing (`"none"`), then the text;
+    after a system turn when `system` is given."""
+    if media == "video":
+      content = [{"type": "video", "video": "video"}]
+    elif media == "image":
+      content = [{"type": "image", "image": f"image{i}"}
+                 for i in range(int(num_images))]
+    elif media == "none":
+      content = []
+    else:
+      raise ValueError(f"media={media!r}: 'video', 'image' or 'none'")
+    messages = [{"role": "user",
+                 "content": content + [{"type": "text", "text": question}]}]
+    if system is not None:
+      messages.insert(0, {"role": "system", "content": system})
     kw = {"chat_template": self.chat_template} if self.chat_template else {}
     return self.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, **kw)
+
+  def image_inputs(self, images, *, min_pixels: int | None = None,
+                   max_pixels: int | None = None) -> dict[str, Any]:
+    """`pixel_values`, `image_grid_thw` of a list of images (`[H, W, C]` /
+    `[C, H, W]` uint8 arrays or PIL images), each resized by
+    `smart_resize` within the processor's pixel bounds, or
+    `min_pixels` / `max_pixels` where given."""
+    bounds = {k: int(v) for k, v in (("min_pixels", min_pixels),
+                                     ("max_pixels", max_pixels))
+              if v is not None}
+    proc = dataclasses.replace(self.processor, **bounds)
+    pv, grid = proc.images(list(images))
+    return {"pixel_values": pv, "image_grid_thw": grid}
+
+  def image_prompt(self, images, question: str, *,
+                   min_pixels: int | None = None,
+                   max_pixels: int | None = None, system: str | None = None,
+                   continuation: str = "") -> tuple[list[int], dict]:
+    """(prompt ids with each image's placeholder expanded to its tokens,
+    the multimodal inputs) of `question` about `images`."""
+    mm = self.image_inputs(images, min_pixels=min_pixels,
+                           max_pixels=max_pixels)
+    ids = self.processor.expand_placeholders(
+        self.prompt_ids(question, media="image", num_images=len(images),
+                        system=system),
+        image_grid_thw=mm["image_grid_thw"],
+        image_token_id=self.tokenizer.token_id(IMAGE_PAD),
+        video_token_id=-1)
+    if continuation:
+      ids = ids + list(self.tokenizer.encode(continuation))
+    return ids, mm
+
+  def generate(self, ids: list[int], multimodal: dict | None, *,
+               max_new_tokens: int) -> tuple[str, int]:
+    """Greedy reply to a prompt (up to `max_new_tokens` or an end-of-turn
+    token): (its text, special tokens skipped; its number of tokens)."""
+    eos = tuple(self.tokenizer.eos_ids)
+    res = sampler.generate(self.model, [ids], max_new_tokens=max_new_tokens,
+                           eos_id=eos[0] if eos else None,
+                           stop_ids=eos[1:], pad_id=self.tokenizer.pad_id
+                           or 0, multimodal=multimodal)
+    out = res.tokens[0]
+    return self.tokenizer.decode(out, skip_special_tokens=True), len(out)
+
+  def answer_images(self, images, question: str, *, max_new_tokens: int,
+                    min_pixels: int | None = None,
+                    max_pixels: int | None = None,
+                    system: str | None = None,
+                    continuation: str = "") -> tuple[str, int]:
+    """(the reply text, its number of generated tokens), greedy, to
+    `question` about `images` (a list; one image is `[image]`)."""
+    ids, mm = self.image_prompt(images, question, min_pixels=min_pixels,
+                                max_pixels=max_pixels, system=system,
+                                continuation=continuation)
+    return self.generate(ids, mm, max_new_tokens=max_new_tokens)
 
   def video_inputs(self, frames: np.ndarray, video_fps: float, *,
                    fps: float | None = None, nframes: int | None = None,
@@ -124,10 +203,7 @@ class VideoChat:
         image_token_id=-1, video_token_id=vid)
     if continuation:
       ids = ids + list(self.tokenizer.encode(continuation))
-    eos = tuple(self.tokenizer.eos_ids)
-    res = sampler.generate(self.model, [ids], max_new_tokens=max_new_tokens,
-                           eos_id=eos[0] if eos else None,
-                           stop_ids=eos[1:], pad_id=self.tokenizer.pad_id
-                           or 0, multimodal=mm)
-    out = res.tokens[0]
-    return self.tokenizer.decode(out, skip_special_tokens=True), len(out)
+    return self.generate(ids, mm, max_new_tokens=max_new_tokens)
+
+
+VideoChat = VLChat
