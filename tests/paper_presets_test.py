@@ -56,12 +56,19 @@ class PaperPresetsTest(parameterized.TestCase):
 
   def test_presets_are_found(self):
     names = tpu_presets.paper_configs()
-    for name in ("rope_extension", "dpad", "mathfimer", "pmc", "rerank"):
+    for name in ("rope_extension", "dpad", "mathfimer", "pmc", "rerank",
+                 "controller", "stabletoken", "vulcan"):
       self.assertIn(name, names)
+    self.assertEqual(tpu_presets.topology_flag("vulcan"),
+                     ["--topology=v5e:2x2"])
+    self.assertEqual(tpu_presets.topology_flag("controller"), [])
 
   def test_each_preset_is_a_compile_target(self):
     for name in tpu_presets.paper_configs():
       mod = importlib.import_module(f"jaxlab.configs.{name}")
+      if not isinstance(getattr(mod, "PAPER", None), dict):
+        continue  # its own shape (controller, StableToken, Vulcan): tested
+        # by its compile test (tests/experiments/*_compile_test.py)
       c = mod.get_config("paper")
       with self.subTest(name):
         self.assertIn(c.scale.shape, scale.SHAPES)
