@@ -9,7 +9,14 @@ the spec's rules and equal-size quantile selections (perplexity). With
 probes the text of `jaxlab.data.prose`, or with `data.source == "hf"` (the
 `paper` preset: WikiText-103 `wikitext-103-raw-v1` as released, or any `hf`
 dataset with a `text` column) the rows of `data.split` (probe windows) and
-`data.eval_split` (held-out windows), `probe_texts`.
+`data.eval_split` (held-out windows), `probe_texts`. The NoPE layers of a
+pretrained model are its checkpoint's (`model.cfg.nope_layers`, from its
+config.json: Llama 4's `no_rope_layers`). With `config.downstream.tasks`
+pointing at multiple-choice sets as released (HellaSwag, TruthfulQA MC,
+MMLU), the paper's downstream evaluation follows (`downstream`): the pairs
+of `downstream.rule` attenuated by `downstream.alpha`, every choice scored
+by its log-likelihood as lm-evaluation-harness does
+(`jaxlab.evals.multiple_choice`), base vs attenuated, paired per question.
 """
 
 import os
