@@ -9,6 +9,7 @@ interval.
 """
 
 from absl.testing import absltest
+import transformers
 
 from jaxlab.io.hf import config as hf_config
 
@@ -28,7 +29,7 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
 class NopeLayersTest(absltest.TestCase):
 
   def test_matches_transformers_llama4_text_config(self):
-    from transformers import Llama4TextConfig  # pylint: disable=g-import-not-at-top
+    Llama4TextConfig = transformers.Llama4TextConfig  # pylint: disable=invalid-name
     for kw in ({"num_hidden_layers": 8},
                {"num_hidden_layers": 7, "no_rope_layer_interval": 3},
                {"num_hidden_layers": 6,
@@ -43,8 +44,7 @@ class NopeLayersTest(absltest.TestCase):
     self.assertEqual(_ref(Llama4TextConfig(num_hidden_layers=8)), (3, 7))
 
   def test_llama4_nested_text_config(self):
-    from transformers import Llama4Config  # pylint: disable=g-import-not-at-top
-    ref = Llama4Config(text_config={"num_hidden_layers": 12})
+    ref = transformers.Llama4Config(text_config={"num_hidden_layers": 12})
     got = hf_config.nope_layers_from_hf(ref.to_dict())
     self.assertEqual(got, _ref(ref.text_config))
     self.assertEqual(got, (3, 7, 11))
