@@ -229,7 +229,8 @@ def downstream(config, model, tok, native: dict[str, np.ndarray],
           for name in items for m in DOWNSTREAM_METRICS[
               config.downstream.tasks[name].format]]
   table = results_lib.Table(
-      "downstream", "multiple-choice accuracy (%, lm-evaluation-harness "
+      "downstream", "multiple-choice accuracy (%, per question: seed = "
+      "question index; lm-evaluation-harness "
       "log-likelihood scoring) with the selected pairs attenuated",
       [col("n", "pairs", 0, spread=False)] + cols, row_label="model")
   out = {"num_selected": int(sel.sum()), "rule": d.rule,
