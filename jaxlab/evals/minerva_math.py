@@ -50,6 +50,12 @@ import numpy as np
 from jaxlab.evals import math_answers
 
 UNTIL = ("Problem:",)
+# The group's tasks' `dataset_name`s (minerva_math_{algebra,
+# counting_and_prob,geometry,intermediate_algebra,num_theory,prealgebra,
+# precalc}.yaml), in the group's order.
+SUBSETS = ("algebra", "counting_and_probability", "geometry",
+           "intermediate_algebra", "number_theory", "prealgebra",
+           "precalculus")
 INVALID = "[invalidanswer]"
 EQUIV_TIMEOUT_S = 5
 
