@@ -66,6 +66,27 @@ configs:
 ---
 # openai_humaneval (a test copy in the released layout)
 """
+MBPP = [   # google-research-datasets/mbpp, config `full`
+    {"task_id": 11, "text": "Write a function to double a number.",
+     "code": "def double(x):\r\n  return 2 * x",
+     "test_list": ["assert double(1) == 2", "assert double(0) == 0",
+                   "assert double(-3) == -6"],
+     "test_setup_code": "", "challenge_test_list": []},
+    {"task_id": 12, "text": "Write a function to negate a number.",
+     "code": "def neg(x):\r\n  return -x",
+     "test_list": ["assert neg(1) == -1", "assert neg(0) == 0",
+                   "assert neg(-3) == 3"],
+     "test_setup_code": "", "challenge_test_list": []},
+]
+MBPP_README = """---
+configs:
+- config_name: full
+  data_files:
+  - split: test
+    path: full/test-*
+---
+# mbpp (a test copy in the released layout)
+"""
 MATH = {
     "algebra": [
         {"problem": "Solve $2x = 1$.", "level": "Level 1", "type": "Algebra",
@@ -111,6 +132,12 @@ class DpadTasksTest(absltest.TestCase):
           cls.math, subset, "test-00000-of-00001.parquet"))
     with open(os.path.join(cls.math, "README.md"), "w") as f:
       f.write(MATH_README)
+    cls.mbpp = os.path.join(cls.root, "mbpp")
+    os.makedirs(os.path.join(cls.mbpp, "full"))
+    with open(os.path.join(cls.mbpp, "README.md"), "w") as f:
+      f.write(MBPP_README)
+    datasets.Dataset.from_list(MBPP).to_parquet(os.path.join(
+        cls.mbpp, "full", "test-00000-of-00001.parquet"))
     tok_dir = tokenizer_fixtures.make_hf_tokenizer(
         os.path.join(cls.root, "tok"))
     cls.eos = hf_tokenizer.HFTokenizer(tok_dir).eos_id
@@ -228,6 +255,26 @@ class DpadTasksTest(absltest.TestCase):
     self.assertEqual(want, [True, False, False])
     self.assertEqual([x["scores"]["seed0/32/vanilla"]["pass_at_1"]
                       for x in records], [1.0, 0.0, 0.0])
+
+  def test_mbpp_pass_at_1_on_chosen_completions(self):
+    chosen = ["def double(x):\n  return 2 * x\n[DONE]\n\nYou are an expert",
+              "def neg(x):\n  return x\n[DONE]"]
+    c = self._config("mbpp", self.mbpp)
+    c.decode.variants = ("vanilla",)
+    wd = os.path.join(self.root, "mbpp_chosen")
+    with self._fake_decode(chosen):
+      res = dpad.run(c, wd)
+    with open(os.path.join(wd, "results.json")) as f:
+      self.assertEqual(json.load(f)["data"]["rows"], {"test": 2})
+    self.assertEqual(res["num_fewshot"], 3)
+    # By hand: double passes its three asserts (cut at "[DONE]"), neg not.
+    m = res["per_seed"][0]["decode"]["32"]["vanilla"]
+    self.assertAlmostEqual(m["pass_at_1"], 0.5)
+    with open(os.path.join(wd, "completions.jsonl")) as f:
+      texts = [json.loads(line)["completions"]["seed0/32/vanilla"]
+               for line in f]
+    self.assertEqual([ref_passed(t, "\n".join(r["test_list"][:3]))
+                      for t, r in zip(texts, MBPP)], [True, False])
 
   def test_math_decodes_and_scores_as_the_harness(self):
     c = self._config("minerva_math", self.math)
