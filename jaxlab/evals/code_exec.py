@@ -161,7 +161,7 @@ def mbpp_reference(row: Mapping[str, Any]) -> str:
   return f"{t[0]}\n{t[1]}\n{t[2]}"
 
 
-# -- DPad's HumanEval post-processing (llada/sanitize.py) -----------------------
+# -- DPad's HumanEval post-processing (llada/sanitize.py) ---------------------
 
 
 def _refine_text(text: str) -> str:
@@ -249,7 +249,7 @@ def dpad_humaneval_program(row: Mapping[str, Any], completion: str) -> str:
   return sanitize(row["prompt"] + "\n" + body, row["entry_point"])
 
 
-# -- pass@k ----------------------------------------------------------------------
+# -- pass@k --------------------------------------------------------------------
 
 
 def estimate_pass_at_k(num_samples, num_correct, k: int) -> np.ndarray:

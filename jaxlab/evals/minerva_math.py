@@ -178,13 +178,15 @@ def _time_limit(seconds: int):
     signal.signal(signal.SIGALRM, old)
 
 
+# pylint: disable=g-import-not-at-top
 def _parser():
   """(name, parse) of the LaTeX parser `is_equiv` uses (module docstring)."""
   if _antlr_version().startswith("4.11"):
-    from sympy.parsing.latex import parse_latex  # pylint: disable=g-import-not-at-top
+    from sympy.parsing.latex import parse_latex
     return "sympy", parse_latex
-  from latex2sympy2_extended import latex2sympy  # pylint: disable=g-import-not-at-top
+  from latex2sympy2_extended import latex2sympy
   return "latex2sympy2_extended", latex2sympy
+# pylint: enable=g-import-not-at-top
 
 
 def _antlr_version() -> str:
@@ -217,10 +219,11 @@ def is_equiv(x1: str, x2: str) -> bool:
 
 def math_verify(completion: str, gold: str) -> bool:
   """`verify(parse(gold), parse(completion))` with math-verify."""
-  mv = math_answers._math_verify()  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  mv = math_answers._math_verify()
   return bool(mv.verify(math_answers.parse(gold),
                         math_answers.parse(completion),
-                        timeout_seconds=math_answers._timeout()))  # pylint: disable=protected-access
+                        timeout_seconds=math_answers._timeout()))
 
 
 def score(completion: str, solution: str) -> dict[str, float]:

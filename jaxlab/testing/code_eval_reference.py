@@ -1,4 +1,4 @@
-"""lm-evaluation-harness's humaneval / mbpp scoring, ported as the tests' reference.
+"""lm-evaluation-harness's humaneval / mbpp scoring: the tests' reference.
 
 * `ref_estimate_pass_at_k`: huggingface/evaluate
   metrics/code_eval/code_eval.py::estimate_pass_at_k at a7dd338 (the same

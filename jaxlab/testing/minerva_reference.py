@@ -1,4 +1,4 @@
-r"""lm-evaluation-harness's minerva_math scoring, ported as the tests' reference.
+r"""lm-evaluation-harness's minerva_math scoring: the tests' reference.
 
 A port of lm_eval/tasks/minerva_math/utils.py of lm-evaluation-harness
 v0.4.8 (tag v0.4.8 = 6d2abda; the version DPad's requirements.txt pins at
