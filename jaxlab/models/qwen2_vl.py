@@ -33,6 +33,10 @@ Vision tower (`VisionTower`, transformers'
   built in the program from the ids (O(N^2) memory for N patches).
 * Blocks: RMSNorm -> attention (fused qkv with bias, output proj with bias)
   -> residual; RMSNorm -> SwiGLU MLP with biases -> residual.
+* Scanned and rematerialised (`VisionConfig.scan_layers`, `remat`, as the
+  decoder's): the blocks' variables stacked `[depth, ...]` in
+  `scan_blocks[0]` and run under one `jax.lax.scan`, a per-layer flag
+  scanned alongside picking the frame or window segment ids.
 * Patch merger: RMSNorm (ln_q) of each patch, the 4 patches of a 2x2 block
   concatenated, Linear -> GELU (exact) -> Linear to the LM width; the
   result is put back in the original (un-windowed) order.
@@ -127,8 +131,17 @@ class VisionConfig:
   # None: splash on TPU for N >= attention.SPLASH_MIN_AUTO_LEN patches, else
   # dense ("xla"); "splash" / "xla" force one (not a HF config field).
   attention_impl: str | None = None
+  # TPU-scale training, as `DecoderConfig`'s (not HF config fields):
+  # `scan_layers` stacks the blocks' params `[depth, ...]` (`scan_blocks[0]`)
+  # and runs them under one `jax.lax.scan`; `remat` ("none" / "full" /
+  # "minimal", or a bool) rematerialises each block in the backward pass.
+  scan_layers: bool = False
+  remat: bool | str = False
 
   def __post_init__(self):
+    object.__setattr__(self, "scan_layers", bool(self.scan_layers))
+    object.__setattr__(self, "remat",
+                       decoder_lib._normalize_remat(self.remat))  # pylint: disable=protected-access
     if self.attention_impl not in VISION_ATTENTION_IMPLS:
       raise ValueError(f"vision attention_impl={self.attention_impl!r}; "
                        f"valid: {VISION_ATTENTION_IMPLS}")
@@ -149,6 +162,20 @@ class VisionConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
+
+  @property
+  def remat_policy(self) -> Any:
+    """The `jax.checkpoint` policy of `remat` (the decoder's)."""
+    if self.remat == "minimal":
+      return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    return None
+
+  def full_attention_layers(self) -> np.ndarray:
+    """`[depth]` bool: block i attends within a frame (Qwen2-VL: every
+    block; Qwen2.5-VL: `fullatt_block_indexes`), else within a window."""
+    return np.array([self.variant == "qwen2_vl"
+                     or i in self.fullatt_block_indexes
+                     for i in range(self.depth)])
 
   @property
   def patch_dim(self) -> int:
@@ -366,8 +393,11 @@ class VisionTower(nnx.Module):
     # The input dim (C*T*P*P, 1176 for Qwen's) is left unsharded.
     self.patch_embed = _linear(cfg.patch_dim, cfg.hidden_size, rngs, pdt,
                                (None, pt.EMBED), bias=False)
-    self.blocks = nnx.List([VisionBlock(cfg, rngs=rngs)
-                            for _ in range(cfg.depth)])
+    blocks = [VisionBlock(cfg, rngs=rngs) for _ in range(cfg.depth)]
+    if cfg.scan_layers:  # one block, its variables stacked [depth, ...]
+      self.scan_blocks = decoder_lib._stack_blocks(blocks, 1)  # pylint: disable=protected-access
+    else:
+      self.blocks = nnx.List(blocks)
     self.merger = PatchMerger(cfg, rngs=rngs)
 
   def plan(self, grid_thw) -> dict[str, np.ndarray]:
@@ -419,11 +449,41 @@ class VisionTower(nnx.Module):
     cos, sin = self.rotary(plan["positions"])
     full = jnp.asarray(plan["full_segments"], jnp.int32)
     window = jnp.asarray(plan["window_segments"], jnp.int32)
-    for i, blk in enumerate(self.blocks):
-      full_layer = (cfg.variant == "qwen2_vl"
-                    or i in cfg.fullatt_block_indexes)
-      x = blk(x, cos, sin, full if full_layer else window)
+    full_layers = cfg.full_attention_layers()
+    if cfg.scan_layers:
+      x = self._scan(x, cos, sin, full, window, full_layers)
+    else:
+      for i, blk in enumerate(self.blocks):
+        segments = full if full_layers[i] else window
+        if cfg.remat:
+          x = nnx.remat(lambda b, *a: b(*a), policy=cfg.remat_policy)(
+              blk, x, cos, sin, segments)
+        else:
+          x = blk(x, cos, sin, segments)
     return self.merger(x)[plan["inverse"]]
+
+  def _scan(self, x, cos, sin, full, window, full_layers):
+    """The blocks under one `jax.lax.scan` over the stacked variables; the
+    window and full-attention blocks differ only by their segment ids, so
+    each step picks them by the layer's flag (scanned with the variables)
+    rather than unrolling (as `Decoder._scan`, remat per step)."""
+    cfg = self.cfg
+    graphdef, state = nnx.split(self.scan_blocks[0])
+
+    def run(state, x, segments):
+      return nnx.merge(graphdef, state)(x, cos, sin, segments)
+
+    if cfg.remat:
+      # Inside a scan, CSE cannot merge the recomputation with the forward
+      # pass across iterations, so prevent_cse is not needed.
+      run = jax.checkpoint(run, policy=cfg.remat_policy, prevent_cse=False)
+
+    def body(x, xs):
+      state, is_full = xs
+      return run(state, x, jnp.where(is_full, full, window)), None
+
+    x, _ = jax.lax.scan(body, x, (state, jnp.asarray(full_layers)))
+    return x
 
 
 # -- multimodal RoPE ---------------------------------------------------------
@@ -675,7 +735,8 @@ def config_from_dict(model_cfg: Mapping[str, Any], *,
                      vocab_size: int | None = None,
                      variant: str = "qwen2_5_vl") -> Qwen2VLConfig:
   """`config.model` (name "qwen2_5_vl" / "qwen2_vl"): decoder fields plus
-  `vision` (VisionConfig fields; `variant` its default variant) and
+  `vision` (VisionConfig fields; `variant` its default variant, and
+  `scan_layers` / `remat` the decoder's unless given) and
   image_token_id / video_token_id / vision_start_token_id / mrope_section
   (default: Qwen's 1 : 1.5 : 1.5 split of the rotary pairs)."""
   from jaxlab.models import registry  # pylint: disable=g-import-not-at-top
@@ -691,7 +752,8 @@ def config_from_dict(model_cfg: Mapping[str, Any], *,
   vision_cfg = jregistry.dataclass_from_config(
       VisionConfig, vision, exclude=(), where="model.vision",
       defaults={"variant": variant, **act, "out_hidden_size": text.dim,
-                "dtype": text.dtype, "param_dtype": text.param_dtype})
+                "dtype": text.dtype, "param_dtype": text.param_dtype,
+                "scan_layers": text.scan_layers, "remat": text.remat})
   if "mrope_section" not in top:  # Qwen's 16 / 24 / 24 split of 64 pairs
     half = text.resolved_head_dim // 2
     hw = (half - half // 4) // 2

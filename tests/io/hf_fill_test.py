@@ -196,7 +196,7 @@ class FillLoopTest(parameterized.TestCase):
     for p in want:
       np.testing.assert_array_equal(got[p], want[p], err_msg=str(p))
 
-  @parameterized.parameters("llama", "gemma3", "qwen2_5_vl")
+  @parameterized.parameters("llama", "gemma3", "qwen2_5_vl", "qwen2_vl")
   def test_scanned_model_reads_and_writes_the_same_tensors(self, family):
     path = PATHS[family]
     file_tensors = _tensors(path)
@@ -207,6 +207,11 @@ class FillLoopTest(parameterized.TestCase):
     prefix = ("language_model",) if family_is_vl(cfg) else ()
     self.assertIn(prefix + ("scan_blocks",),
                   {p[:len(prefix) + 1] for p in _params(model)})
+    if family_is_vl(cfg):  # the tower's blocks stacked too, none unrolled
+      self.assertTrue(cfg.vision.scan_layers)
+      heads = {p[:2] for p in _params(model)}
+      self.assertIn(("visual", "scan_blocks"), heads)
+      self.assertNotIn(("visual", "blocks"), heads)
     table, layers = _table_and_layers(model, cfg, file_tensors)
     back = fill.to_tensors(model, table, layer_paths=layers)
     self.assertEqual(set(back), set(file_tensors))

@@ -63,9 +63,11 @@ def _jax_perturbed(model, seed):
   return nnx.merge(graphdef, state)
 
 
-def _export_roundtrip(test, model, cfg, hf_cls, ids, inputs, want=None):
+def _export_roundtrip(test, model, cfg, hf_cls, ids, inputs, want=None,
+                      loaded_vision=None):
   """save -> transformers `from_pretrained` -> logits equal ours (`want`,
-  default `model`'s); and save -> `hf.load` gives the same config."""
+  default `model`'s); and save -> `hf.load` gives the same config (its
+  vision config `loaded_vision`, default `cfg.vision`)."""
   d = tempfile.mkdtemp()
   try:
     hf.save(model, cfg, d)
@@ -73,7 +75,7 @@ def _export_roundtrip(test, model, cfg, hf_cls, ids, inputs, want=None):
     _, cfg2 = hf.load(d)
   finally:
     shutil.rmtree(d, ignore_errors=True)
-  test.assertEqual(cfg2.vision, cfg.vision)
+  test.assertEqual(cfg2.vision, loaded_vision or cfg.vision)
   test.assertEqual(cfg2.mrope_section, cfg.mrope_section)
   tt = np.where(ids == IMG, 1, np.where(ids == VID, 2, 0))
   kw = {k: torch.tensor(np.asarray(v)) for k, v in inputs.items()}
@@ -284,6 +286,106 @@ class Qwen25VLTest(chex.TestCase):
     np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
     with self.assertRaisesRegex(ValueError, "vision attention_impl='cudnn'"):
       dataclasses.replace(tower.cfg, attention_impl="cudnn")
+
+  def _scanned(self):
+    """The checkpoint loaded with scanned, fully rematerialised layers (the
+    language model's and the tower's)."""
+    if not hasattr(type(self), "scanned"):
+      type(self).scanned = hf.load(self.dir, scan_layers=True, remat="full")
+    return type(self).scanned
+
+  def test_scanned_tower_stacks_blocks(self):
+    model, cfg = self._scanned()
+    self.assertTrue(cfg.vision.scan_layers)
+    self.assertTrue(cfg.vision.remat)
+    self.assertFalse(hasattr(model.visual, "blocks"))
+    stacked = model.visual.scan_blocks[0].qkv.kernel[...]
+    self.assertEqual(stacked.shape, (4, 32, 96))
+    for i in range(4):  # block i's weights at index i
+      np.testing.assert_array_equal(
+          stacked[i], self.model.visual.blocks[i].qkv.kernel[...])
+    np.testing.assert_array_equal(cfg.vision.full_attention_layers(),
+                                  [False, True, False, True])
+
+  def test_scanned_tower_equals_unscanned_and_transformers(self):
+    # Windowed blocks 0, 2 and full-attention blocks 1, 3 under one scan
+    # (the same float32 ops, so within the rounding tolerance of each other
+    # and of transformers).
+    model, _ = self._scanned()
+    for grids in ([[1, 8, 12], [2, 8, 8]], [[1, 10, 12]]):
+      g = np.array(grids)
+      n = int(np.prod(g, 1).sum())
+      pv = self.rng.standard_normal((n, PATCH_DIM)).astype(np.float32)
+      want = np.asarray(self.model.visual(pv, g))
+      got = np.asarray(model.visual(pv, g))
+      np.testing.assert_allclose(got, want, rtol=0, atol=_tol(want))
+      jitted = np.asarray(nnx.jit(lambda m, x, g=g: m(x, g))(model.visual,
+                                                              pv))
+      np.testing.assert_allclose(jitted, want, rtol=0, atol=_tol(want))
+      with torch.no_grad():
+        ref = self.ref.model.visual(
+            torch.tensor(pv), grid_thw=torch.tensor(g)).pooler_output.numpy()
+      np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
+
+  def test_scanned_logits_match_transformers(self):
+    model, _ = self._scanned()
+    ids = np.array([_prompt()])
+    inputs = self._inputs()
+    ref = self._ref_logits(ids, inputs)
+    got = np.asarray(model(ids, **inputs))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
+
+  def test_scanned_gradients_equal_unscanned(self):
+    """d(loss)/d(params) of the tower: scanned + remat == unrolled, block
+    by block (the stacked gradient's row i is block i's)."""
+    model, _ = self._scanned()
+    g = np.array([[1, 8, 12], [2, 8, 8]])
+    n = int(np.prod(g, 1).sum())
+    pv = self.rng.standard_normal((n, PATCH_DIM)).astype(np.float32)
+    w = self.rng.standard_normal((n // 4, 64)).astype(np.float32)
+
+    @nnx.jit
+    def grads(tower):
+      return nnx.grad(lambda t: (t(pv, g) * w).sum())(tower)
+
+    got = grads(model.visual)
+    want = grads(self.model.visual)
+    for i in range(4):
+      for path in (("qkv", "kernel"), ("proj", "bias"),
+                   ("down_proj", "kernel"), ("norm1", "scale")):
+        a = got["scan_blocks"][0][path[0]][path[1]][...][i]
+        b = want["blocks"][i][path[0]][path[1]][...]
+        np.testing.assert_allclose(a, b, rtol=0, atol=_tol(b))
+    b = want["patch_embed"]["kernel"][...]
+    np.testing.assert_allclose(got["patch_embed"]["kernel"][...], b, rtol=0,
+                               atol=_tol(b))
+
+  def test_scanned_export_loads_in_transformers(self):
+    """A scanned model saves its stacked blocks as the per-block tensors:
+    transformers loads them with the same logits."""
+    model, cfg = self._scanned()
+    model = _jax_perturbed(model, 6)
+    _export_roundtrip(self, model, cfg,
+                      transformers.Qwen2_5_VLForConditionalGeneration,
+                      np.array([_prompt()]), self._inputs(),
+                      loaded_vision=dataclasses.replace(
+                          cfg.vision, scan_layers=False, remat=False))
+
+  def test_vision_scan_follows_the_decoder(self):
+    base = {"dim": 64, "num_heads": 4, "num_kv_heads": 2, "num_layers": 1,
+            "vision": {"hidden_size": 32, "num_heads": 2}}
+    cfg = qwen2_vl.config_from_dict(
+        {**base, "scan_layers": True, "remat": "minimal"}, vocab_size=16)
+    self.assertTrue(cfg.vision.scan_layers)
+    self.assertEqual(cfg.vision.remat, "minimal")
+    cfg = qwen2_vl.config_from_dict(
+        {**base, "scan_layers": True,
+         "vision": {**base["vision"], "scan_layers": False}}, vocab_size=16)
+    self.assertFalse(cfg.vision.scan_layers)
+    self.assertFalse(qwen2_vl.config_from_dict(
+        base, vocab_size=16).vision.scan_layers)
+    with self.assertRaisesRegex(ValueError, "remat='some'"):
+      qwen2_vl.VisionConfig(remat="some")
 
   def test_rope_index_matches_transformers(self):
     img = np.array([[1, 8, 12]])
@@ -689,6 +791,12 @@ class Qwen2VLTest(chex.TestCase):
       ref = self.ref.model.visual(
           torch.tensor(pv), grid_thw=torch.tensor(g)).pooler_output.numpy()
     got = np.asarray(self.model.visual(pv, g))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
+    # Scanned (every block full-attention) + remat: the same features.
+    scanned, cfg = hf.load(self.dir, scan_layers=True, remat="minimal")
+    self.assertEqual(scanned.visual.scan_blocks[0].fc1.kernel.shape[0], 3)
+    self.assertTrue(all(cfg.vision.full_attention_layers()))
+    got = np.asarray(nnx.jit(lambda m, x: m(x, g))(scanned.visual, pv))
     np.testing.assert_allclose(got, ref, rtol=0, atol=_tol(ref))
 
   def test_export_loads_in_transformers(self):

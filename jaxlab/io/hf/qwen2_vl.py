@@ -3,9 +3,10 @@
 A Qwen2.5-VL / Qwen2-VL checkpoint (`Qwen2_5_VLForConditionalGeneration`,
 `Qwen2VLForConditionalGeneration`) loads as `(Qwen2VL, Qwen2VLConfig)`
 through `load_qwen2_vl` (both the Hub's and transformers 5's tensor names
-and config dialects; mesh placement and scanned text layers as for a
-decoder), and `save_qwen2_vl` writes one (transformers 5's config layout,
-the Hub's tensor names). `jaxlab.io.hf.load` / `save` dispatch here.
+and config dialects; mesh placement and scanned layers, the text's and
+the tower's, as for a decoder), and `save_qwen2_vl` writes one
+(transformers 5's config layout, the Hub's tensor names).
+`jaxlab.io.hf.load` / `save` dispatch here.
 
 The name table (`tensor_table`) is the decoder family's for the language
 model (`jaxlab.io.hf.decoder.tensor_table`, under `language_model`) plus
@@ -91,9 +92,11 @@ def qwen2_vl_config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
   vkw = {k: v[k] for k in fields if k in v and v[k] is not None}
   vkw.pop("rope_theta", None)
   vkw["variant"] = variant
+  # The tower scans and rematerialises as the language model does.
   vcfg = qwen2_vl.VisionConfig(
       **vkw, rope_theta=float(vrope.get("rope_theta", 10000.0)),
-      dtype=dtype, param_dtype=param_dtype or dtype)
+      dtype=dtype, param_dtype=param_dtype or dtype,
+      scan_layers=tcfg.scan_layers, remat=tcfg.remat)
   return qwen2_vl.Qwen2VLConfig(
       text=tcfg, vision=vcfg,
       image_token_id=int(hf.get("image_token_id", 151655)),
@@ -248,7 +251,12 @@ def qwen2_vl_config_to_hf(cfg: qwen2_vl.Qwen2VLConfig) -> dict[str, Any]:
 def layer_paths(cfg: qwen2_vl.Qwen2VLConfig, param_path: tuple
                 ) -> list[tuple[Any, ...]] | None:
   """`decoder.layer_paths` of the language model's scanned params (under
-  `language_model`); None for every other param."""
+  `language_model`), and for a scanned tower's `("visual", "scan_blocks",
+  0, ...)` the unrolled `("visual", "blocks", i, ...)` of its depth blocks;
+  None for every other param."""
+  if tuple(param_path[:2]) == ("visual", "scan_blocks"):
+    return [("visual", "blocks", i) + tuple(param_path[3:])
+            for i in range(cfg.vision.depth)]
   if not param_path or param_path[0] != "language_model":
     return None
   stacked = decoder_io.layer_paths(cfg.text, tuple(param_path[1:]))
@@ -266,11 +274,12 @@ def load_qwen2_vl(path: str | os.PathLike, *, dtype: str = "float32",
   Both tensor layouts are read: the Hub's (`visual.*`, `model.layers.*`,
   `lm_head`) and transformers 5's `save_pretrained` (`model.visual.*`,
   `model.language_model.*`, `lm_head`). `config_overrides` go to the text
-  `DecoderConfig` (e.g. `scan_layers=True`). With `mesh` (and logical-axis
-  `rules`), every parameter is placed with its `NamedSharding` as it is
-  read: the language model's by its logical axes, as `load` places a
-  decoder (dims the mesh does not divide stay replicated); the vision
-  tower's, which carry no logical axes, replicated. (`jaxlab.io.hf.load`
+  `DecoderConfig` (e.g. `scan_layers=True`, `remat="full"`; the vision
+  tower follows them, its blocks' tensors stacked `[depth, ...]`). With
+  `mesh` (and logical-axis `rules`), every parameter is placed with its
+  `NamedSharding` as it is read: the language model's by its logical axes,
+  as `load` places a decoder (dims the mesh does not divide stay
+  replicated), the vision tower's by theirs. (`jaxlab.io.hf.load`
   dispatches here.)"""
   path = os.fspath(path)
   hf_json = files.read_config(path)
