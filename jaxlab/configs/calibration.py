@@ -35,7 +35,11 @@ on GSM8K as released (`data.path=openai/gsm8k`, `data.subset=main`:
 `question`, `answer` ending in `#### n`; its `test` split), M = 50 samples
 a question at T = 1 through the chat template; B = the final number as
 lm-evaluation-harness extracts it (`jaxlab.evals.gsm8k`, `gsm8k.filter`),
-correct = the harness's exact match with the row's answer. `short` (e.g.
+correct = the harness's exact match with the row's answer.
+`--config.data.schema` picks another of the paper's datasets as released
+(OpenMathInstruct-2 checked with math-verify; TriviaQA `rc.nocontext` and
+SimpleQA by TriviaQA's normalised exact match; see the preset), with
+`data.path` / `data.subset` / `data.split` to match. `short` (e.g.
 `paper,short`): the same run with its budget cut
 (`jaxlab.configs._scale.short`: 1 seed, 2 samples, 8 rows).
 """
@@ -129,8 +133,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if args.paper:
     scale.preset(c, PAPER)
     # Evaluation only: the released test split (1319 rows), every row.
+    # `data.schema` names the released dataset (the paper's four main
+    # ones, jaxlab.experiments.calibration.SCHEMAS): gsm8k (here),
+    # openmathinstruct2 (nvidia/OpenMathInstruct-2, subset '', a train
+    # split: train_1M / train_2M / train_5M / train; it has no test
+    # split), trivia_qa (mandarjoshi/trivia_qa, subset rc.nocontext, split
+    # validation) or simpleqa (basicv8vc/SimpleQA, subset '', split test).
     scale.paper_run(c, init_from="Qwen/Qwen2.5-7B-Instruct",
-                    path="openai/gsm8k", subset="main", split="test")
+                    path="openai/gsm8k", subset="main", split="test",
+                    schema="gsm8k")
     # B = the final number as lm-evaluation-harness's gsm8k task extracts
     # it (`flexible-extract`: the last number; the paper has an LLM extract
     # "the final number" [notes]), correct = the harness's exact match.
@@ -139,6 +150,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.gsm8k = dict(filter="flexible-extract",
                    system="Solve the problem. Answer with the final number "
                           "only.")
+    # The system line of the other datasets [inferred prompts, concise
+    # style]: math-verify reads the last \boxed{} or expression, the QA
+    # grader the reply's first line.
+    c.systems = dict(
+        openmathinstruct2="Solve the problem. Give only the final answer, "
+                          "in \\boxed{}.",
+        trivia_qa="Answer the question with a short answer only.",
+        simpleqa="Answer the question with a short answer only.")
     # M = 50 at T = 1 (spec N.3); <= 128 new tokens (PAPER's sampler).
     c.eval.update(num_samples=50, temperature=1.0, max_new_tokens=128,
                   sample_batch_size=400, pad_multiple=64, num_bootstrap=100)

@@ -21,6 +21,12 @@ github.com/jlko/semantic_uncertainty `uncertainty/data/data_utils.py`
   ("8", not "8.0": the SE code's `str(x['Answer'])` of a float would make
   a right "8" wrong under SQuAD F1 [deviation, noted]).
 
+* `simpleqa` (OpenAI's simple-evals `simple_qa_test_set.csv`, as mirrored
+  by basicv8vc/SimpleQA: one CSV at the root, read as split `test`):
+  `metadata` (a dict's repr: topic, answer_type, urls), `problem`,
+  `answer`; the reference is `answer` (paper N's B-calibration; not in the
+  SE code).
+
 `QAItem.use_context` says whether the prompt shows the context.
 """
 
@@ -72,12 +78,17 @@ def _svamp(row) -> QAItem:
                 use_context=True)
 
 
+def _simpleqa(row) -> QAItem:
+  return QAItem(row["problem"], _unique([row["answer"]]))
+
+
 # name -> (adapter, columns it needs)
 ADAPTERS = {
     "trivia_qa": (_trivia_qa, ("question", "answer")),
     "nq_open": (_nq_open, ("question", "answer")),
     "squad": (_squad, ("question", "answers")),
     "svamp": (_svamp, ("Body", "Question", "Answer")),
+    "simpleqa": (_simpleqa, ("problem", "answer")),
 }
 
 

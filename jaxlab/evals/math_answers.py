@@ -78,6 +78,31 @@ def is_correct(completion: str, solution: str) -> bool:
                         timeout_seconds=_timeout()))
 
 
+def boxed(answer: str) -> str:
+  r"""A bare final answer as a solution math-verify parses: "\boxed{a}"
+  (OpenMathInstruct-2's `expected_answer` is the answer alone, e.g.
+  "\frac{37}{256}", which math-verify's LaTeX extraction skips without
+  delimiters)."""
+  return f"\\boxed{{{answer}}}"
+
+
+def answer_class(completion: str) -> tuple[str, list] | None:
+  """B of a completion under math-verify: (its extracted answer string,
+  its parse), None when nothing parses. Two classes are one when
+  `equivalent` says so (B-calibration, paper N: "for math, the final
+  number" [notes], here math-verify's final answer)."""
+  parsed = parse(completion)
+  if not parsed:
+    return None
+  return str(parsed[-1]), parsed
+
+
+def equivalent(a: list, b: list) -> bool:
+  """Whether two parses are the same answer: math-verify's `verify`."""
+  mv = _math_verify()
+  return bool(mv.verify(a, b, timeout_seconds=_timeout()))
+
+
 def score(completions: Sequence[str], solutions: Sequence[str]
           ) -> np.ndarray:
   """`is_correct` of each pair, float32 `[N]` (the mean is the accuracy)."""

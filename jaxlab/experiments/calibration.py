@@ -8,21 +8,32 @@ model prompted " T:"). `config.init_from` (preset `smollm2`), per seed: a
 subset of `data.short_qa`, M answers sampled through the chat template,
 B-calibration under each collapsing function of `config.collapse`.
 `config.data.source == "hf"` (preset `paper`: GSM8K as released,
-`data.subset=main`, split `test`): every row of `pipeline.read_split`, M
-answers per question through the checkpoint's chat template (the harness's
-"Question: ...\nAnswer:" prompt when the tokenizer has none), each cut at
-the harness's stop strings; the semantic B is the harness's extracted final
-answer (`jaxlab.evals.gsm8k`, `config.gsm8k.filter`) and correctness its
-exact match with the row's `answer`. Writes WORKDIR/results.json (table
-`calibration`; `data.rows` counts the rows read), reliability.png and, for
-GSM8K, completions.jsonl (every sample, its class and label).
+`data.subset=main`, split `test`; `config.data.schema` picks the dataset,
+`SCHEMAS`): every row of `pipeline.read_split`, M answers per question
+through the checkpoint's chat template (the harness's "Question: ...\n
+Answer:" prompt when the tokenizer has none), each cut at the harness's
+stop strings. Per dataset (`benchmark`) a semantic B and a grader:
+`gsm8k` (openai/gsm8k `main`): the harness's extracted final answer
+(`jaxlab.evals.gsm8k`, `config.gsm8k.filter`) and its exact match with the
+row's `answer`; `openmathinstruct2` (nvidia/OpenMathInstruct-2): the
+final answer math-verify parses, answers one class when math-verify
+verifies them equal, correct when it verifies the row's `expected_answer`
+(`jaxlab.evals.math_answers`); `trivia_qa` (mandarjoshi/trivia_qa
+`rc.nocontext`) and `simpleqa` (basicv8vc/SimpleQA): the reply's short
+answer under TriviaQA's normalisation, correct on an exact match with a
+reference (`jaxlab.evals.qa_match`). Writes WORKDIR/results.json (table
+`calibration`; `data.rows` counts the rows read), reliability.png and
+completions.jsonl (every sample, its class and label).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 from flax import nnx
 import jax
@@ -30,11 +41,14 @@ import numpy as np
 
 from jaxlab import parallel
 from jaxlab.data import pipeline
+from jaxlab.data import qa_rows
 from jaxlab.data import short_qa
 from jaxlab.data import tokenizers
 from jaxlab.data.synthetic import aleatoric
 from jaxlab.evals import calibration as cal
 from jaxlab.evals import gsm8k
+from jaxlab.evals import math_answers
+from jaxlab.evals import qa_match
 from jaxlab.evals import uncertainty as unc
 from jaxlab.experiments import log as log_lib
 from jaxlab.io import pretrained
@@ -152,16 +166,113 @@ def gsm8k_collapsers(filter_name: str) -> dict:
           "normalized": COLLAPSE["normalized"], "exact": COLLAPSE["exact"]}
 
 
+def _columns(rows, name: str, keys: tuple[str, str], hint: str) -> list:
+  rows = [rows[i] for i in range(len(rows))]
+  if rows and not set(keys) <= set(rows[0]):
+    raise ValueError(f"{name} rows need columns {keys[0]!r} and {keys[1]!r} "
+                     f"({hint}); got {sorted(rows[0])}")
+  return rows
+
+
 def gsm8k_questions(rows, question_key: str = "question",
                     answer_key: str = "answer") -> tuple[list[str], list[str]]:
   """(questions, answers) of GSM8K rows as released (`question`, `answer`
   ending in `#### n`; `config.data.question_key` / `answer_key`)."""
-  rows = [rows[i] for i in range(len(rows))]
-  if rows and not {question_key, answer_key} <= set(rows[0]):
-    raise ValueError(f"GSM8K rows need columns {question_key!r} and "
-                     f"{answer_key!r} (config.data.question_key / answer_key;"
-                     f" as released, openai/gsm8k); got {sorted(rows[0])}")
+  rows = _columns(rows, "GSM8K", (question_key, answer_key),
+                  "config.data.question_key / answer_key; as released, "
+                  "openai/gsm8k")
   return [r[question_key] for r in rows], [r[answer_key] for r in rows]
+
+
+def omi2_questions(rows) -> tuple[list[str], list[str]]:
+  """(problems, expected answers) of OpenMathInstruct-2 rows as released
+  (nvidia/OpenMathInstruct-2: `problem`, `generated_solution`,
+  `expected_answer`, `problem_source`)."""
+  rows = _columns(rows, "OpenMathInstruct-2", ("problem", "expected_answer"),
+                  "as released, nvidia/OpenMathInstruct-2")
+  return [r["problem"] for r in rows], [r["expected_answer"] for r in rows]
+
+
+def qa_questions(rows, schema: str) -> tuple[list[str], list[list[str]]]:
+  """(questions, reference answers) of short-answer QA rows as released
+  (`jaxlab.data.qa_rows`: `trivia_qa`, `simpleqa`). TriviaQA's references
+  are its official evaluation's ground truths, `answer.normalized_aliases`,
+  with `value` and `aliases` (equal after normalisation); a row without
+  any answer is not asked."""
+  items, _ = qa_rows.items(rows, schema)
+  refs = [list(x.answers) for x in items]
+  if schema == "trivia_qa":
+    adapt = qa_rows.ADAPTERS[schema][0]
+    kept = [rows[i]["answer"] for i in range(len(rows))
+            if adapt(rows[i]).answers]
+    refs = [list(dict.fromkeys([*(a.get("normalized_aliases") or []), *r]))
+            for a, r in zip(kept, refs)]
+  return [x.question for x in items], refs
+
+
+# config.data.schema: the released datasets a run can read.
+SCHEMAS = ("gsm8k", "openmathinstruct2", "trivia_qa", "simpleqa")
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+  """How a released dataset is asked and scored in a B-calibration run.
+
+  `read(rows, config)` -> (questions, references); `answer_class(text)` is
+  the semantic B of one completion (a hashable class, None when it gives
+  no answer), or with `equivalent` set a (label, key) pair whose keys are
+  compared by `equivalent` (the class is the label of the first sampled
+  answer equivalent to it); `is_correct(text, reference)` grades one
+  completion.
+  """
+  read: Callable[[Any, Any], tuple[list[str], list]]
+  answer_class: Callable[[str], Any]
+  is_correct: Callable[[str, Any], bool]
+  equivalent: Callable[[Any, Any], bool] | None = None
+
+
+def benchmark(config) -> Benchmark:
+  """The `Benchmark` of `config.data.schema` (default `gsm8k`)."""
+  schema = config.data.get("schema", "gsm8k") or "gsm8k"
+  if schema == "gsm8k":
+    filt = config.gsm8k.filter
+    return Benchmark(
+        read=lambda rows, c: gsm8k_questions(
+            rows, c.data.get("question_key", "question"),
+            c.data.get("answer_key", "answer")),
+        answer_class=lambda t: gsm8k.answer_class(t, filt),
+        is_correct=lambda t, a: gsm8k.is_correct(t, a, filt))
+  if schema == "openmathinstruct2":
+    return Benchmark(
+        read=lambda rows, c: omi2_questions(rows),
+        answer_class=math_answers.answer_class,
+        is_correct=lambda t, a: math_answers.is_correct(
+            t, math_answers.boxed(a)),
+        equivalent=math_answers.equivalent)
+  if schema in ("trivia_qa", "simpleqa"):
+    return Benchmark(read=lambda rows, c: qa_questions(rows, schema),
+                     answer_class=qa_match.answer_class,
+                     is_correct=qa_match.is_correct)
+  raise ValueError(f"config.data.schema={schema!r}; valid: "
+                   f"{', '.join(SCHEMAS)}")
+
+
+def semantic_classes(texts, bench: Benchmark) -> list:
+  """The semantic B of each completion of one question (see `Benchmark`)."""
+  if bench.equivalent is None:
+    return [bench.answer_class(t) for t in texts]
+  reps, out = [], []
+  for t in texts:
+    got = bench.answer_class(t)
+    if got is None:
+      out.append(None)
+      continue
+    label, key = got
+    same = next((l for l, k in reps if bench.equivalent(k, key)), None)
+    if same is None:
+      reps.append((label, key))
+    out.append(label if same is None else same)
+  return out
 
 
 def gsm8k_prompts(tok, questions, system: str) -> list:
@@ -173,14 +284,23 @@ def gsm8k_prompts(tok, questions, system: str) -> list:
   return [f"Question: {q}\nAnswer:" for q in questions]
 
 
-def run_seed_gsm8k(cfg, seed: int, log, model, tok, questions, answers
-                   ) -> tuple[dict, dict, list[dict]]:
-  """B-calibration of `model`'s sampled answers to GSM8K questions: M
-  samples at T each, cut at the harness's stop strings, classes under each
-  B of `config.collapse`, correct = the harness's exact match of the
-  plurality class's first sample."""
-  e, m, filt = cfg.eval, cfg.eval.num_samples, cfg.gsm8k.filter
-  prompts = gsm8k_prompts(tok, questions, cfg.gsm8k.system)
+def system_prompt(config) -> str:
+  """The system line a released dataset's questions are asked with."""
+  schema = config.data.get("schema", "gsm8k") or "gsm8k"
+  if schema == "gsm8k":
+    return config.gsm8k.system
+  return config.systems[schema]
+
+
+def run_seed_released(cfg, seed: int, log, model, tok, bench: Benchmark,
+                      questions, answers) -> tuple[dict, dict, list[dict]]:
+  """B-calibration of `model`'s sampled answers to a released dataset's
+  questions: M samples at T each, cut at the harness's stop strings,
+  classes under each B of `config.collapse` (`semantic`: the benchmark's
+  extracted answer), correct = the benchmark's grade of the plurality
+  class's first sample."""
+  e, m = cfg.eval, cfg.eval.num_samples
+  prompts = gsm8k_prompts(tok, questions, system_prompt(cfg))
   texts, _ = unc.generate_answers(
       model, tok, [x for x in prompts for _ in range(m)],
       key=jax.random.key(20_000 + seed), temperature=e.temperature,
@@ -190,18 +310,20 @@ def run_seed_gsm8k(cfg, seed: int, log, model, tok, questions, answers
            for i in range(len(questions))]
 
   def grade(i: int, text: str) -> bool:
-    return gsm8k.is_correct(text, answers[i], filt)
+    return bench.is_correct(text, answers[i])
 
   acc = float(np.mean([grade(i, t) for i, ts in enumerate(texts)
                        for t in ts]))
-  collapse = gsm8k_collapsers(filt)
+  collapse = {"semantic": lambda ts: semantic_classes(ts, bench),
+              "normalized": lambda ts: [COLLAPSE["normalized"]("", t)
+                                        for t in ts],
+              "exact": lambda ts: [COLLAPSE["exact"]("", t) for t in ts]}
   out, records = {}, [
       {"seed": seed, "index": i, "question": q, "answer": a,
        "completions": ts, "confidence": {}, "correct": {}, "classes": {}}
       for i, (q, a, ts) in enumerate(zip(questions, answers, texts))]
   for b in cfg.collapse.split(","):
-    classes = [[collapse[b](q, t) for t in ts]
-               for q, ts in zip(questions, texts)]
+    classes = [collapse[b](ts) for ts in texts]
     d = cal.b_calibration_graded(texts, classes, grade)
     out[b] = {**cal.calibration_metrics(d["confidence"], d["correct"],
                                         num_bins=e.num_bins),
@@ -211,7 +333,7 @@ def run_seed_gsm8k(cfg, seed: int, log, model, tok, questions, answers
       r["classes"][b], r["confidence"][b], r["correct"][b] = (
           cs, float(c), bool(y))
   log(f"seed {seed}: {len(questions)} questions x {m} samples, "
-      f"sample accuracy ({filt}) {acc:.3f}")
+      f"sample accuracy {acc:.3f}")
   return out, {"examples": texts[:4]}, records
 
 
@@ -249,11 +371,12 @@ def results_tables(per_seed: dict, seeds, cfg=None) -> tuple[list, list]:
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   real = config.get("init_from")
-  gsm = config.get("data") is not None and config.data.get("source") == "hf"
-  if gsm and not real:
-    raise ValueError("config.data.source='hf' (GSM8K) needs a checkpoint: "
-                     "set --config.init_from")
-  if gsm and config.gsm8k.filter not in gsm8k.FILTERS:
+  released = config.get("data") is not None and config.data.get("source") == "hf"
+  if released and not real:
+    raise ValueError("config.data.source='hf' (a released dataset) needs a "
+                     "checkpoint: set --config.init_from")
+  bench = benchmark(config) if released else None
+  if released and config.gsm8k.filter not in gsm8k.FILTERS:
     raise ValueError(f"config.gsm8k.filter={config.gsm8k.filter!r}; valid: "
                      f"{', '.join(gsm8k.FILTERS)}")
   field, valid = ("collapse", COLLAPSE) if real else ("variants", VARIANTS)
@@ -265,21 +388,19 @@ def run(config, workdir: str) -> dict:
   t0 = time.time()
   log = log_lib.logger("calibration")
   per_seed, extra, records, data = {v: [] for v in names}, {}, [], None
-  if gsm:
+  if released:
     rows = pipeline.read_split(config.data)
-    questions, answers = gsm8k_questions(
-        rows, config.data.get("question_key", "question"),
-        config.data.get("answer_key", "answer"))
+    questions, answers = bench.read(rows, config)
     data = results_lib.data_provenance(
-        config, rows={config.data.split: len(questions)})
+        config, rows={config.data.split: len(rows)})
     model, _ = pretrained.load(config.init_from, cache=True)
     tok = pretrained.tokenizer(config.init_from)
-    log(f"read {len(questions)} rows of {config.data.path} "
+    log(f"read {len(rows)} rows of {config.data.path} "
         f"({config.data.get('subset', '')}, {config.data.split})")
   for seed in config.seeds:
-    if gsm:
-      out, extra[f"seed{seed}"], recs = run_seed_gsm8k(
-          config, int(seed), log, model, tok, questions, answers)
+    if released:
+      out, extra[f"seed{seed}"], recs = run_seed_released(
+          config, int(seed), log, model, tok, bench, questions, answers)
       records += recs
     else:
       out, extra[f"seed{seed}"] = (run_seed_pretrained if real else
@@ -302,7 +423,7 @@ def run(config, workdir: str) -> dict:
              "seeds": [int(s) for s in config.seeds], "per_seed": {
                  v: [{k: x for k, x in r.items() if not k.startswith("_")}
                      for r in rows] for v, rows in per_seed.items()}}
-  if gsm:
+  if released:
     with open(os.path.join(workdir, "completions.jsonl"), "w") as f:
       for r in records:
         f.write(json.dumps(r) + "\n")

@@ -88,6 +88,14 @@ class QaRowsTest(absltest.TestCase):
                      (SVAMP["Question"], SVAMP["Body"], ("8",), True))
     got, _ = qa_rows.items([dict(SVAMP, Answer=2.5)], "svamp")
     self.assertEqual(got[0].answers, ("2.5",))
+    # SimpleQA (simple-evals' simple_qa_test_set.csv columns).
+    got, _ = qa_rows.items([{
+        "metadata": "{'topic': 'Geography', 'answer_type': 'Place', "
+                    "'urls': []}",
+        "problem": "Where is Radcliffe College?", "answer": "Cambridge"}],
+                           "simpleqa")
+    self.assertEqual((got[0].question, got[0].answers, got[0].use_context),
+                     ("Where is Radcliffe College?", ("Cambridge",), False))
 
   def test_prompts_equal_the_se_code(self):
     se_rows = [  # the SE code's reformatted rows

@@ -99,6 +99,27 @@ class MathAnswersTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "boxed"):
       math_answers.is_correct("5", "no parseable answer here")
 
+  def test_answer_class_and_equivalence_are_math_verifys(self):
+    # OpenMathInstruct-2's expected_answer is the bare answer; boxed, it is
+    # what math-verify parses as the gold.
+    self.assertEqual(math_answers.boxed("\\frac{37}{256}"),
+                     "\\boxed{\\frac{37}{256}}")
+    self.assertTrue(math_answers.is_correct(
+        "so p = 37/256", math_answers.boxed("\\frac{37}{256}")))
+    for text in ("It is $\\frac{1}{2}$.", "x = 0.5", "\\boxed{18}", "none"):
+      got = math_answers.answer_class(text)
+      want = math_verify.parse(text)
+      if not want:
+        self.assertIsNone(got)
+        continue
+      self.assertEqual(got[0], str(want[-1]))
+      self.assertEqual(got[1], want)
+    half = math_answers.answer_class("It is $\\frac{1}{2}$.")[1]
+    self.assertTrue(math_answers.equivalent(
+        half, math_answers.answer_class("x = 0.5")[1]))
+    self.assertFalse(math_answers.equivalent(
+        half, math_answers.answer_class("\\boxed{18}")[1]))
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -9,7 +9,6 @@ test in that schema. The checkpoint is a tiny random transformers llama with
 a tiny BPE tokenizer and a ChatML chat template in the same directory.
 """
 
-import collections
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from jaxlab.configs import calibration as calibration_cfg
 from jaxlab.evals import gsm8k
 from jaxlab.experiments import calibration
 from jaxlab.io import pretrained
+from jaxlab.testing import calibration_reference
 from jaxlab.testing import gsm8k_reference
 from jaxlab.testing import hf_fixtures as hfx
 
@@ -67,14 +67,7 @@ configs:
 """
 
 
-def _plurality_first(completions, classes):
-  """(count share, first completion) of the plurality class (ties: the
-  class sampled first), as spec N.3 defines the prediction."""
-  classes = ["<none>" if c is None else c for c in classes]
-  counts = collections.Counter(classes)
-  best = max(counts.values())
-  pred = next(c for c in classes if counts[c] == best)
-  return best / len(classes), completions[classes.index(pred)]
+_plurality_first = calibration_reference.plurality_first
 
 
 class CalibrationGsm8kTest(absltest.TestCase):
