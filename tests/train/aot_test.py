@@ -334,10 +334,15 @@ class TpuCompileTest(absltest.TestCase):
     per_chip = 3 * 4 * ((lm_sharded + tower_sharded) // 4 + lm_repl
                         + tower_repl) + scalars
     self.assertEqual(rep["state_bytes_per_chip"], per_chip)
+    # The tower is scanned like the decoder (the preset's scan_layers): its
+    # blocks' weights stacked [depth, ...], the embed axis sharded.
+    self.assertTrue(config.model.get("scan_layers", True))
     qkv, = [x for path, x in jax.tree_util.tree_flatten_with_path(
         ts.state)[0] if jax.tree_util.keystr(path).startswith(
-            "[0]['vl']['visual']['blocks'][0]['qkv']['kernel']")]
-    self.assertEqual(qkv.sharding.shard_shape(qkv.shape), (dv // 4, 3 * dv))
+            "[0]['vl']['visual']['scan_blocks'][0]['qkv']['kernel']")]
+    self.assertEqual(qkv.shape, (2, dv, 3 * dv))
+    self.assertEqual(qkv.sharding.shard_shape(qkv.shape),
+                     (2, dv // 4, 3 * dv))
     # The batch: 2 rows per chip of a 224 x 224 x 3 float32 image, int32
     # ids and float32 mask of 128.
     self.assertEqual(rep["batch_bytes_per_chip"],
