@@ -24,10 +24,13 @@ Prints one JSON object (also written to --out when given).
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import platform
+import shutil
+import sys
 import tempfile
 import time
 
@@ -155,18 +158,24 @@ def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
                     config=config, start_time=start_time)
 
 
-def train_here(config, seed: int) -> str:
-  """Seed `seed`'s `params.npz` of a run of `config` (that seed only, its
+def train_here(config, seed: int):
+  """Seed `seed`'s trained model from a run of `config` (that seed only, its
   evaluation cut to the first variant and gen_len) launched here in a
-  scratch workdir (`jaxlab.experiments.run_experiment`, the launcher's)."""
+  scratch workdir (`jaxlab.experiments.run_experiment`, the launcher's),
+  removed afterwards."""
   run_config = config.copy_and_resolve_references()
   with run_config.unlocked():
     run_config.seeds = (int(seed),)
     run_config.decode.variants = tuple(config.decode.variants)[:1]
     run_config.decode.gen_lens = tuple(config.decode.gen_lens)[:1]
   workdir = tempfile.mkdtemp(prefix="dpad_bench_")
-  experiments.run_experiment(run_config, workdir)
-  return os.path.join(workdir, f"seed{int(seed)}", "params.npz")
+  try:
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON alone
+      experiments.run_experiment(run_config, workdir)
+    return diffusion_decode.load_params(
+        config, os.path.join(workdir, f"seed{int(seed)}", "params.npz"))
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:
@@ -199,12 +208,11 @@ def main(argv: list[str]) -> None:
   load_start = os.getloadavg()
   params = os.path.join(args.workdir, f"seed{args.seed}", "params.npz")
   if args.workdir and os.path.exists(params):
-    source = params
+    model, source = diffusion_decode.load_params(config, params), params
   else:
-    params = train_here(config, args.seed)
+    model = train_here(config, args.seed)
     source = (f"trained here (jaxlab/configs/dpad.py:{args.config}, seed "
               f"{args.seed})")
-  model = diffusion_decode.load_params(config, params)
   prompts, chains = diffusion_decode.held_out(config, n)
   metrics = diffusion_decode.decode_all(
       model, gen_lens, tuple(config.decode.variants),

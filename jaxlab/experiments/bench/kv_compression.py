@@ -20,10 +20,12 @@ the wall time of prefill + decode (draft passes included) of a second call
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 
 import jax
@@ -40,27 +42,39 @@ KEYS = ("exact", "part_recall", "exact_q_first", "exact_q_last",
         "latency_vs_full")
 
 
+def _copy_models(src: str, dst: str) -> None:
+  """The .npz stages of `src` (with their `jaxlab.io.stages` keys) to `dst`."""
+  os.makedirs(dst, exist_ok=True)
+  for name in os.listdir(src):
+    if name.endswith((".npz", ".npz" + stages.SUFFIX)):
+      shutil.copy(os.path.join(src, name), dst)
+
+
 def evaluate_here(config, seed: int, workdir: str) -> dict:
   """Seed `seed`'s timed evaluation (eval.json's "methods") from a run of
   `config` for that seed only, launched here in a scratch workdir
-  (`jaxlab.experiments.run_experiment`, the launcher's); the trained models of
-  `workdir/seed{seed}/` (when given) are copied there first, so the run
-  reloads them when they are current (`jaxlab.io.stages`) and `workdir`'s
-  own results stay as they are."""
+  (`jaxlab.experiments.run_experiment`, the launcher's). The trained models
+  of `workdir/seed{seed}/` (when given) are copied there first, so the run
+  reloads them when they are current (`jaxlab.io.stages`), and the run's
+  models are copied back; `workdir`'s results stay as they are."""
+  run_config = config.copy_and_resolve_references()
+  with run_config.unlocked():
+    run_config.seeds = (int(seed),)
   scratch = tempfile.mkdtemp(prefix="kv_compression_")
   dst = os.path.join(scratch, f"seed{seed}")
   os.makedirs(dst)
   src = os.path.join(workdir, f"seed{seed}") if workdir else ""
   if src and os.path.isdir(src):
-    for name in os.listdir(src):
-      if name.endswith((".npz", ".npz" + stages.SUFFIX)):
-        shutil.copy(os.path.join(src, name), dst)
-  run_config = config.copy_and_resolve_references()
-  with run_config.unlocked():
-    run_config.seeds = (int(seed),)
-  experiments.run_experiment(run_config, scratch)
-  with open(os.path.join(dst, "eval.json")) as f:
-    return json.load(f)["methods"]
+    _copy_models(src, dst)
+  try:
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON alone
+      experiments.run_experiment(run_config, scratch)
+    if src:
+      _copy_models(dst, src)
+    with open(os.path.join(dst, "eval.json")) as f:
+      return json.load(f)["methods"]
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:
