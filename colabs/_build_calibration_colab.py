@@ -55,12 +55,12 @@ print("B(answers):", classes, "-> (confidence, plurality):",
 Pre-train a tiny LM on both answer styles, tune copies with GRPO (reward: the
 mode answer) and DPO (mode preferred over another answer), and evaluate
 every variant's B-calibration against references drawn from p*."""),
-    ("code", """from jaxlab.configs import calibration as cfg_mod
-from jaxlab.experiments import calibration as exp
+    ("code", """from jaxlab import main as launcher
+from jaxlab.configs import calibration as cfg_mod
 from jaxlab.experiments import report
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 data = json.load(open(os.path.join(WORKDIR, "results.json")))
 print(report.render_table(data, data["tables"][0]["id"]))
 display(Image(result["plot"]))"""),

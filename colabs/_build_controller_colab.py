@@ -22,8 +22,8 @@ ones (`jaxlab/experiments/controller.py`)."""),
     ("code", """import os, json
 import numpy as np
 from IPython.display import Image, display
+from jaxlab import main as launcher
 from jaxlab.configs import controller as controller_configs
-from jaxlab.experiments import controller as controller_exp
 from jaxlab.data.synthetic import algorithmic as alg
 from jaxlab.nn import gumbel"""),
     ("md", "## Opcode traces from the simulator"),
@@ -40,7 +40,7 @@ print("per-token ops:      ", [alg.OPS[o][:3] for o in ex.token_ops])"""),
   print(f"step {t:4d}: tau = {float(gumbel.temperature(t, tau0=1.0, tau_min=0.1, anneal_steps=600)):.3f}")"""),
     ("md", "## Train short, test long"),
     ("code", """config = controller_configs.get_config(PRESET)
-out = controller_exp.run(config, WORKDIR)
+out = launcher.run_experiment(config, WORKDIR)
 for r in out["records"]:
   print(f'{r["task"]:9s} {r["variant"]:8s} seed {r["seed"]}: ' + " ".join(
       f"{k}={v:.2f}" for k, v in r.items() if k.startswith(("acc", "align"))))

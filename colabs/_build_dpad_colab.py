@@ -25,10 +25,11 @@ padding up to the generation length) and compares the decoding variants."""),
 import numpy as np
 import jax
 import matplotlib.pyplot as plt
+from jaxlab import main as launcher
 from jaxlab.configs import dpad as dpad_configs
-from jaxlab.experiments import dpad as dpad_exp
 from jaxlab.data.synthetic import arith_chains as ac
-from jaxlab.decoding import diffusion"""),
+from jaxlab.decoding import diffusion
+from jaxlab.evals import diffusion_decode"""),
     ("md", "## The keep probability (W = 64, k = 3, a = 1.6) and the schedule"),
     ("code", """p = diffusion.suffix_keep_prob(64, k=3.0, a=1.6)
 print("P(keep d=0) =", round(float(p[0]), 4), "| E[#kept] =", round(float(p.sum()), 2))
@@ -40,15 +41,15 @@ print("prompt:", ac.decode(ac.pad_prompt(c.prompt, 16, "right")),
       "| answer:", ac.decode(c.answer) + "$$$...")"""),
     ("md", "## Train (LLaDA SFT objective) and decode every variant"),
     ("code", """config = dpad_configs.get_config(PRESET)
-summary = dpad_exp.run(config, WORKDIR)
+summary = launcher.run_experiment(config, WORKDIR)
 results = json.load(open(os.path.join(WORKDIR, "results.json")))
 for g, variants in summary["per_seed"][0]["decode"].items():
   for name, m in variants.items():
     print(f"gen_len {g} {name:26s} EM {100 * m['exact_match']:5.1f}  NFE {m['nfe']:6.1f}"
           f"  tokens {m['tokens_processed']:9.0f}  speed-up {m['speedup']:5.2f}")"""),
-    ("code", """prompts, chains = dpad_exp.held_out(config, 2)
-kw = dpad_exp.variant_kwargs(config, "+all")
-model = dpad_exp.load_params(config, os.path.join(WORKDIR, "seed0", "params.npz"))
+    ("code", """prompts, chains = diffusion_decode.held_out(config, 2)
+kw = diffusion_decode.variant_kwargs(config, "+all")
+model = diffusion_decode.load_params(config, os.path.join(WORKDIR, "seed0", "params.npz"))
 out = diffusion.generate(model, prompts, gen_len=config.decode.gen_lens[0], **kw)
 for pr, g, c in zip(prompts, out.tokens, chains):
   print(ac.decode(pr), "->", ac.decode(diffusion.truncate_at_eos(g, ac.EOS)), "| want", ac.decode(c.answer))"""),

@@ -21,8 +21,8 @@ it next to two baselines: per-matrix truncated SVD and dense-core Tucker."""),
     ("code", """import os, json, tempfile
 import numpy as np
 from IPython.display import Image, display
+from jaxlab import main as launcher
 from jaxlab.configs import lestd as lestd_configs
-from jaxlab.experiments import lestd as lestd_exp
 from jaxlab.compression import lestd"""),
     ("md", """## The identity behind Stage II
 
@@ -46,7 +46,7 @@ entries, original 256 words. Five nonzeros with one 32-bit COO index each:
     ("md", "## Train a tiny MHA decoder, compress, measure perplexity"),
     ("code", """config = lestd_configs.get_config(PRESET)
 workdir = tempfile.mkdtemp(prefix="lestd_colab_")
-results = lestd_exp.run(config, workdir)
+results = launcher.run_experiment(config, workdir)
 for table in results["tables"]:
   print(table["title"])
   for row in table["rows"]:

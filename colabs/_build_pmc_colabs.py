@@ -57,12 +57,12 @@ def pmc_notebook():
           "forget values in unrelated sentences "
           "(`jaxlab.evals.unlearning`)."),
       v4.new_code_cell(
+          "from jaxlab import main as launcher\n"
           "from jaxlab.configs import pmc as pmc_config\n"
-          "from jaxlab.experiments import pmc as pmc_exp\n"
           "config = pmc_config.get_config(PRESET)\n"
           "config.parts = 'unlearn'\n"
           "if PRESET == 'tiny':\n  config.methods = 'pmc,ga'\n"
-          "results = pmc_exp.run(config, WORKDIR)\n"
+          "results = launcher.run_experiment(config, WORKDIR)\n"
           "print(open(os.path.join(WORKDIR, 'table.md')).read())"),
   ]
   return v4.new_notebook(cells=cells)
@@ -93,10 +93,10 @@ def mathfimer_notebook():
       v4.new_markdown_cell(
           "## Miniature: coarse vs expanded arithmetic solutions"),
       v4.new_code_cell(
+          "from jaxlab import main as launcher\n"
           "from jaxlab.configs import mathfimer as mf_config\n"
-          "from jaxlab.experiments import mathfimer as mf_exp\n"
           "config = mf_config.get_config(PRESET)\n"
-          "results = mf_exp.run(config, WORKDIR)\n"
+          "results = launcher.run_experiment(config, WORKDIR)\n"
           "print(open(os.path.join(WORKDIR, 'table.md')).read())"),
   ]
   return v4.new_notebook(cells=cells)

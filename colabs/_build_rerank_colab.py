@@ -26,8 +26,8 @@ fine-tuned with LoRA (the LM head, i.e. the directions M_y and M_n, frozen).""")
 import numpy as np
 import jax, jax.numpy as jnp
 import matplotlib.pyplot as plt
+from jaxlab import main as launcher
 from jaxlab.configs import rerank as rerank_configs
-from jaxlab.experiments import rerank as rerank_exp
 from jaxlab.data.synthetic import retrieval as synth
 from jaxlab.objectives import rerank"""),
     ("md", "## The weights: CL normalises over the group, SFT per document"),
@@ -50,7 +50,7 @@ for ax, i in zip(axes, range(4)):
     ("md", "## Train the W×D cells and rerank held-out queries"),
     ("code", """config = rerank_configs.get_config(PRESET)
 workdir = tempfile.mkdtemp(prefix="rerank_colab_")
-summary = rerank_exp.run(config, workdir)
+summary = launcher.run_experiment(config, workdir)
 results = json.load(open(os.path.join(workdir, "results.json")))
 print(open(os.path.join(workdir, "table.md")).read())"""),
     ("code", """backbone = os.path.join(workdir, "backbone")  # mm preset only

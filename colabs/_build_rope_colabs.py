@@ -57,10 +57,10 @@ display(Image(rope_plots.plot_cumulative_scale(os.path.join(WORKDIR, "scale.png"
           "The learning curve (held-out exact match at the training length) "
           "must be near 1 before the long-length table means anything."),
       v4.new_code_cell("""\
+from jaxlab import main as launcher
 from jaxlab.configs import rope_extension as cfg_mod
-from jaxlab.experiments import rope_extension as exp
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 for rec in result["per_seed"]:
   print("seed", rec["seed"], "learning curve (step, exact):",
         [(r["step"], round(r["answer_exact"], 2)) for r in rec["learning_curve"]])
@@ -98,11 +98,11 @@ print(f"SequenceFE pure sinusoid: {float(fe.sequence_fe(2 + np.sin(2 * np.pi * 3
 print(f"SequenceFE white noise: {float(fe.sequence_fe(np.random.default_rng(0).standard_normal(4096))):.2f}")
 print(f"SpectrumFE white noise: {float(fe.spectrum_fe(np.random.default_rng(0).standard_normal(4096))):.2f}")"""),
       v4.new_code_cell("""\
+from jaxlab import main as launcher
 from jaxlab.configs import frequency_entropy as cfg_mod
-from jaxlab.experiments import frequency_entropy as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 print(json.dumps(result["per_layer"], indent=1))
 print("SequenceFE RoPE vs NoPE:", result["sequence_fe_rope_vs_nope_native"])
 for p in result["plots"]:

@@ -39,11 +39,11 @@ s = inj.pair_stats(x, chunk=3)
 print("min", s.min, "pair", s.pair, "collisions", s.collisions, "max", s.max)
 print("4-bit codes", inj.quantize_states(np.array([0.05, 0.5, -1.0]), 4))"""),
       ("code", """\
+from jaxlab import main as launcher
 from jaxlab.configs import sipit as cfg_mod
-from jaxlab.experiments import sipit as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 for key, v in result["summary"].items():
   print(f"{key:22s} accuracy {v['accuracy']:.3f}  median proposals/token "
         f"{v['median_proposals']:.1f}  (|V|/2 = {result['vocab_size'] // 2})")

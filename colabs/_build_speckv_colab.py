@@ -23,9 +23,11 @@ compares every method at a few cache budgets C_max."""),
     ("code", """import json, os
 import numpy as np
 import jax, jax.numpy as jnp
+from jaxlab import main as launcher
 from jaxlab.configs import speckv as speckv_configs
-from jaxlab.experiments import speckv as speckv_exp
-from jaxlab.decoding import kv_policies, prompt_compression as pc"""),
+from jaxlab.data.word_tokenizer import WordTokenizer
+from jaxlab.decoding import kv_policies, prompt_compression as pc
+from jaxlab.evals import ruler_task"""),
     ("md", "## Key selection on a toy example (window 2, kernel 1)"),
     ("code", """# One KV head, one query head, d = 1: the query "looks for" key value 3.
 keys = jnp.asarray([[[[0.], [3.], [0.], [1.], [0.], [0.], [0.], [0.]]]])
@@ -34,12 +36,12 @@ idx = kv_policies.select_indices(q, keys, budget=4, window=2, kernel=1)
 print("kept keys:", np.asarray(idx)[0, 0].tolist())"""),
     ("md", "## A held-out prompt (question first)"),
     ("code", """config = speckv_configs.get_config(PRESET)
-tok = speckv_exp.WordTokenizer()
-ex = speckv_exp.held_out(tok, config)[-1]
+tok = WordTokenizer()
+ex = ruler_task.held_out(tok, config)[-1]
 print(tok.decode(ex.prompt_ids)[:300], "...")
 print("answer:", ex.answer)"""),
     ("md", "## Train the target and the draft, then run every method"),
-    ("code", """summary = speckv_exp.run(config, WORKDIR)
+    ("code", """summary = launcher.run_experiment(config, WORKDIR)
 rec = summary["per_seed"][0]
 for name, per_budget in rec["methods"].items():
   for b, m in per_budget.items():

@@ -62,11 +62,11 @@ print("log-mel features:", audio.log_mel(wave[None], n_mels=40).shape)"""),
           "stable), with the CTC phone error rate (PER) that shows whether "
           "the variants are at matched accuracy."),
       ("code", """\
+from jaxlab import main as launcher
 from jaxlab.configs import stabletoken as cfg_mod
-from jaxlab.experiments import stabletoken as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 print(result["table_markdown"])
 display(Image(result["plot"]))"""),
       ("md",

@@ -22,8 +22,8 @@ stories and compares streaming with the batch and interleaved baselines on
 accuracy, TTFT and Delay under a simulated input clock."""),
     ("code", """import json, os
 import numpy as np
+from jaxlab import main as launcher
 from jaxlab.configs import streaming_thinker as st_configs
-from jaxlab.experiments import streaming_thinker as st_exp
 from jaxlab.data.synthetic import running_sum as rs
 from jaxlab.decoding import streaming as sd
 from jaxlab.objectives import streaming as st"""),
@@ -52,14 +52,14 @@ for concurrent in (True, False):
   print(f"concurrent={concurrent}: TTFT {c.ttft_tokens} tokens, Delay {c.delay_ticks} ticks")"""),
     ("md", "## Train streaming / batch / interleaved models and decode held-out stories"),
     ("code", """config = st_configs.get_config(PRESET)
-summary = st_exp.run(config, WORKDIR)
+summary = launcher.run_experiment(config, WORKDIR)
 results = json.load(open(os.path.join(WORKDIR, "results.json")))
 for rec in summary["per_seed"]:
   for method, out in rec["methods"].items():
     m = out["metrics"]
     print(f"seed {rec['seed']} {method:11s} acc {100 * m['accuracy']:5.1f}%  "
           f"TTFT {m['ttft_tokens']:5.1f}  "
-          + "  ".join(f"Delay@{k:g} {m[st_exp.delay_key(k)]:5.1f}" for k in config.clock.tokens_per_tick))"""),
+          + "  ".join(f"Delay@{k:g} {m[sd.delay_key(k)]:5.1f}" for k in config.clock.tokens_per_tick))"""),
     ("code", """for method, out in summary["per_seed"][0]["methods"].items():
   s = out["samples"][0]
   print(method, "|", s["story"])

@@ -43,11 +43,11 @@ print("AUROC of a perfect detector:", unc.auroc([0.9, 0.1, 0.8], [True, False, T
      "are never seen, so its answers about them are confabulations. "
      "Positive class of AUROC = the greedy answer is wrong."),
     ("code", """\
+from jaxlab import main as launcher
 from jaxlab.configs import uncertainty as cfg_mod
-from jaxlab.experiments import uncertainty as exp
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 for rec in result["per_seed"]:
   print("seed", rec["seed"], {k: round(v, 3) for k, v in rec["setup"].items()})
   for ex in rec["examples"][:3]:

@@ -40,11 +40,11 @@ print("answer:", q.answer, "=", q.answer_text)
 r = vudg.score(data.questions[:3], [q.answer, "(Z) nonsense", data.questions[2].answer_text])
 print(f"hand check: correct={r.correct} malformed={r.num_malformed}")"""),
       ("code", """\
+from jaxlab import main as launcher
 from jaxlab.configs import vudg as cfg_mod
-from jaxlab.experiments import vudg as exp
 from jaxlab.experiments import report
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 for table in result["tables"]:
   print(report.render_table(result, table["id"], name="vudg"))"""),
   ]

@@ -43,12 +43,12 @@ full = vulcan.prune(m, vulcan.Plan(vulcan.Widths((16,), (8,), (8,)), ident, iden
 print(f"full-rank SVD prune exact: {np.abs(vulcan.logits(full, x) - vulcan.logits(m, x)).max() < 1e-4}")
 print("dense params", cfg.num_params(), "| MACs/image", int(cfg.flops()))"""),
       ("code", """\
+from jaxlab import main as launcher
 from jaxlab.configs import vulcan as cfg_mod
-from jaxlab.experiments import vulcan as exp
 from jaxlab.experiments import report
 from IPython.display import Image, display
 config = cfg_mod.get_config(PRESET)
-result = exp.run(config, WORKDIR)
+result = launcher.run_experiment(config, WORKDIR)
 for table in result["results"]["tables"]:
   print(report.render_table(result["results"], table["id"], name="vulcan"))
 display(Image(result["plot"]))"""),

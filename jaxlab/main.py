@@ -79,54 +79,11 @@ LOSS_MODULES = experiments_lib.LOSS_MODULES
 import_loss_modules = experiments_lib.import_loss_modules
 
 
-def check_loss(config) -> None:
-  """`config.loss.name` is a registered loss (one error listing the valid)."""
-  section = config.get("loss")
-  if section is None or not hasattr(section, "get"):
-    return
-  name = section.get("name")
-  if name is None:
-    return
-  valid = import_loss_modules()
-  if name not in valid:
-    raise ValueError(f"config.loss.name={name!r} is not a registered loss; "
-                     f"valid: {', '.join(valid)}")
-
-
-# Modules of `jaxlab.experiments` that are not experiments (no `run`).
-_NOT_EXPERIMENTS = frozenset({"launch_local", "report", "results", "compile",
-                              "bench"})
-
-
-def available_experiments() -> tuple[str, ...]:
-  """Names `config.experiment` may take: the runnable modules and
-  per-paper packages of `jaxlab.experiments` (found by package walk,
-  plugin directories included: a new experiment is a new file, or a
-  package `experiments/<paper>/` with its own glue beside it)."""
-  from jaxlab import registry  # pylint: disable=g-import-not-at-top
-  return tuple(name for name in registry.package_modules("jaxlab.experiments",
-                                                         packages=True)
-               if name not in _NOT_EXPERIMENTS)
-
-
-def run_experiment(config, workdir: str) -> dict:
-  """Imports `jaxlab.experiments.<config.experiment>` and runs it."""
-  check_loss(config)
-  name = config.get("experiment", "train")
-  valid = available_experiments()
-  if name not in valid:
-    raise ValueError(f"config.experiment={name!r} is not an experiment "
-                     f"(a module jaxlab/experiments/{name}.py with run()); "
-                     f"valid: {', '.join(valid)}")
-  module = importlib.import_module(f"jaxlab.experiments.{name}")
-  if not hasattr(module, "run"):
-    raise ValueError(f"jaxlab.experiments.{name} has no run(config, workdir)")
-  from jaxlab import progress  # pylint: disable=g-import-not-at-top
-  progress.start(name)  # stage / step / ETA lines and a heartbeat
-  try:
-    return module.run(config, workdir)
-  finally:
-    progress.stop()
+# The experiment runner (`jaxlab.experiments`, where benchmarks reach it
+# without importing the launcher).
+check_loss = experiments_lib.check_loss
+available_experiments = experiments_lib.available_experiments
+run_experiment = experiments_lib.run_experiment
 
 
 def main(argv):

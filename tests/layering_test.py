@@ -10,12 +10,20 @@ function-local, `import a.b`, `from a import b`, relative imports, and
   the layers below its own, never a peer in its layer nor a layer above.
   Each violation prints as "a.b imports c.d (layer X -> layer Y)".
 
+And the notebooks (colabs/, their builders included) and benchmarks
+(jaxlab/experiments/bench/) import library modules and launch experiments
+through `jaxlab.main.run_experiment` (`jaxlab.experiments.run_experiment`):
+of `jaxlab.experiments` they import only `main`'s helpers `results`,
+`report`, `compile` and the bench package (issue 46's grep).
+
 Fast: it parses files, imports nothing.
 """
 
 import ast
 import collections
+import glob
 import os
+import re
 import shutil
 import tempfile
 
@@ -112,6 +120,41 @@ def imports(modules: dict[str, str]) -> dict[str, list[tuple[str, int]]]:
   return out
 
 
+# Issue 46's must-show: `grep -rnE "<this>" colabs jaxlab/experiments/bench`.
+EXPERIMENT_IMPORT = re.compile(
+    r"from jaxlab.experiments import ([a-z_]+) as|"
+    r"from jaxlab.experiments.([a-z_]+) import")
+# What a notebook or benchmark may import of `jaxlab.experiments`.
+EXPERIMENT_IMPORTS_ALLOWED = ("results", "report", "compile", "bench")
+
+
+def experiment_imports(paths) -> list[str]:
+  """"path:line: text" of each line of `paths` that imports a module of
+  `jaxlab.experiments` other than `EXPERIMENT_IMPORTS_ALLOWED` the way the
+  grep finds it (`from jaxlab.experiments import X as Y`, `from
+  jaxlab.experiments.X import ...`)."""
+  bad = []
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      for i, line in enumerate(f, 1):
+        for m in EXPERIMENT_IMPORT.finditer(line):
+          if (m.group(1) or m.group(2)) not in EXPERIMENT_IMPORTS_ALLOWED:
+            bad.append(f"{os.path.relpath(path, ROOT)}:{i}: "
+                       f"{line.strip()}")
+  return bad
+
+
+def notebook_and_bench_files() -> list[str]:
+  """Every file of colabs/ and jaxlab/experiments/bench/ (`grep -r`)."""
+  out = []
+  for top in ("colabs", os.path.join("jaxlab", "experiments", "bench")):
+    for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, top)):
+      dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+      out += [os.path.join(dirpath, f) for f in sorted(filenames)
+              if not f.endswith(".pyc")]
+  return sorted(out)
+
+
 def layering_violations(graph) -> list[str]:
   bad = set()
   for module, targets in graph.items():
@@ -191,6 +234,44 @@ class LayeringTest(absltest.TestCase):
     found = layering_violations(self.graph)
     print("\n".join(found))
     self.assertEqual(found, [])
+
+  def test_notebooks_and_benchmarks_import_no_experiment(self):
+    files = notebook_and_bench_files()
+    # The grep covers the notebooks, their builders and every benchmark.
+    names = {os.path.relpath(p, ROOT) for p in files}
+    for must in ("colabs/dpad.ipynb", "colabs/_build_dpad_colab.py",
+                 "jaxlab/experiments/bench/dpad.py",
+                 "jaxlab/experiments/bench/kv_compression.py"):
+      self.assertIn(must, names)
+    found = experiment_imports(files)
+    print("\n".join(found))
+    self.assertEqual(found, [])
+    # Each notebook that runs an experiment does it through the launcher's
+    # runner, not an experiment module's `run`.
+    for path in glob.glob(os.path.join(ROOT, "colabs", "*.ipynb")):
+      with open(path, encoding="utf-8") as f:
+        text = f.read()
+      if "get_config(PRESET)" in text:
+        self.assertTrue(
+            re.search(r"\.run_experiment\(config, [a-zA-Z_]+\)", text),
+            f"{os.path.basename(path)} runs no experiment through "
+            "jaxlab.main.run_experiment")
+
+  def test_the_experiment_import_check_sees_each_form(self):
+    tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    path = os.path.join(tmp, "nb.ipynb")
+    with open(path, "w") as f:
+      f.write('"from jaxlab.experiments import dpad as dpad_exp\\n",\n'
+              "from jaxlab.experiments.speckv import held_out\n"
+              "from jaxlab.experiments import results as results_lib\n"
+              "from jaxlab.experiments.bench import roofline\n"
+              "from jaxlab import main as launcher\n")
+    found = experiment_imports([path])
+    self.assertLen(found, 2)
+    self.assertIn(":1: ", found[0])
+    self.assertIn("dpad as dpad_exp", found[0])
+    self.assertIn(":2: from jaxlab.experiments.speckv import", found[1])
 
   def test_the_doc_writes_the_same_layers(self):
     with open(os.path.join(ROOT, "docs", "contributing.md")) as f:

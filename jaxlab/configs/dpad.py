@@ -54,26 +54,10 @@ import ml_collections
 from jaxlab.configs import common
 from jaxlab.configs import _scale as scale
 from jaxlab.data.synthetic import arith_chains
+from jaxlab.evals import diffusion_decode
 
-# name -> generate() keywords (DPad settings come from config.decode.dpad).
-VARIANTS = {
-    "vanilla": {},
-    "+early stop": {"early_stop": True},
-    "+DPad": {"early_stop": True, "dpad": True},
-    "+threshold": {"threshold": True},
-    "+threshold+prefix cache": {"threshold": True, "cache": "prefix"},
-    # DPad's main table: parallel (threshold) decoding with DPad and early
-    # termination (main_instruct.sh "+Parallel+DPad": -th=0.9 -e -d=...).
-    "+threshold+DPad": {"threshold": True, "early_stop": True, "dpad": True},
-    # +all without DPad, and threshold + early stop alone: what DPad adds on
-    # top of the Fast-dLLM accelerations (issue 29: the +all speed-up is
-    # mostly threshold decoding and early stop).
-    "+threshold+early stop": {"threshold": True, "early_stop": True},
-    "+threshold+prefix cache+early stop": {"early_stop": True, "threshold": True,
-                                           "cache": "prefix"},
-    "+all": {"early_stop": True, "threshold": True, "cache": "prefix",
-             "dpad": True},
-}
+# name -> generate() keywords: the library's decoding variants.
+VARIANTS = diffusion_decode.VARIANTS
 
 
 # The real run's tasks (`config.eval.task`): the harness task's dataset as

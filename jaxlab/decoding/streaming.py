@@ -327,3 +327,9 @@ def arrival_clock(trace: Sequence[tuple[str, int]], src_lens: Sequence[int],
                      answer_tick=float(answer),
                      input_end_tick=float(arrive[-1]),
                      delay_ticks=float(answer - arrive[-1]))
+
+
+def delay_key(tokens_per_tick: float) -> str:
+  """The metric / column key of `ClockResult.delay_ticks` at one input rate
+  ("delay_0p25" at 0.25 tokens per tick)."""
+  return f"delay_{tokens_per_tick:g}".replace(".", "p")

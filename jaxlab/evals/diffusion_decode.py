@@ -5,18 +5,121 @@ Decodes held-out arithmetic-chain prompts with `jaxlab.decoding.diffusion
 `jaxlab.experiments.dpad` and its benchmark) and measures, per (gen_len,
 variant), exact match, latency (compilation excluded), NFE, tokens
 processed, model FLOPs and agreement with vanilla decoding.
+
+The miniature's pieces a notebook or benchmark reuses live here too: the
+decoding variants (`VARIANTS`, `variant_kwargs`), the held-out prompts
+(`held_out`, excluding every seed's training prompts) and the model of a
+config (`build_model`, `load_params`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import numpy as np
+from flax import nnx
 
 from jaxlab import parallel
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion
+from jaxlab.io import params as params_io
+from jaxlab.models import decoder as decoder_lib
+from jaxlab.models import registry as model_registry
+
+# name -> generate() keywords (DPad settings come from config.decode.dpad).
+VARIANTS = {
+    "vanilla": {},
+    "+early stop": {"early_stop": True},
+    "+DPad": {"early_stop": True, "dpad": True},
+    "+threshold": {"threshold": True},
+    "+threshold+prefix cache": {"threshold": True, "cache": "prefix"},
+    # DPad's main table: parallel (threshold) decoding with DPad and early
+    # termination (main_instruct.sh "+Parallel+DPad": -th=0.9 -e -d=...).
+    "+threshold+DPad": {"threshold": True, "early_stop": True, "dpad": True},
+    # +all without DPad, and threshold + early stop alone: what DPad adds on
+    # top of the Fast-dLLM accelerations (issue 29: the +all speed-up is
+    # mostly threshold decoding and early stop).
+    "+threshold+early stop": {"threshold": True, "early_stop": True},
+    "+threshold+prefix cache+early stop": {"early_stop": True,
+                                           "threshold": True,
+                                           "cache": "prefix"},
+    "+all": {"early_stop": True, "threshold": True, "cache": "prefix",
+             "dpad": True},
+}
+
+# The held-out prompts' generator seed (offset by `task.data_seed`).
+HELD_OUT_SEED = 999_999
+
+
+def build_model(config, seed: int) -> decoder_lib.Decoder:
+  """The bidirectional decoder of `config.model`, initialised from `seed`."""
+  cfg = model_registry.decoder_config(config.model)
+  if cfg.causal:
+    raise ValueError("config.model.causal must be False: a masked-diffusion "
+                     "LM is bidirectional")
+  return decoder_lib.Decoder(cfg, rngs=nnx.Rngs(int(seed)))
+
+
+def load_params(config, path: str) -> decoder_lib.Decoder:
+  """`build_model(config, 0)` with the weights of a saved `params.npz`."""
+  model = build_model(config, 0)
+  params_io.load(model, path)
+  return model
+
+
+def train_chains(config, seed: int) -> list[ac.Chain]:
+  """Seed `seed`'s training chains of `config.task`."""
+  t = config.task
+  return ac.make_chains(int(t.data_seed) + int(seed), int(t.train_examples),
+                        min_ops=int(t.min_ops), max_ops=int(t.max_ops),
+                        kind=str(t.get("kind", "chain")))
+
+
+def held_out(config, n: int) -> tuple[np.ndarray, list[ac.Chain]]:
+  """`[n, prompt_len]` PAD-padded prompts (PAD is a real token, as in
+  training; `task.pad` side) and their chains; prompts seen in training
+  (any seed of `config.seeds`) are excluded."""
+  t = config.task
+  seen = {tuple(c.prompt) for s in config.seeds
+          for c in train_chains(config, s)}
+  pool = ac.make_chains(int(t.data_seed) + HELD_OUT_SEED, 4 * n + 64,
+                        min_ops=int(t.min_ops), max_ops=int(t.max_ops),
+                        kind=str(t.get("kind", "chain")))
+  chains = [c for c in pool if tuple(c.prompt) not in seen][:n]
+  if len(chains) < n:
+    raise ValueError(f"only {len(chains)} held-out prompts unseen in "
+                     f"training; lower decode.prompts or raise task.max_ops")
+  prompts = np.array([ac.pad_prompt(c.prompt, int(t.prompt_len),
+                                    str(t.get("pad", "left")))
+                      for c in chains], np.int32)
+  return prompts, chains
+
+
+def variant_kwargs(config, name: str, *, mask_id: int = ac.MASK,
+                   eos_id: int | None = ac.EOS,
+                   shift_logits: bool = False) -> dict[str, Any]:
+  """`diffusion.generate` keywords of variant `name` (`VARIANTS`) with the
+  block, threshold and DPad settings of `config.decode`."""
+  if name not in VARIANTS:
+    raise ValueError(f"config.decode.variants: unknown variant {name!r}; "
+                     f"valid: {', '.join(VARIANTS)}")
+  spec = dict(VARIANTS[name])
+  d = config.decode
+  kw: dict[str, Any] = {"block_len": int(d.block_len),
+                        "mask_id": int(mask_id), "eos_id": eos_id,
+                        "early_stop": bool(spec.get("early_stop", False)),
+                        "cache": spec.get("cache")}
+  if spec.get("threshold"):
+    kw["threshold"] = float(d.threshold)
+  if spec.get("dpad"):
+    kw["dpad"] = diffusion.DPadConfig(
+        window=int(d.dpad.window), k=float(d.dpad.k), a=float(d.dpad.a),
+        sampler=str(d.dpad.sampler), n=int(d.dpad.n) or None)
+  if shift_logits:
+    kw["shift_logits"] = True
+  return kw
 
 
 def decode_mesh(config, batch: int):

@@ -5,6 +5,10 @@
 without the experiment importing its module first; the launcher and the
 ahead-of-time compiler call it before a run. Both walks cover the plugin
 directories of `JAXLAB_PLUGIN_PATH` (`jaxlab.registry.plugin_dirs`).
+
+`run_experiment(config, workdir)` runs the experiment `config.experiment`
+names: the launcher's (`jaxlab.main.run_experiment` is this function), and
+what a notebook or benchmark calls to run one.
 """
 
 import importlib
@@ -24,3 +28,52 @@ def import_loss_modules() -> tuple[str, ...]:
     importlib.import_module(module_name)
   from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
   return losses.available()
+
+
+def check_loss(config) -> None:
+  """`config.loss.name` is a registered loss (one error listing the valid)."""
+  section = config.get("loss")
+  if section is None or not hasattr(section, "get"):
+    return
+  name = section.get("name")
+  if name is None:
+    return
+  valid = import_loss_modules()
+  if name not in valid:
+    raise ValueError(f"config.loss.name={name!r} is not a registered loss; "
+                     f"valid: {', '.join(valid)}")
+
+
+# Modules of `jaxlab.experiments` that are not experiments (no `run`).
+_NOT_EXPERIMENTS = frozenset({"launch_local", "report", "results", "compile",
+                              "bench"})
+
+
+def available_experiments() -> tuple[str, ...]:
+  """Names `config.experiment` may take: the runnable modules and
+  per-paper packages of `jaxlab.experiments` (found by package walk,
+  plugin directories included: a new experiment is a new file, or a
+  package `experiments/<paper>/` with its own glue beside it)."""
+  return tuple(name for name in registry.package_modules("jaxlab.experiments",
+                                                         packages=True)
+               if name not in _NOT_EXPERIMENTS)
+
+
+def run_experiment(config, workdir: str) -> dict:
+  """Imports `jaxlab.experiments.<config.experiment>` and runs it."""
+  check_loss(config)
+  name = config.get("experiment", "train")
+  valid = available_experiments()
+  if name not in valid:
+    raise ValueError(f"config.experiment={name!r} is not an experiment "
+                     f"(a module jaxlab/experiments/{name}.py with run()); "
+                     f"valid: {', '.join(valid)}")
+  module = importlib.import_module(f"jaxlab.experiments.{name}")
+  if not hasattr(module, "run"):
+    raise ValueError(f"jaxlab.experiments.{name} has no run(config, workdir)")
+  from jaxlab import progress  # pylint: disable=g-import-not-at-top
+  progress.start(name)  # stage / step / ETA lines and a heartbeat
+  try:
+    return module.run(config, workdir)
+  finally:
+    progress.stop()

@@ -28,7 +28,6 @@ from flax import nnx
 from jaxlab import parallel
 from jaxlab.data.synthetic import charts as charts_lib
 from jaxlab.experiments import results as results_lib
-from jaxlab.io import memo
 from jaxlab.io import stages
 from jaxlab.io import params as params_io
 from jaxlab.models import prefix_lm
@@ -142,9 +141,9 @@ def supervised_policy(config, seed: int, sft_charts, val,
           if cache_dir else None)
   mesh = parallel.mesh_from_config(config, batch=_rows_per_update(
       config.sft.optim, int(config.sft.batch_size)))
-  return model, memo.params_file(model, path, meta, lambda: sft(
+  return model, stages.params_file(model, path, meta, lambda: sft(
       model, sft_charts, config.sft, int(config.max_len), val, seed,
-      mesh=mesh, rules=config.sharding_rules), field="history")
+      mesh=mesh, rules=config.sharding_rules))
 
 
 def run_one(config, seed: int, cache_dir: str | None = None) -> dict:

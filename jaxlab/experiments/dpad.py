@@ -57,7 +57,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from flax import nnx
 
 from jaxlab.configs import dpad as dpad_config
 from jaxlab.experiments import results as results_lib
@@ -69,23 +68,14 @@ from jaxlab.evals import diffusion_decode
 from jaxlab.evals import gsm8k
 from jaxlab.evals import minerva_math
 from jaxlab.evals.diffusion_decode import decode_mesh
+from jaxlab.evals.diffusion_decode import (  # the library's, used here
+    build_model, held_out, load_params, train_chains, variant_kwargs)
 from jaxlab.io import params as params_io
 from jaxlab.io import pretrained
 from jaxlab.io import stages
 from jaxlab.models import decoder as decoder_lib
-from jaxlab.models import registry as model_registry
 from jaxlab.objectives import llada  # pylint: disable=unused-import
 from jaxlab.train import runner as runner_lib
-
-HELD_OUT_SEED = 999_999
-
-
-def build_model(config, seed: int) -> decoder_lib.Decoder:
-  cfg = model_registry.decoder_config(config.model)
-  if cfg.causal:
-    raise ValueError("config.model.causal must be False: a masked-diffusion "
-                     "LM is bidirectional")
-  return decoder_lib.Decoder(cfg, rngs=nnx.Rngs(int(seed)))
 
 
 def train_model(config, seed: int) -> tuple[decoder_lib.Decoder, list]:
@@ -155,62 +145,6 @@ def seed_model(config, seed: int, seed_dir: str
                        train_key(config, seed),
                        lambda: train_model(config, seed), kind="npz",
                        init=lambda: build_model(config, 0))
-
-
-def load_params(config, path: str) -> decoder_lib.Decoder:
-  model = build_model(config, 0)
-  params_io.load(model, path)
-  return model
-
-
-def train_chains(config, seed: int) -> list[ac.Chain]:
-  t = config.task
-  return ac.make_chains(int(t.data_seed) + int(seed), int(t.train_examples),
-                        min_ops=int(t.min_ops), max_ops=int(t.max_ops),
-                        kind=str(t.get("kind", "chain")))
-
-
-def held_out(config, n: int) -> tuple[np.ndarray, list[ac.Chain]]:
-  """`[n, prompt_len]` PAD-padded prompts (PAD is a real token, as in
-  training; `task.pad` side) and their chains; prompts seen in training (any seed of
-  `config.seeds`) are excluded."""
-  t = config.task
-  seen = {tuple(c.prompt) for s in config.seeds
-          for c in train_chains(config, s)}
-  pool = ac.make_chains(int(t.data_seed) + HELD_OUT_SEED, 4 * n + 64,
-                        min_ops=int(t.min_ops), max_ops=int(t.max_ops),
-                        kind=str(t.get("kind", "chain")))
-  chains = [c for c in pool if tuple(c.prompt) not in seen][:n]
-  if len(chains) < n:
-    raise ValueError(f"only {len(chains)} held-out prompts unseen in "
-                     f"training; lower decode.prompts or raise task.max_ops")
-  prompts = np.array([ac.pad_prompt(c.prompt, int(t.prompt_len),
-                                    str(t.get("pad", "left")))
-                      for c in chains], np.int32)
-  return prompts, chains
-
-
-def variant_kwargs(config, name: str, *, mask_id: int = ac.MASK,
-                   eos_id: int | None = ac.EOS,
-                   shift_logits: bool = False) -> dict[str, Any]:
-  if name not in dpad_config.VARIANTS:
-    raise ValueError(f"config.decode.variants: unknown variant {name!r}; "
-                     f"valid: {', '.join(dpad_config.VARIANTS)}")
-  spec = dict(dpad_config.VARIANTS[name])
-  d = config.decode
-  kw: dict[str, Any] = {"block_len": int(d.block_len),
-                        "mask_id": int(mask_id), "eos_id": eos_id,
-                        "early_stop": bool(spec.get("early_stop", False)),
-                        "cache": spec.get("cache")}
-  if spec.get("threshold"):
-    kw["threshold"] = float(d.threshold)
-  if spec.get("dpad"):
-    kw["dpad"] = diffusion.DPadConfig(
-        window=int(d.dpad.window), k=float(d.dpad.k), a=float(d.dpad.a),
-        sampler=str(d.dpad.sampler), n=int(d.dpad.n) or None)
-  if shift_logits:
-    kw["shift_logits"] = True
-  return kw
 
 
 def decode_all(model, config, gen_lens, variants, *, prompts, chains,

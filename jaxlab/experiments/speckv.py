@@ -37,14 +37,12 @@ from absl import logging
 from flax import nnx
 
 from jaxlab.data import pipeline
-from jaxlab.data.word_tokenizer import WordTokenizer  # noqa: F401 (public)
+from jaxlab.data.word_tokenizer import WordTokenizer
 from jaxlab.evals import long_context as lc
 from jaxlab.evals import longbench as lb
-from jaxlab.evals.approx_inference import (  # noqa: F401 (public names)
-    evaluate, evaluate_shared, importance_correlation, pc_config, run_method,
-    shared_answers)
-from jaxlab.evals.ruler_task import (  # noqa: F401 (public names)
-    HELD_OUT_SEED, TEMPLATES, held_out, make_example, training_arrays)
+from jaxlab.evals.approx_inference import (
+    evaluate, evaluate_shared, importance_correlation, shared_answers)
+from jaxlab.evals.ruler_task import held_out, training_arrays
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import params as params_io
 from jaxlab.io import pretrained

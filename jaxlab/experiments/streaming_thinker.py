@@ -59,11 +59,6 @@ def check_methods(config) -> None:
                      f"{config.task.depth!r}")
 
 
-def delay_key(tokens_per_tick: float) -> str:
-  """The metric / column key of Delay at one input rate ("delay_0p25")."""
-  return f"delay_{tokens_per_tick:g}".replace(".", "p")
-
-
 def total_len(config) -> int:
   return rs.max_len(int(config.task.max_sentences), config.task.depth)
 
@@ -151,7 +146,7 @@ def evaluate(model, config, method: str, stories: list[rs.Story]
                            read_ticks_per_token=float(
                                clk.read_ticks_per_token))
       m["ttft_tokens"] = float(c.ttft_tokens)
-      m[delay_key(float(k))] = c.delay_ticks
+      m[sd.delay_key(float(k))] = c.delay_ticks
     rows.append(m)
     if i < 3:
       samples.append({"story": rs.decode(
@@ -189,8 +184,8 @@ def run(config, workdir: str) -> dict[str, Any]:
   cols = [results_lib.Column("accuracy", "answer acc %", 1, 100),
           results_lib.Column("unit_accuracy", "running-total acc %", 1, 100),
           results_lib.Column("ttft_tokens", "TTFT (input tokens)", 1),
-          *[results_lib.Column(delay_key(k), f"Delay @{k:g} tok/tick "
-                               "(ticks)", 1) for k in rates],
+          *[results_lib.Column(sd.delay_key(k), f"Delay @{k:g} tok/tick "
+                                  "(ticks)", 1) for k in rates],
           results_lib.Column("reasoning_tokens", "reasoning tokens", 1)]
   table = results_lib.Table(
       "methods", f"Running-sum stories, depth {config.task.depth} "
@@ -203,7 +198,7 @@ def run(config, workdir: str) -> dict[str, Any]:
   if "streaming" in config.methods and "batch" in config.methods:
     comparisons += [
         results_lib.Comparison("methods", "accuracy", "streaming", "batch"),
-        results_lib.Comparison("methods", delay_key(rates[0]), "streaming",
+        results_lib.Comparison("methods", sd.delay_key(rates[0]), "streaming",
                                "batch")]
   if "streaming" in config.methods and "interleaved" in config.methods:
     comparisons.append(results_lib.Comparison("methods", "accuracy",
@@ -305,7 +300,7 @@ def evaluate_rows(model, tok, config, method: str, rows
                            read_ticks_per_token=float(
                                clk.read_ticks_per_token))
       m["ttft_tokens"] = float(c.ttft_tokens)
-      m[delay_key(float(k))] = c.delay_ticks
+      m[sd.delay_key(float(k))] = c.delay_ticks
     per_row.append(m)
     if i < 3:
       samples.append({"question": row["Instruct_Context"]["instruct"],
@@ -338,8 +333,8 @@ def run_released(config, workdir: str) -> dict[str, Any]:
   rates = [float(k) for k in config.clock.tokens_per_tick]
   cols = [results_lib.Column("accuracy", "boxed acc %", 1, 100),
           results_lib.Column("ttft_tokens", "TTFT (input tokens)", 1),
-          *[results_lib.Column(delay_key(k), f"Delay @{k:g} tok/tick "
-                               "(ticks)", 1) for k in rates],
+          *[results_lib.Column(sd.delay_key(k), f"Delay @{k:g} tok/tick "
+                                  "(ticks)", 1) for k in rates],
           results_lib.Column("reasoning_tokens", "reasoning tokens", 1)]
   table = results_lib.Table(
       "methods", f"StreamingCoT {config.data.subset}/{split} "

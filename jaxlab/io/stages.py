@@ -28,6 +28,12 @@ before stages existed) is recomputed. After Ctrl-C or SIGTERM
 stage that the signal cut short: it raises `preemption.Preempted`, which the
 launcher turns into a clean exit. The digest is `jaxlab.io.params`'s
 `config_key` over the same fields (plus `exclude` and the keywords).
+
+A stage whose variants should coexist (a run with another pre-training
+config keeps the first one's model for a later rerun) names its file with
+the digest (`keyed_path`: `WORKDIR/pretrained_seed0_<digest>.npz`); one
+model trained in place is `params_file`. This module is the one cache of
+the library: every experiment's reusable stages go through `cached`.
 """
 
 from __future__ import annotations
@@ -212,6 +218,30 @@ def cached(path: str, stage_key: Mapping[str, Any],
     params_io.save(model if n is None else model[n], p)
   _mark(files.values(), stage_key, info)
   return model, info
+
+
+def keyed_path(parent: str, name: str, stage_key: Mapping[str, Any],
+               ext: str) -> str:
+  """`parent/NAME_<digest>.EXT`: a stage file named by its key's digest, so
+  the stages of runs with different keys sit side by side (each reloaded by
+  a run with its key) instead of overwriting one another."""
+  return os.path.join(parent, f"{name}_{digest(stage_key)}.{ext}")
+
+
+def params_file(model: Any, path: str | None, stage_key: Mapping[str, Any],
+                train: Callable[[], Any]) -> Any:
+  """`cached(kind="npz")` for one model trained in place.
+
+  When `path` holds weights saved under `stage_key`, loads them into
+  `model` and returns the JSON value saved beside them; else `train()`
+  updates `model` in place and returns that value (a learning curve), and
+  both are saved. `path` None: only trains (nothing cached).
+  """
+  if not path:
+    return train()
+  _, info = cached(path, stage_key, lambda: (model, train()), kind="npz",
+                   init=lambda: model)
+  return info
 
 
 def run_seeds(seeds: Sequence[int], fn: Callable[[int], Any], *,

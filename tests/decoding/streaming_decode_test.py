@@ -155,6 +155,11 @@ class ArrivalClockTest(absltest.TestCase):
     self.assertEqual((c.ttft_tokens, c.answer_tick, c.delay_ticks),
                      (8, 6.0, 2.0))
 
+  def test_delay_key_names_the_rate(self):
+    self.assertEqual(sd.delay_key(0.25), "delay_0p25")
+    self.assertEqual(sd.delay_key(1.0), "delay_1")
+    self.assertEqual(sd.delay_key(2.5), "delay_2p5")
+
   def test_bad_inputs(self):
     with self.assertRaisesRegex(ValueError, "tokens_per_tick must be > 0"):
       sd.arrival_clock(self.TRACE, [2, 3, 3], tokens_per_tick=0,

@@ -25,6 +25,7 @@ from jaxlab.configs import dpad as dpad_config
 from jaxlab.configs import rope_extension as rope_config
 from jaxlab.configs import speckv as speckv_config
 from jaxlab.configs import streaming_thinker as st_config
+from jaxlab.decoding import streaming as sd
 from jaxlab.experiments import dpad
 from jaxlab.experiments import rope_extension
 from jaxlab.experiments import speckv
@@ -253,7 +254,7 @@ def _streaming_run(config, workdir):
     n.eval += 1
     n.seen.append(_checksum(model))
     keys = ["accuracy", "unit_accuracy", "ttft_tokens", "reasoning_tokens"]
-    keys += [streaming_thinker.delay_key(float(k))
+    keys += [sd.delay_key(float(k))
              for k in config.clock.tokens_per_tick]
     return {k: 1.0 for k in keys}, []
 

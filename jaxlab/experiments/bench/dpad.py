@@ -24,16 +24,21 @@ Prints one JSON object (also written to --out when given).
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import platform
+import shutil
+import sys
+import tempfile
 import time
 
 import jax
 
+from jaxlab import experiments
 from jaxlab.configs import dpad as dpad_config
-from jaxlab.experiments import dpad as dpad_exp
+from jaxlab.evals import diffusion_decode
 from jaxlab.experiments import results as results_lib
 
 
@@ -153,6 +158,26 @@ def write_results(workdir: str, metrics: dict, gen_lens, claim: dict,
                     config=config, start_time=start_time)
 
 
+def train_here(config, seed: int):
+  """Seed `seed`'s trained model from a run of `config` (that seed only, its
+  evaluation cut to the first variant and gen_len) launched here in a
+  scratch workdir (`jaxlab.experiments.run_experiment`, the launcher's),
+  removed afterwards."""
+  run_config = config.copy_and_resolve_references()
+  with run_config.unlocked():
+    run_config.seeds = (int(seed),)
+    run_config.decode.variants = tuple(config.decode.variants)[:1]
+    run_config.decode.gen_lens = tuple(config.decode.gen_lens)[:1]
+  workdir = tempfile.mkdtemp(prefix="dpad_bench_")
+  try:
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON alone
+      experiments.run_experiment(run_config, workdir)
+    return diffusion_decode.load_params(
+        config, os.path.join(workdir, f"seed{int(seed)}", "params.npz"))
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main(argv: list[str]) -> None:
   p = argparse.ArgumentParser(prog="python -m jaxlab.experiments.bench dpad")
   p.add_argument("--config", default="tiny",
@@ -183,18 +208,18 @@ def main(argv: list[str]) -> None:
   load_start = os.getloadavg()
   params = os.path.join(args.workdir, f"seed{args.seed}", "params.npz")
   if args.workdir and os.path.exists(params):
-    model, source = dpad_exp.load_params(config, params), params
+    model, source = diffusion_decode.load_params(config, params), params
   else:
-    model, _ = dpad_exp.train_model(config, args.seed)
+    model = train_here(config, args.seed)
     source = (f"trained here (jaxlab/configs/dpad.py:{args.config}, seed "
               f"{args.seed})")
-  prompts, chains = dpad_exp.held_out(config, n)
-  metrics = dpad_exp.decode_all(model, config, gen_lens,
-                                tuple(config.decode.variants),
-                                prompts=prompts, chains=chains, batch=batch,
-                                repeats=args.repeats,
-                                mesh=dpad_exp.decode_mesh(config,
-                                                          math.gcd(batch, n)))
+  prompts, chains = diffusion_decode.held_out(config, n)
+  metrics = diffusion_decode.decode_all(
+      model, gen_lens, tuple(config.decode.variants),
+      variant_kwargs=lambda name: diffusion_decode.variant_kwargs(config,
+                                                                  name),
+      prompts=prompts, chains=chains, batch=batch, repeats=args.repeats,
+      mesh=diffusion_decode.decode_mesh(config, math.gcd(batch, n)))
   claim = claim_summary(metrics, gen_lens, n)
   out = {"benchmark": "dpad", "model": source, "seed": args.seed,
          "model_config": config.model.to_dict(),

@@ -35,7 +35,7 @@ from jaxlab.evals import tofu as tofu_evals
 from jaxlab.experiments import log as log_lib
 from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
-from jaxlab.io import params as params_io
+from jaxlab.io import stages
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
 from jaxlab.experiments.pmc.methods import (  # pylint: disable=unused-import
@@ -86,18 +86,12 @@ _METHOD_FIELDS = _PRETRAIN_FIELDS + ("unlearn", "eval", "probes",
                                      "idk_answer")
 
 
-def _cached_json(path: str, meta: dict, compute):
-  if os.path.isfile(path):
-    with open(path) as f:
-      saved = json.load(f)
-    if saved.get("meta") == json.loads(json.dumps(meta, default=str)):
-      return saved["value"], True
-  value = compute()
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump({"meta": meta, "value": value}, f, default=float)
-  os.replace(tmp, path)
-  return value, False
+def _cached_json(workdir: str, name: str, stage_key: dict, compute):
+  """(value, reloaded?) of the `jaxlab.io.stages` JSON stage
+  WORKDIR/NAME_<digest of stage_key>.json."""
+  path = stages.keyed_path(workdir, name, stage_key, "json")
+  reused = stages.is_current(path, stage_key)
+  return stages.cached(path, stage_key, compute), reused
 
 
 def run_unlearning(cfg, workdir: str) -> dict:
@@ -112,21 +106,18 @@ def run_unlearning(cfg, workdir: str) -> dict:
     base, final_loss, reused = pretrained_model(
         cfg, tok, fs.train + authors, seed, workdir, _PRETRAIN_FIELDS)
     extra[f"pretrain_final_loss_seed{seed}"] = final_loss
-    ometa, okey = params_io.config_key(cfg, *_PRETRAIN_FIELDS, "eval",
-                                       "probes")
-    ometa["seed"] = int(seed)
     ev, _ = _cached_json(
-        os.path.join(workdir, f"seed{seed}_original_{okey}.json"), ometa,
+        workdir, f"seed{seed}_original",
+        stages.key(cfg, _PRETRAIN_FIELDS + ("eval", "probes"),
+                   seed=int(seed)),
         lambda: {"eval": _eval(base, tok, fs, cfg, seed, authors=authors)})  # pylint: disable=cell-var-from-loop
-    meta, key = params_io.config_key(cfg, *_METHOD_FIELDS)
-    meta["seed"] = int(seed)
-    stage = lambda name: os.path.join(workdir, f"seed{seed}_{name}_{key}.json")  # pylint: disable=cell-var-from-loop
+    key = stages.key(cfg, _METHOD_FIELDS, seed=int(seed))
     per_seed["original"].append(ev["eval"])
     log(f"seed {seed}: pretrained (loss {final_loss:.4f}"
         f"{', reloaded' if reused else ''}): {ev['eval']}")
     for method in methods:
       res, reused = _cached_json(
-          stage(method), meta,
+          workdir, f"seed{seed}_{method}", key,
           lambda m=method, s=seed, b=base: _unlearn_and_eval(m, s, b, cfg,
                                                              tok, fs,
                                                              authors))
@@ -238,14 +229,11 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
-  meta, key = params_io.config_key(cfg, "init_from", "data", "unlearn",
-                                   "eval", "tofu")
+  fields = ("init_from", "data", "unlearn", "eval", "tofu")
   evaluate_fn = lambda m: _methods.evaluate_tofu(  # pylint: disable=g-long-lambda
       m, tok, splits, cfg, prompt_fn, retain_forget=retain_forget)
   for seed in cfg.seeds:
-    smeta = dict(meta, seed=int(seed))
-    stage = lambda name, s=seed: os.path.join(workdir,  # pylint: disable=g-long-lambda
-                                              f"seed{s}_{name}_{key}.json")
+    key = stages.key(cfg, fields, seed=int(seed))
     for method in ["original"] + methods:
       if method == "original":
         compute = lambda: {"eval": evaluate_fn(base), "extra": {}}
@@ -253,7 +241,8 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
         compute = lambda m=method, s=seed: _unlearn_and_eval(  # pylint: disable=g-long-lambda
             m, s, base, cfg, tok, splits, (), prompt_fn=prompt_fn,
             evaluate_fn=evaluate_fn)
-      res, reused = _cached_json(stage(method), smeta, compute)
+      res, reused = _cached_json(workdir, f"seed{seed}_{method}", key,
+                                 compute)
       per_seed[method].append(_artifacts(res["eval"]))
       extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
       log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "

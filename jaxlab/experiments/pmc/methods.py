@@ -15,8 +15,6 @@ forget quality (`jaxlab.evals.tofu`).
 
 from __future__ import annotations
 
-import os
-
 from flax import nnx
 import jax
 import numpy as np
@@ -25,7 +23,7 @@ from jaxlab.data.synthetic import facts as facts_lib
 from jaxlab.evals import tofu as tofu_evals
 from jaxlab.objectives import tofu_stats
 from jaxlab.evals import unlearning as unlearning_evals
-from jaxlab.io import params as params_io
+from jaxlab.io import stages
 from jaxlab.models import decoder
 from jaxlab.models import registry as model_registry
 from jaxlab.objectives import pmc
@@ -239,21 +237,23 @@ def lottery_runs(lottery: dict) -> dict:
 
 def pretrained_model(cfg, tok, train, seed: int, workdir: str, fields):
   """The tiny LM of `seed` after memorising the QA items `train`
-  (`runner.train_lm` with `cfg.pretrain`): loaded from
-  WORKDIR/pretrained_seed<S>_<digest of `fields`>.npz when saved, else
-  trained and saved. Returns (model, final training loss, reloaded?)."""
+  (`runner.train_lm` with `cfg.pretrain`): a `jaxlab.io.stages` stage keyed
+  by `fields` and the seed, WORKDIR/pretrained_seed<S>_<digest>.npz
+  (`stages.keyed_path`: another pre-training config keeps its own file).
+  Returns (model, final training loss, reloaded?)."""
   mcfg = model_registry.decoder_config(cfg.model, vocab_size=tok.vocab_size)
   base = decoder.Decoder(mcfg, rngs=nnx.Rngs(seed))
-  pre_meta, pre_key = params_io.config_key(cfg, *fields)
-  pre_meta["seed"] = int(seed)
-  base_path = os.path.join(workdir, f"pretrained_seed{seed}_{pre_key}.npz")
-  if params_io.exists(base_path):
-    return base, params_io.load(base, base_path, pre_meta)["final_loss"], True
-  data = sg.encode_for_lm(tok, prompts(train), [x.answer for x in train],
-                          max_len=cfg.pretrain.max_len)
-  p = dict(cfg.pretrain)
-  p.pop("max_len")
-  logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
-  final_loss = float(logs[-1]["loss"])
-  params_io.save(base, base_path, {**pre_meta, "final_loss": final_loss})
-  return base, final_loss, False
+  key = stages.key(cfg, fields, seed=int(seed))
+  path = stages.keyed_path(workdir, f"pretrained_seed{seed}", key, "npz")
+  reused = stages.is_current(path, key)
+
+  def pretrain() -> float:
+    data = sg.encode_for_lm(tok, prompts(train), [x.answer for x in train],
+                            max_len=cfg.pretrain.max_len)
+    p = dict(cfg.pretrain)
+    p.pop("max_len")
+    logs = runner.train_lm(base, data, seed=seed, log_every=100, **p)
+    return float(logs[-1]["loss"])
+
+  final_loss = stages.params_file(base, path, key, pretrain)
+  return base, final_loss, reused
