@@ -119,6 +119,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
        "timeout_s": 10.0, "max_workers": 2,
        # Warm sandbox workers (jaxlab.rewards.sandbox.SandboxPool).
        "pool": True})
+  # The ChartMimic run (`data.source="hf"`, the `paper` preset:
+  # jaxlab/experiments/chart_to_code/chartmimic_run.py). `task`: the
+  # released task directory read when `data.subset` is '' (direct mimic).
+  # Pixel bounds and reply length: the MSRL README's inference settings
+  # (min_pixels 1280*28*28, max_pixels 16384*28*28, max_new_tokens 4096).
+  # `timeout_s`: per sandboxed script; `judge_size`: (H, W) at which the
+  # reply's code is rendered for the visual judge (`reward.judge`)
+  # [inferred].
+  c.chartmimic = ml_collections.ConfigDict({
+      "task": "direct_600", "min_pixels": 1280 * 28 * 28,
+      "max_pixels": 16384 * 28 * 28, "max_new_tokens": 4096,
+      "timeout_s": 30.0, "judge_size": (384, 384), "workers": 2})
   if a.tiny:
     c.seeds = (0,)
     c.charts.update(sft_size=16, stage_size=8, eval_size=4)
