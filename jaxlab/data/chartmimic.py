@@ -28,6 +28,7 @@ sorted by name; `max_rows` > 0 keeps the first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -131,3 +132,14 @@ def read_image(path: str):
   from PIL import Image  # pylint: disable=g-import-not-at-top
   with Image.open(path) as im:
     return np.asarray(im.convert("RGB"), np.uint8)
+
+
+def digest(rows: list[dict[str, Any]]) -> str:
+  """sha256 of the rows' files (chart name, its .png and its .py bytes)."""
+  h = hashlib.sha256()
+  for r in rows:
+    h.update(r["name"].encode() + b"\0")
+    with open(r["image"], "rb") as f:
+      h.update(f.read())
+    h.update(r["code"].encode() + b"\0")
+  return h.hexdigest()

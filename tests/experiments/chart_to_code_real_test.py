@@ -164,6 +164,9 @@ class ChartMimicRealRunTest(absltest.TestCase):
     self.assertEqual(self.res["data"]["rows"], {"test": 3})
     self.assertEqual(self.res["data"]["path"], self.data)
     self.assertEqual(self.res["data"]["task"], "direct_600")
+    self.assertEqual(self.res["data"]["digest"], cm_data.digest(self.rows))
+    self.assertNotEqual(cm_data.digest(self.rows[:2]),
+                        cm_data.digest(self.rows))
     self.assertEqual(self.res["extra"]["chartmimic"]["names"],
                      ["bar_1", "line_1", "pie_1"])
     self.assertEqual(self.res["init_from"]["spec"], self.ckpt)

@@ -149,6 +149,8 @@ def run_release(config, workdir: str, t0: float | None = None) -> dict:
   table.add_seed("greedy", 0, agg)
   prov = results_lib.data_provenance(config, rows={"test": len(rows)})
   prov["task"] = subset
+  prov["digest"] = cm_data.digest(rows)  # the files read (not a datasets
+  # builder's: the release is a directory of scripts and images)
   extra = {"chartmimic": {"per_chart": per, "responses": responses,
                           "tokens": tokens,
                           "names": [r["name"] for r in rows],
