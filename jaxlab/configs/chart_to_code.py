@@ -29,9 +29,19 @@ its `vision` and `prefix` sections and `config.vit` is then unused.
 `paper`: Qwen2.5-VL-7B-Instruct from `init_from`
 (`Qwen/Qwen2.5-VL-7B-Instruct`) on ChartMimic as released
 (`data.path=ChartMimic/ChartMimic`, no subset, split `test`: each chart
-image with its gold Python script); charts at the tower's input size
-(`charts.image_size` = `model.prefix.image_size`, 1008 px). `short`: the
-same run with its budget cut (`jaxlab.configs._scale.short`).
+image with its gold Python script; `data.subset` '' reads the task
+directory `chartmimic.task`, `direct_600`); charts at the tower's input size
+(`charts.image_size` = `model.prefix.image_size`, 1008 px, for the AOT
+compile). With `data.source="hf"` the experiment is the ChartMimic
+evaluation (jaxlab/experiments/chart_to_code/chartmimic_run.py: the
+checkpoint's greedy replies to ChartMimic's direct-mimic prompt, images
+within `chartmimic.min_pixels` / `max_pixels`; ExecRate, ChartMimic's
+low-level F1s, data F1, the render-and-compare judge), evaluation only.
+`short`: the same run with its budget cut (`jaxlab.configs._scale.short`:
+8 charts):
+
+    python -m jaxlab.main --config=chart_to_code:paper,short \
+        --config.init_from=DIR --config.data.path=CHARTMIMIC_DIR --workdir=W
 """
 
 import ml_collections

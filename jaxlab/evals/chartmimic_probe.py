@@ -28,6 +28,7 @@ squarify and matplotlib-venn colour branches are not ported (their chart
 types are counted where the module imports).
 """
 # pylint: disable=protected-access,broad-except,invalid-name
+# pylint: disable=unidiomatic-typecheck  (exact types, as theirs check)
 
 import functools
 import inspect
@@ -92,7 +93,7 @@ def _type_wrap(owner, attr):
   def wrapper(*args, **kwargs):
     if _DEPTH["type"]:
       return fn(*args, **kwargs)
-    polar = bool(args) and type(args[0]) == PolarAxes and name == "plot"  # pylint: disable=unidiomatic-typecheck
+    polar = bool(args) and type(args[0]) == PolarAxes and name == "plot"
     key = f"{where}{'_polar' if polar else ''}-{name}"
     _TYPES[key] = _TYPES.get(key, 0) + 1
     _DEPTH["type"] += 1
@@ -145,14 +146,14 @@ def _log_colours(fn_name, base, args, kwargs, result):
     _store(f"{base}--{last}", result)  # the last colour's key (theirs)
   elif fn_name == "boxplot":
     for item in result["boxes"]:
-      if type(item) == mpatches.PathPatch:  # pylint: disable=unidiomatic-typecheck
+      if type(item) == mpatches.PathPatch:
         _store(f"{base}--{_hex(list(item.get_facecolor()))}", item)
   elif fn_name == "violinplot":
     for item in result["bodies"]:
       _store(f"{base}--{_hex(list(item.get_facecolor()[0]))}", item)
   elif fn_name == "hist":
     patches = result[2]
-    groups = patches if type(patches) == cbook.silent_list else [patches]  # pylint: disable=unidiomatic-typecheck
+    groups = patches if type(patches) == cbook.silent_list else [patches]
     for group in groups:
       for item in group:
         _store(f"{base}--{_hex(list(item.get_facecolor()))}", item)
@@ -234,7 +235,7 @@ def _final_colours():
       out.append(f"{fn}--{obj.get_cmap().name}")
     elif "/fill" in fn:
       out.append(f"{fn}--{_hex(list(obj.get_facecolor()))}")
-    elif "/__init__" in fn and type(obj) == NonUniformImage:  # pylint: disable=unidiomatic-typecheck
+    elif "/__init__" in fn and type(obj) == NonUniformImage:
       out.append(f"{fn}--{obj.get_cmap().name}")
     elif "/broken_barh" in fn:
       for item in obj.get_facecolors().tolist():

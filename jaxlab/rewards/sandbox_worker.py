@@ -530,7 +530,8 @@ def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
   trusted: dict = {"__name__": "__probe__", "__builtins__": __builtins__}
   if probe:
     try:
-      exec(compile(probe["prefix"], "<probe-prefix>", "exec"), trusted)  # pylint: disable=exec-used
+      prefix = compile(probe["prefix"], "<probe-prefix>", "exec")
+      exec(prefix, trusted)  # pylint: disable=exec-used
     except BaseException as e:  # pylint: disable=broad-except
       _fail(RuntimeError(f"probe prefix failed: {type(e).__name__}: {e}"))
   if job["audit_hook"]:
@@ -556,7 +557,8 @@ def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
   try:
     exec(code, env)  # pylint: disable=exec-used
     if probe:
-      exec(compile(probe["suffix"], "<probe-suffix>", "exec"), trusted)  # pylint: disable=exec-used
+      suffix = compile(probe["suffix"], "<probe-suffix>", "exec")
+      exec(suffix, trusted)  # pylint: disable=exec-used
       with open(LOG_NAME, "w") as f:
         json.dump(trusted.get("__log__"), f)
       sys.stdout.flush()

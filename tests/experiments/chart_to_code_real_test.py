@@ -143,7 +143,7 @@ class ChartMimicRealRunTest(absltest.TestCase):
         h, w = cfg.chartmimic.judge_size
         r = sandbox.render_chart(code, size=(h, w))
         vis = judges.ssim_judge(
-            r.image, chartmimic_run._target(row["image"], (h, w)))  # pylint: disable=protected-access
+            r.image, chartmimic_run.target_image(row["image"], (h, w)))
       per.append(dict(ran=gen.ran, **f1, visual=vis,
                       data=cm_eval.data_f1(code, row["code"])
                       if gen.ran else 0.0))

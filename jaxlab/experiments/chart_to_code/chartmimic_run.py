@@ -84,7 +84,8 @@ def reply(chat: vl_chat.VLChat, row: dict, cfg) -> tuple[str, int]:
                        max_new_tokens=int(cfg.max_new_tokens))
 
 
-def _target(path: str, size: tuple[int, int]) -> np.ndarray:
+def target_image(path: str, size: tuple[int, int]) -> np.ndarray:
+  """The released chart image resized to `size` (H, W) for the judge."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   h, w = size
   with Image.open(path) as im:
@@ -112,7 +113,7 @@ def score_chart(row: dict, response: str, *, pool, cfg, judge: str,
     size = tuple(int(s) for s in cfg.judge_size)
     r = sandbox.render_chart(code, timeout_s=timeout, size=size, pool=pool)
     out["visual"] = chart_reward.visual_reward(
-        r, _target(row["image"], size), judge)
+        r, target_image(row["image"], size), judge)
   return out
 
 
