@@ -21,6 +21,9 @@ agents/direct_agent.py `_get_pdf_dimensions`).
 `huggingface_hub.snapshot_download` and extracted beside it. The sizes come
 from a `dimentions_info.jsonl` in the directory or one of its two parents
 (where the repository keeps it), else from the gold script's `figsize=`.
+ReachQA's chart-to-code test set (the paper's second benchmark) reads the
+same way from its directory (`data/reachqa_test/`: `code/<NNNNN>.py`,
+`images/<NNNNN>.jpg`).
 Rows: `name`, `chart_type`, `image` (path of the `.png`), `code` (the gold
 script), `width`, `height` (as the source writes them, for the prompt),
 sorted by name; `max_rows` > 0 keeps the first.
@@ -66,16 +69,53 @@ def task_dir(path: str, subset: str = DEFAULT_SUBSET) -> str:
   """The directory of the task's charts (`path/subset`, or `path`)."""
   root = path if os.path.isdir(path) else _hub_copy(path)
   cands = ([os.path.join(root, subset), os.path.join(root, "dataset", subset)]
-           if subset else [root])
+           if subset else []) + [root]
   for cand in cands:
-    if os.path.isdir(cand) and any(f.endswith(".py")
-                                   for f in os.listdir(cand)):
+    if os.path.isdir(cand) and (_is_reachqa(cand) or any(
+        f.endswith(".py") for f in os.listdir(cand))):
       return cand
   raise FileNotFoundError(
       f"no ChartMimic task directory {subset or '(data.path itself)'!r} "
       f"with <type>_<n>.py / .png files under {root!r} (released layout: "
       f"{ARCHIVE} extracted: direct_600/, direct_1800/, ...; set "
       "data.subset to the task directory)")
+
+
+def _is_reachqa(directory: str) -> bool:
+  return (os.path.isdir(os.path.join(directory, "code"))
+          and os.path.isdir(os.path.join(directory, "images")))
+
+
+def _reachqa_rows(directory: str, max_rows: int) -> list[dict[str, Any]]:
+  """ReachQA's test set (github.com/hewei2001/ReachQA, data/reachqa_test/
+  at 7dea078): `code/<NNNNN>.py` the gold script of `images/<NNNNN>.jpg`
+  (`data.json`'s QA rows point at the same images); the figsize from the
+  script."""
+  names = sorted(f[:-3] for f in os.listdir(os.path.join(directory, "code"))
+                 if f.endswith(".py"))
+  rows = []
+  for name in names:
+    image = os.path.join(directory, "images", name + ".jpg")
+    if not os.path.isfile(image):
+      raise FileNotFoundError(f"{image} is missing (ReachQA: images/"
+                              "<NNNNN>.jpg beside code/<NNNNN>.py)")
+    with open(os.path.join(directory, "code", name + ".py")) as f:
+      code = f.read()
+    width, height = _figsize(name, code)
+    rows.append({"name": name, "chart_type": "", "image": image,
+                 "code": code, "width": width, "height": height})
+    if max_rows and len(rows) >= max_rows:
+      break
+  return rows
+
+
+def _figsize(name: str, code: str) -> tuple[str, str]:
+  m = _FIGSIZE.search(code)
+  if m is None:
+    raise ValueError(
+        f"{name}: no entry in {DIMENSIONS} and no figsize= in its script: "
+        "the direct-mimic prompt needs the figure size")
+  return m.group(1), m.group(2)
 
 
 def _dimensions(directory: str) -> dict[str, tuple[str, str]]:
@@ -97,6 +137,8 @@ def load_rows(path: str, *, subset: str = DEFAULT_SUBSET,
               max_rows: int = 0) -> list[dict[str, Any]]:
   """The charts of one task directory as released (see the module doc)."""
   directory = task_dir(path, subset)
+  if _is_reachqa(directory):
+    return _reachqa_rows(directory, max_rows)
   dims = _dimensions(directory)
   names = sorted(f[:-3] for f in os.listdir(directory) if f.endswith(".py"))
   rows = []
@@ -112,12 +154,7 @@ def load_rows(path: str, *, subset: str = DEFAULT_SUBSET,
     if idx in dims:
       width, height = dims[idx]
     else:
-      m = _FIGSIZE.search(code)
-      if m is None:
-        raise ValueError(
-            f"{name}: no entry in {DIMENSIONS} and no figsize= in its "
-            "script: the direct-mimic prompt needs the figure size")
-      width, height = m.group(1), m.group(2)
+      width, height = _figsize(name, code)
     rows.append({"name": name, "chart_type": name.split("_")[0],
                  "image": image, "code": code, "width": width,
                  "height": height})

@@ -4,8 +4,8 @@
         --config.init_from=DIR --config.data.path=CHARTMIMIC_DIR --workdir=W
 
 1. Rows: a ChartMimic task directory as released (`jaxlab.data.chartmimic`;
-   `data.subset` names it, else `chartmimic.task`, `direct_600`), at most
-   `data.max_rows`.
+   `data.subset` names it, else `chartmimic.task`, `direct_600`), or
+   ReachQA's test directory, at most `data.max_rows`.
 2. Policy: the Qwen2.5-VL checkpoint `init_from` with its tokenizer, chat
    template and image processor (`jaxlab.evals.vl_chat.VLChat`); each chart
    image resized within the MSRL README's pixel bounds (`chartmimic.
@@ -125,8 +125,9 @@ def run_release(config, workdir: str, t0: float | None = None) -> dict:
                      "Qwen2.5-VL checkpoint, e.g. "
                      "Qwen/Qwen2.5-VL-7B-Instruct)")
   data, cfg = config.data, config.chartmimic
-  subset = data.get("subset", "") or cfg.task
-  rows = cm_data.load_rows(data.path, subset=subset,
+  directory = cm_data.task_dir(data.path, data.get("subset", "") or cfg.task)
+  subset = os.path.basename(os.path.normpath(directory))
+  rows = cm_data.load_rows(directory, subset="",
                            max_rows=int(data.get("max_rows", 0)))
   if not rows:
     raise ValueError(f"no charts in {data.path!r} (subset {subset!r})")
