@@ -5,7 +5,7 @@ r"""MSRL chart-to-code miniature (paper F): SFT -> GRPO stage 1 -> stage 2.
     python -m jaxlab.main --config=jaxlab/configs/chart_to_code.py:tiny \
         --workdir=/tmp/c2c_tiny
 
-See jaxlab/experiments/chart_to_code.py (the grammar and charts:
+See jaxlab/experiments/chart_to_code/__init__.py (the grammar and charts:
 jaxlab/data/synthetic/charts.py). Reward weights are [inferred] (equal; the
 paper's were not found); the visual judge is SSIM, the CPU proxy for
 Qwen2.5-VL-72B. Renders go through the warm sandbox pool (~0.05 s a chart
@@ -90,8 +90,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
        # Pixels of the chart images the policy reads (a square; the
        # synthetic charts are rendered at 64 and pooled to 32).
        "image_size": 32})
-  # Where each seed's SFT model is saved (jaxlab/experiments/chart_to_code.py
-  # `supervised_policy`); "" = the workdir. Point RL sweeps at one dir.
+  # Where each seed's SFT model is saved (`supervised_policy` in
+  # jaxlab/experiments/chart_to_code/__init__.py); "" = the workdir. Point
+  # RL sweeps at one dir.
   c.cache_dir = ""
   c.table_caption = ""  # the phase table's title ("" = the default)
   # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
