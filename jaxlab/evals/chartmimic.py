@@ -33,7 +33,10 @@ ChartMimic at c9e149c), on jaxlab's sandbox:
    sum of its F1 over the scripts that ran / all charts (x 100); Low-Level
    = the mean of the four.
 
-Deviations, where theirs would raise or keep a stale value: an empty
+Deviations: the gold script is cut like a reply (`prepare_code`; theirs
+runs it whole, its `plt.savefig` writing the PDF the text run logs: the
+same texts when the save is its last plotting statement, as in the
+release). Where theirs would raise or keep a stale value: an empty
 generated type log or an empty gold colour log gives 0 (theirs keeps the
 previous chart's value or raises ZeroDivisionError). The data F1 is
 jaxlab's static one (`jaxlab.rewards.chart.fields`, +-5 % soft match over
