@@ -5,7 +5,7 @@ r"""MSRL chart-to-code miniature (paper F): SFT -> GRPO stage 1 -> stage 2.
     python -m jaxlab.main --config=jaxlab/configs/chart_to_code.py:tiny \
         --workdir=/tmp/c2c_tiny
 
-See jaxlab/experiments/chart_to_code.py (the grammar and charts:
+See jaxlab/experiments/chart_to_code/__init__.py (the grammar and charts:
 jaxlab/data/synthetic/charts.py). Reward weights are [inferred] (equal; the
 paper's were not found); the visual judge is SSIM, the CPU proxy for
 Qwen2.5-VL-72B. Renders go through the warm sandbox pool (~0.05 s a chart
@@ -29,9 +29,19 @@ its `vision` and `prefix` sections and `config.vit` is then unused.
 `paper`: Qwen2.5-VL-7B-Instruct from `init_from`
 (`Qwen/Qwen2.5-VL-7B-Instruct`) on ChartMimic as released
 (`data.path=ChartMimic/ChartMimic`, no subset, split `test`: each chart
-image with its gold Python script); charts at the tower's input size
-(`charts.image_size` = `model.prefix.image_size`, 1008 px). `short`: the
-same run with its budget cut (`jaxlab.configs._scale.short`).
+image with its gold Python script; `data.subset` '' reads the task
+directory `chartmimic.task`, `direct_600`); charts at the tower's input size
+(`charts.image_size` = `model.prefix.image_size`, 1008 px, for the AOT
+compile). With `data.source="hf"` the experiment is the ChartMimic
+evaluation (jaxlab/experiments/chart_to_code/chartmimic_run.py: the
+checkpoint's greedy replies to ChartMimic's direct-mimic prompt, images
+within `chartmimic.min_pixels` / `max_pixels`; ExecRate, ChartMimic's
+low-level F1s, data F1, the render-and-compare judge), evaluation only.
+`short`: the same run with its budget cut (`jaxlab.configs._scale.short`:
+8 charts):
+
+    python -m jaxlab.main --config=chart_to_code:paper,short \
+        --config.init_from=DIR --config.data.path=CHARTMIMIC_DIR --workdir=W
 """
 
 import ml_collections
@@ -80,8 +90,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
        # Pixels of the chart images the policy reads (a square; the
        # synthetic charts are rendered at 64 and pooled to 32).
        "image_size": 32})
-  # Where each seed's SFT model is saved (jaxlab/experiments/chart_to_code.py
-  # `supervised_policy`); "" = the workdir. Point RL sweeps at one dir.
+  # Where each seed's SFT model is saved (`supervised_policy` in
+  # jaxlab/experiments/chart_to_code/__init__.py); "" = the workdir. Point
+  # RL sweeps at one dir.
   c.cache_dir = ""
   c.table_caption = ""  # the phase table's title ("" = the default)
   # 16 prefix tokens + BOS + max_len code tokens fit in 64 positions.
@@ -119,6 +130,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
        "timeout_s": 10.0, "max_workers": 2,
        # Warm sandbox workers (jaxlab.rewards.sandbox.SandboxPool).
        "pool": True})
+  # The ChartMimic run (`data.source="hf"`, the `paper` preset:
+  # jaxlab/experiments/chart_to_code/chartmimic_run.py). `task`: the
+  # released task directory read when `data.subset` is '' (direct mimic).
+  # Pixel bounds and reply length: the MSRL README's inference settings
+  # (min_pixels 1280*28*28, max_pixels 16384*28*28, max_new_tokens 4096).
+  # `timeout_s`: per sandboxed script; `judge_size`: (H, W) at which the
+  # reply's code is rendered for the visual judge (`reward.judge`)
+  # [inferred].
+  c.chartmimic = ml_collections.ConfigDict({
+      "task": "direct_600", "min_pixels": 1280 * 28 * 28,
+      "max_pixels": 16384 * 28 * 28, "max_new_tokens": 4096,
+      "timeout_s": 30.0, "judge_size": (384, 384), "workers": 2})
   if a.tiny:
     c.seeds = (0,)
     c.charts.update(sft_size=16, stage_size=8, eval_size=4)

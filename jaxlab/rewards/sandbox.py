@@ -68,12 +68,15 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "sandbox_worker.py")
 _OUT_NAME = "__sandbox_out__.npy"
+_LOG_NAME = "__sandbox_log__.json"
+_MAX_LOG_BYTES = 8 << 20
 _ERROR_MARKER = "__SANDBOX_ERROR__ "
 # A job error that may come from an interpreter dir the job cannot read (not
 # a refusal of the audit hook, whose messages start with "sandbox:").
@@ -86,8 +89,10 @@ _LOOKS_UNREADABLE = re.compile(
 class RenderResult:
   """Outcome of `render_chart`.
 
-  ok: the code ran to completion and produced a figure of the right size.
-  image: uint8 `[H, W, 3]` RGB rendering, or None.
+  ok: the code ran to completion and produced a figure of the right size
+    (with a `probe`: the code and the probe's suffix ran and left a log).
+  image: uint8 `[H, W, 3]` RGB rendering, or None (always None with a
+    `probe`).
   error: a short reason when not ok ("timeout", the exception, ...), else "".
   stdout / stderr: the first `max_output_bytes` of the child's output.
   net_mode: "netns" (own network namespace), "audit-hook" (socket blocking
@@ -101,6 +106,9 @@ class RenderResult:
   unreachable: interpreter dirs the job could still not read (no mount
     namespace to expose them); a failure to read a file there names them
     in `error`.
+  log: with a `probe`, the JSON value its suffix left in `__log__`
+    (parsed from at most 8 MiB; written by the job's process, so only as
+    trustworthy as the code), else None.
   """
   ok: bool
   image: np.ndarray | None
@@ -115,6 +123,7 @@ class RenderResult:
   pid_ns: bool = False
   covered: tuple[str, ...] = ()
   unreachable: tuple[str, ...] = ()
+  log: Any = None
 
 
 def _default_mplconfigdir() -> str:
@@ -268,18 +277,54 @@ def _load_image(path: str, hw: tuple[int, int]):
   return np.array(arr, np.uint8, copy=True), ""
 
 
+def _probe(probe: dict | None) -> dict | None:
+  if not probe:
+    return None
+  if set(probe) != {"prefix", "suffix"} or not all(
+      isinstance(v, str) for v in probe.values()):
+    raise ValueError("probe must be {'prefix': str, 'suffix': str} (trusted "
+                     f"source), got keys {sorted(probe)}")
+  return dict(probe)
+
+
+def _load_log(path: str) -> tuple[Any, str]:
+  """Reads the probe's JSON log (untrusted bytes): capped, no links."""
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+  except OSError:
+    return None, "no probe log was written"
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      return None, "the probe log is not a regular file"
+    with os.fdopen(fd, "rb") as f:
+      fd = -1
+      data = f.read(_MAX_LOG_BYTES + 1)
+  finally:
+    if fd >= 0:
+      os.close(fd)
+  if len(data) > _MAX_LOG_BYTES:
+    return None, "probe log too large"
+  try:
+    return json.loads(data.decode("utf-8")), ""
+  except (ValueError, UnicodeDecodeError) as e:
+    return None, f"unreadable probe log: {type(e).__name__}"
+
+
 def _run(worker: _Worker, code: str, *, timeout_s: float,
          size: tuple[int, int], cpu_s: int | None, mem_bytes: int,
          fsize_bytes: int, max_output_bytes: int, max_procs: int,
          max_open_files: int, user: str | int, group: str | int,
          namespaces: bool, audit_hook: bool, start: float,
-         kind: str = "chart") -> RenderResult:
+         kind: str = "chart", probe: dict | None = None) -> RenderResult:
   """One job on a ready worker: throw-away dir, run, validate, clean up.
 
   `kind`: "chart" (the figure comes back as the image) or "program" (ok
-  iff the code ran to its end and exited 0; no image)."""
+  iff the code ran to its end and exited 0; no image). `probe`: a chart
+  job's trusted instrumentation (`render_chart`)."""
   if kind not in ("chart", "program"):
     raise ValueError(f"kind={kind!r} must be 'chart' or 'program'")
+  if probe and kind != "chart":
+    raise ValueError("a probe is for chart jobs (kind='chart')")
   if not isinstance(code, str):
     raise ValueError(f"code must be a str, got {type(code).__name__}")
   h, w = (int(s) for s in size)
@@ -304,7 +349,8 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
                max_output=int(max_output_bytes), max_procs=int(max_procs),
                max_open_files=int(max_open_files), drop=drop, uid=uid,
                gid=gid, namespaces=bool(namespaces),
-               audit_hook=bool(audit_hook), kind=kind)
+               audit_hook=bool(audit_hook), kind=kind,
+               probe=_probe(probe))
     rep = worker.run(job, wait_s=float(timeout_s) + max(10.0, timeout_s))
     stdout = _read_capped(os.path.join(root, "out.txt"), max_output_bytes)
     stderr = _read_capped(os.path.join(root, "err.txt"), max_output_bytes)
@@ -344,6 +390,10 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
                           stdout, stderr, elapsed, **info)
     if kind == "program":
       return RenderResult(True, None, "", stdout, stderr, elapsed, **info)
+    if probe:
+      log, error = _load_log(os.path.join(work, _LOG_NAME))
+      return RenderResult(not error, None, error, stdout, stderr, elapsed,
+                          log=log, **info)
     image, error = _load_image(os.path.join(work, _OUT_NAME), (h, w))
     return RenderResult(image is not None, image, error, stdout, stderr,
                         elapsed, **info)
@@ -355,7 +405,7 @@ _JOB_DEFAULTS = dict(timeout_s=10.0, size=(64, 64), cpu_s=None,
                      mem_bytes=2 << 30, fsize_bytes=16 << 20,
                      max_output_bytes=64 << 10, max_procs=0,
                      max_open_files=64, user="nobody", group="nogroup",
-                     namespaces=True, audit_hook=True)
+                     namespaces=True, audit_hook=True, probe=None)
 
 
 def render_chart(code: str, *, timeout_s: float = 10.0,
@@ -366,7 +416,8 @@ def render_chart(code: str, *, timeout_s: float = 10.0,
                  user: str | int = "nobody", group: str | int = "nogroup",
                  namespaces: bool = True, audit_hook: bool = True,
                  python: str | None = None,
-                 pool: SandboxPool | None = None) -> RenderResult:
+                 pool: SandboxPool | None = None,
+                 probe: dict | None = None) -> RenderResult:
   """Runs `code` in a sandbox and returns its figure.
 
   Args:
@@ -386,6 +437,11 @@ def render_chart(code: str, *, timeout_s: float = 10.0,
       the kernel-enforced layers hold on their own).
     python: interpreter of a one-shot worker (default `sys.executable`).
     pool: run on this `SandboxPool`'s warm workers instead of starting one.
+    probe: trusted instrumentation `{"prefix": src, "suffix": src}`: the
+      prefix runs in the job before the audit hook and the code (to patch
+      the plotting stack), the suffix after the code in the prefix's
+      namespace and sets `__log__`, returned as `RenderResult.log` (no
+      image is rendered). Both run in the job, as sandboxed as the code.
 
   Returns:
     A `RenderResult`; never raises for anything the code does.
@@ -393,7 +449,8 @@ def render_chart(code: str, *, timeout_s: float = 10.0,
   kw = dict(timeout_s=timeout_s, size=size, cpu_s=cpu_s, mem_bytes=mem_bytes,
             fsize_bytes=fsize_bytes, max_output_bytes=max_output_bytes,
             max_procs=max_procs, max_open_files=max_open_files, user=user,
-            group=group, namespaces=namespaces, audit_hook=audit_hook)
+            group=group, namespaces=namespaces, audit_hook=audit_hook,
+            probe=probe)
   if pool is not None:
     return pool.render(code, **kw)
   return _one_shot(code, python, kw)

@@ -50,6 +50,7 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PR_SET_CHILD_SUBREAPER = 36
 OUT_NAME = "__sandbox_out__.npy"
+LOG_NAME = "__sandbox_log__.json"
 ERROR_MARKER = "__SANDBOX_ERROR__ "
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -519,6 +520,20 @@ def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
     code = compile(job["code"], "<generated>", "exec")
   except BaseException as e:  # pylint: disable=broad-except
     _fail(e)
+  # A probe (trusted instrumentation, e.g. jaxlab.evals.chartmimic): its
+  # prefix runs before the audit hook (it may import and patch the
+  # plotting stack), its suffix after the code, in a namespace of its own;
+  # the suffix leaves a JSON-serialisable `__log__`, written to LOG_NAME.
+  # The code shares the interpreter, so it can tamper with its own log:
+  # the parent treats the log as untrusted bytes (size-capped JSON).
+  probe = job.get("probe") or None
+  trusted: dict = {"__name__": "__probe__", "__builtins__": __builtins__}
+  if probe:
+    try:
+      prefix = compile(probe["prefix"], "<probe-prefix>", "exec")
+      exec(prefix, trusted)  # pylint: disable=exec-used
+    except BaseException as e:  # pylint: disable=broad-except
+      _fail(RuntimeError(f"probe prefix failed: {type(e).__name__}: {e}"))
   if job["audit_hook"]:
     read_roots = tuple(sorted({os.path.realpath(p) for p in (
         sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -557,6 +572,14 @@ def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
          "np": np}
   try:
     exec(code, env)  # pylint: disable=exec-used
+    if probe:
+      suffix = compile(probe["suffix"], "<probe-suffix>", "exec")
+      exec(suffix, trusted)  # pylint: disable=exec-used
+      with open(LOG_NAME, "w") as f:
+        json.dump(trusted.get("__log__"), f)
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(0)  # pylint: disable=protected-access
     nums = plt.get_fignums()
     if not nums:
       raise RuntimeError("the code produced no figure")

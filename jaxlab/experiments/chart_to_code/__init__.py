@@ -14,6 +14,10 @@ images, so the ViT learns with the decoder; k3 KL to the post-SFT policy),
 rewards `jaxlab.rewards.chart` with renders memoised by
 `jaxlab.rewards.render_cache`; after each phase greedy decoding of the
 held-out charts scored by `jaxlab.rewards.chart_eval.evaluate`.
+
+With `data.source` "hf" (the `paper` preset) the run is ChartMimic as
+released, answered by the Qwen2.5-VL checkpoint `init_from` and scored as
+ChartMimic scores it: `jaxlab.experiments.chart_to_code.chartmimic_run`.
 """
 
 from __future__ import annotations
@@ -252,6 +256,9 @@ def _write(workdir, config, seeds, runs, t0) -> None:
       config=config, start_time=t0)
 
 
+RELEASE_SOURCES = ("hf",)  # ChartMimic's directory layout (no grain/tfds)
+
+
 def run(config, workdir: str) -> dict:
   """All seeds; writes WORKDIR/results.json (the phase table and the SFT
   curve per seed, stage comparisons paired by seed; curves, timings and
@@ -262,6 +269,9 @@ def run(config, workdir: str) -> dict:
   saved in `config.cache_dir` (default WORKDIR) for RL sweeps to share.
   """
   t0 = time.time()
+  if config.data.get("source", "") in RELEASE_SOURCES:
+    from jaxlab.experiments.chart_to_code import chartmimic_run  # pylint: disable=g-import-not-at-top
+    return chartmimic_run.run_release(config, workdir, t0)
   runs = stages.run_seeds(
       [int(x) for x in config.seeds],
       lambda s: run_one(config, s, config.get("cache_dir") or workdir),
