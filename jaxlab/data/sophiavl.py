@@ -49,10 +49,43 @@ def _check(rows, columns, where: str) -> None:
     raise ValueError(f"{where}: rows lack {missing} (have {sorted(names)})")
 
 
+def _row_files(path: str) -> tuple[str, list[str]]:
+  """(builder, files) of a local SophiaVL-R1 copy: its top-level JSON /
+  JSONL files (the per-category files of `dataset_info.json`), else its
+  Parquet files; ('', []) when it has neither (then the `hf` source's own
+  inference applies). The images beside them would otherwise make
+  `datasets` read the directory as an image folder."""
+  for builder, exts in (("json", (".json", ".jsonl")),
+                        ("parquet", (".parquet",))):
+    files = sorted(
+        os.path.join(d, f) for d in (path, os.path.join(path, "data"))
+        if os.path.isdir(d) for f in os.listdir(d)
+        if f.endswith(exts) and f not in ("dataset_info.json",))
+    if files:
+      return builder, files
+  return "", []
+
+
 def read_train(data_cfg, split: str | None = None, *,
                max_rows: int | None = None) -> list[dict[str, Any]]:
-  """SophiaVL-R1 rows of `config.data` (`data.split`, `data.max_rows`)."""
-  rows = pipeline.read_split(data_cfg, split, max_rows=max_rows)
+  """SophiaVL-R1 rows of `config.data` (`data.split`, `data.max_rows`).
+
+  A local directory's row files are read as SophiaVL-R1's loader reads
+  them (`load_dataset("json" | "parquet", data_files=...)`, the `train`
+  split); a Hub id through the `hf` source."""
+  path = os.path.expanduser(data_cfg.get("path", "") or "")
+  builder, files = _row_files(path) if os.path.isdir(path) else ("", [])
+  if files:
+    import datasets  # pylint: disable=g-import-not-at-top
+    rows = datasets.load_dataset(
+        builder, data_files=files, split="train",
+        cache_dir=data_cfg.get("cache_dir", "") or None)
+    n = int(data_cfg.get("max_rows", 0) or 0) if max_rows is None else (
+        max_rows)
+    if n and n < len(rows):
+      rows = rows.select(range(n))
+  else:
+    rows = pipeline.read_split(data_cfg, split, max_rows=max_rows)
   _check(rows, TRAIN_COLUMNS, f"data.path={data_cfg.get('path')!r} "
          "(SophiaVL-R1 layout)")
   return [dict(r) for r in rows]
