@@ -474,6 +474,7 @@ class TrustGrpoRealTest(absltest.TestCase):
     cfg.model.dtype = "float32"
     cfg.rl.prompts_per_step = 2
     cfg.grpo.update(group_size=2, num_iterations=1)
+    cfg.optim.grad_accum = 1       # 4 rollouts a step (paper: 128 / 8)
     cfg.trm.max_new_tokens = 4
     small = 56 * 56
     cfg.real.update(image_size=56, max_new_tokens=6, eval_max_new_tokens=6,
