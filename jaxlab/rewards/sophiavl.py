@@ -276,10 +276,12 @@ class VLThinkingRewardModel:
   `chat` is a `jaxlab.evals.vl_chat.VLChat` (the TRM's weights, tokenizer,
   chat template and processor, e.g. `VLChat.load(config.trm.init_from)`:
   bunny127/SophiaVL-R1-Thinking-Reward-Model-3B). `score` asks it as
-  `get_process_reward` does (system "You are a helpful assistant.", the
-  prompt above and the image; greedy = temperature 0) and parses the
-  reply with `extract_score`. The chat template renders the image before
-  the text (the released code appends it after the text).
+  `get_process_reward` does: messages [system "You are a helpful
+  assistant.", user [the prompt text, then the image]] rendered by the
+  checkpoint's chat template, the image through its processor (within
+  `min_pixels` / `max_pixels` when given), greedy decoding (temperature
+  0), and the reply parsed by `extract_score`. A `ThinkingScorer`:
+  `trm(questions, thinkings, images)` scores a batch.
   """
 
   def __init__(self, chat, *, max_new_tokens: int = 32,
@@ -288,28 +290,42 @@ class VLThinkingRewardModel:
     self.chat = chat
     self.max_new_tokens = int(max_new_tokens)
     self.min_pixels, self.max_pixels = min_pixels, max_pixels
-    self.replies: list[str] = []   # the TRM's last replies (for logs)
+    self.replies: list[str] = []   # the TRM's replies, in order
 
-  def reply(self, prompt_str: str, reasoning: str, image) -> str:
-    text = trm_prompt(prompt_str, reasoning, has_image=image is not None)
+  def prompt(self, prompt_str: str, reasoning: str, image
+             ) -> tuple[list[int], dict | None]:
+    """(prompt ids with the image's placeholder expanded, the multimodal
+    inputs or None) of one (prompt, reply) pair."""
+    from jaxlab.evals import vl_chat  # pylint: disable=g-import-not-at-top
+    chat = self.chat
+    content = [{"type": "text", "text": trm_prompt(
+        prompt_str, reasoning, has_image=image is not None)}]
+    if image is not None:
+      content.append({"type": "image_url", "image_url": "image"})
+    messages = [{"role": "system", "content": TRM_SYSTEM},
+                {"role": "user", "content": content}]
+    kw = {"chat_template": chat.chat_template} if chat.chat_template else {}
+    ids = chat.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, **kw)
     if image is None:
-      ids = self.chat.prompt_ids(text, media="none", system=TRM_SYSTEM)
-      return self.chat.generate(ids, None,
-                                max_new_tokens=self.max_new_tokens)[0]
-    return self.chat.answer_images(
-        [image], text, max_new_tokens=self.max_new_tokens,
-        min_pixels=self.min_pixels, max_pixels=self.max_pixels,
-        system=TRM_SYSTEM)[0]
+      return ids, None
+    mm = chat.image_inputs([image], min_pixels=self.min_pixels,
+                           max_pixels=self.max_pixels)
+    ids = chat.processor.expand_placeholders(
+        ids, image_grid_thw=mm["image_grid_thw"],
+        image_token_id=chat.tokenizer.token_id(vl_chat.IMAGE_PAD),
+        video_token_id=-1)
+    return ids, mm
 
   def score(self, prompt_str: str, reasoning: str, image) -> float:
     """R^t in [0, 1] of one (prompt, reply) pair."""
-    out = self.reply(prompt_str, reasoning, image)
+    ids, mm = self.prompt(prompt_str, reasoning, image)
+    out = self.chat.generate(ids, mm, max_new_tokens=self.max_new_tokens)[0]
     self.replies.append(out)
     return float(extract_score(out))
 
-  def __call__(self, prompt_strs: Sequence[str], replies: Sequence[str],
-               images: Sequence[Any]) -> np.ndarray:
-    return np.asarray([self.score(p, r, im) for p, r, im in
-                       zip(prompt_strs, replies, images)], np.float32)
-
-
+  def __call__(self, questions: Sequence[str], thinkings: Sequence[str],
+               images: Sequence[Any] | None = None) -> np.ndarray:
+    images = [None] * len(questions) if images is None else images
+    return np.asarray([self.score(q, t, im) for q, t, im in
+                       zip(questions, thinkings, images)], np.float32)

@@ -25,10 +25,12 @@ answer_type, metadata, query; data/testmini-*.parquet).
 """
 
 import json
+import math
 import os
 import re
 import shutil
 import tempfile
+import types
 
 from absl.testing import absltest
 import jax.numpy as jnp
@@ -39,9 +41,10 @@ from jaxlab.configs import trust_grpo as tg_config
 from jaxlab.data import sophiavl as sophiavl_data
 from jaxlab.evals import mathvista
 from jaxlab.evals import vl_chat
-from jaxlab.experiments import trust_grpo
+from jaxlab.experiments.trust_grpo import real as tg_real
 from jaxlab.models import qwen2_vl_prefix
 from jaxlab.rewards import sophiavl
+from jaxlab.rewards import trust_variants
 from jaxlab.testing import hf_fixtures
 from jaxlab.testing import vl_fixtures
 
@@ -404,6 +407,71 @@ class ScorerParityTest(absltest.TestCase):
         "<answer>5</answer>", "<answer>5</answer>", "numerical"), 0.0)
 
 
+class TrustRewardTest(absltest.TestCase):
+  """`real.TrustReward` on hand-made groups with a stub TRM."""
+
+  def _reward(self, variant):
+    rows = [{"solution": "<answer>5</answer>", "problem_type": "numerical"},
+            {"solution": "<answer>B</answer>",
+             "problem_type": "multiple choice"}]
+    tok = types.SimpleNamespace(decode=lambda c, **_: c)
+    trm = types.SimpleNamespace(calls=[])
+
+    def score(prompt_str, reply, image):
+      trm.calls.append((prompt_str, reply, image))
+      return 0.9 if "good" in reply else 0.2
+    trm.score = score
+    prompts = types.SimpleNamespace(prompt_strs=["p0", "p1"])
+    trust = trust_variants.trust_config(
+        variant, types.SimpleNamespace(alpha=0.3, anneal_T=0.0))
+    return tg_real.TrustReward(rows, prompts, ["im0", "im1"], tok, trm,
+                               trust, total_steps=4), trm
+
+  COMPLETIONS = [
+      # row 0: right answer with good thinking, wrong with good thinking
+      "<think>good</think><answer>5</answer>",
+      "<think>good</think><answer>4</answer>",
+      # row 0: right with bad thinking, wrong with good: gamma < 1
+      "<think>bad</think><answer>$5$</answer>",
+      "<think>good</think><answer>4</answer>",
+      # row 1: both wrong (a saturated group)
+      "<think>good</think><answer>A</answer>",
+      "<think>bad</think><answer>C</answer>",
+  ]
+
+  def test_paper_reading(self):
+    reward, trm = self._reward("trust")
+    r, m = reward.from_fields(completions=self.COMPLETIONS,
+                              row=[0, 0, 0, 0, 1, 1], step=1, group_size=2)
+    w = 0.3 * math.exp(-1 / 4)            # alpha exp(-t / T), T = steps
+    g = math.exp(0.2 - 0.9)               # mu_c - mu_w of group 2
+    want = [1 + w * 0.9, w * 0.9, 1 + g * w * 0.2, g * w * 0.9,
+            w * 0.9, w * 0.2]             # no correct answer: gamma 1
+    np.testing.assert_allclose(r, want, rtol=1e-5)
+    self.assertLen(trm.calls, 6)          # R^t of every response
+    self.assertEqual(trm.calls[2], ("p0", "<think>bad</think><answer>5"
+                                    "</answer>", "im0"))   # $ removed
+    self.assertEqual(m["gamma_lt1_groups"], 1)
+
+  def test_code_switches_skip_the_trm(self):
+    reward, trm = self._reward("trust_code")
+    r, _ = reward.from_fields(completions=self.COMPLETIONS,
+                              row=[0, 0, 0, 0, 1, 1], step=1, group_size=2)
+    w = 0.3 * math.exp(-1 / 4)
+    # (c): R^t only where R^o >= 0.2, so mu_w = 0 and gamma = 1; (b): the
+    # all-wrong group gets no R^t and is never sent to the TRM.
+    np.testing.assert_allclose(r, [1 + w * 0.9, 0, 1 + w * 0.2, 0, 0, 0],
+                               rtol=1e-5)
+    self.assertLen(trm.calls, 2)
+
+  def test_outcome_only_never_asks(self):
+    reward, trm = self._reward("outcome")
+    r, _ = reward.from_fields(completions=self.COMPLETIONS,
+                              row=[0, 0, 0, 0, 1, 1], step=1, group_size=2)
+    np.testing.assert_array_equal(r, [1, 0, 1, 0, 0, 0])
+    self.assertEmpty(trm.calls)
+
+
 class TrustGrpoRealTest(absltest.TestCase):
 
   @classmethod
@@ -450,6 +518,32 @@ class TrustGrpoRealTest(absltest.TestCase):
     want = chat.model.forward(jnp.asarray([ids]), **mm).logits
     np.testing.assert_allclose(got, want[:, -tail.shape[1]:], atol=1e-5)
 
+  def test_trm_prompt_is_sophiavl_messages(self):
+    """The TRM's prompt is SophiaVL-R1's messages (system, [text, image])
+    rendered by the checkpoint's own template (transformers'), the image
+    placeholder expanded; its score parses its own greedy reply."""
+    import transformers  # pylint: disable=g-import-not-at-top
+    chat = vl_chat.VLChat.load(self.trm, dtype="float32")
+    small = 56 * 56
+    trm = sophiavl.VLThinkingRewardModel(chat, max_new_tokens=4,
+                                         min_pixels=small, max_pixels=small)
+    reply = "<think>Hmm, 3 + 2</think><answer>5</answer>"
+    ids, mm = trm.prompt("system\nQ?", reply, _image(5))
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": [
+            {"type": "text", "text": ref_trm_prompt("system\nQ?", reply,
+                                                    "png")},
+            {"type": "image_url", "image_url": {"url": "data:image/png"}}]}]
+    tok = transformers.AutoTokenizer.from_pretrained(self.trm)
+    text = tok.apply_chat_template(messages, tokenize=False,
+                                   add_generation_prompt=True)
+    n = int(np.prod(mm["image_grid_thw"][0])) // 4
+    text = text.replace("<|image_pad|>", "<|image_pad|>" * n)
+    self.assertEqual(ids, tok(text, add_special_tokens=False)["input_ids"])
+    r_t = trm([ "system\nQ?"], [reply], [_image(5)])
+    self.assertEqual(float(r_t[0]), ref_extract_score(trm.replies[-1]))
+
   def test_readers(self):
     cfg = tg_config.get_config("paper,short")
     cfg.data.path, cfg.eval_data.path = self.data, self.mv
@@ -495,6 +589,21 @@ class TrustGrpoRealTest(absltest.TestCase):
                       for r, row in zip(reps, MV_ROWS)])
       key = name.split("/")[0]
       self.assertAlmostEqual(res["extra"]["accuracy"][key][0], want)
+      # The multiple-choice reply maps to one of the choices, as MathVista's
+      # normalisation maps it.
+      m = re.findall(r"<answer>(.*?)</answer>", reps[0]["reply"], re.DOTALL)
+      self.assertEqual(reps[0]["prediction"], ref_normalize_extracted_answer(
+          ref_extract_answer((m[-1] if m else reps[0]["reply"]).strip(),
+                             MV_ROWS[0]), MV_ROWS[0]["choices"],
+          "multi_choice", "text", None))
+    # The replies are the checkpoint's own: regenerated here.
+    chat = vl_chat.VLChat.load(self.ckpt, dtype="float32")
+    row = sophiavl_data.read_eval(cfg.eval_data)[1]
+    again, _ = chat.answer_images(
+        [sophiavl_data.image(row, "")], row["query"], max_new_tokens=6,
+        min_pixels=small, max_pixels=small,
+        system=sophiavl.EVAL_SYSTEM_PROMPT)
+    self.assertEqual(replies["init_from"][1]["reply"], again)
     with open(os.path.join(work, "train_history.json")) as f:
       hist = json.load(f)
     self.assertLen(hist["trust/0"], 2)           # short: 2 RL steps
