@@ -15,7 +15,7 @@ References ported here (the test's own copies, not jaxlab's):
 
 The e2e run: a tiny random Qwen2.5-VL checkpoint (policy) and a second one
 (the thinking reward model) as transformers saves them
-(`jaxlab.testing.vl_fixtures`), three training rows in SophiaVL-R1's
+(`jaxlab.testing.vl_fixtures`), four training rows (one text-only) in SophiaVL-R1's
 layout (verl/data/demo.json, scripts/inference_single.py's example row:
 problem_id, problem, data_type, problem_type, options, process, solution,
 path, data_source; images under the dataset root) and three MathVista rows
@@ -294,7 +294,7 @@ def _image(seed, size=56):
 
 
 def write_sophiavl(root):
-  """Three rows as SophiaVL-R1's JSON files hold them, images under root."""
+  """Four rows as SophiaVL-R1's JSON files hold them, images under root."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   rows = []
   kinds = [("numerical", [], "<answer>5</answer>"),
@@ -311,6 +311,9 @@ def write_sophiavl(root):
                  "data_type": "image", "problem_type": ptype,
                  "options": options, "process": "", "solution": solution,
                  "path": rel, "data_source": "CLEVR-Math"})
+  # A text-only row (data_type "text", no image): read, not trained on.
+  rows.append(dict(rows[0], problem_id=4, data_type="text", path="",
+                   problem="What is 2 + 3?"))
   with open(os.path.join(root, "math.json"), "w") as f:
     json.dump(rows, f, indent=1)
   return rows
@@ -421,10 +424,10 @@ class TrustRewardTest(absltest.TestCase):
       trm.calls.append((prompt_str, reply, image))
       return 0.9 if "good" in reply else 0.2
     trm.score = score
-    prompts = types.SimpleNamespace(prompt_strs=["p0", "p1"])
+    prompts = types.SimpleNamespace(prompt_str=lambda i: f"p{i}")
     trust = trust_variants.trust_config(
         variant, types.SimpleNamespace(alpha=0.3, anneal_T=0.0))
-    return tg_real.TrustReward(rows, prompts, ["im0", "im1"], tok, trm,
+    return tg_real.TrustReward(rows, prompts, lambda i: f"im{i}", tok, trm,
                                trust, total_steps=4), trm
 
   COMPLETIONS = [
@@ -548,7 +551,8 @@ class TrustGrpoRealTest(absltest.TestCase):
     cfg = tg_config.get_config("paper,short")
     cfg.data.path, cfg.eval_data.path = self.data, self.mv
     rows = sophiavl_data.read_train(cfg.data)
-    self.assertEqual([r["problem_id"] for r in rows], [1, 2, 3])
+    self.assertEqual([r["problem_id"] for r in rows], [1, 2, 3, 4])
+    self.assertIsNone(sophiavl_data.image(rows[3], self.data))
     img = sophiavl_data.image(rows[2], sophiavl_data.image_root(cfg.data))
     self.assertEqual(img.shape, (80, 80, 3))
     ev = sophiavl_data.read_eval(cfg.eval_data, max_rows=2)
@@ -579,7 +583,8 @@ class TrustGrpoRealTest(absltest.TestCase):
       res = json.load(f)
     with open(os.path.join(work, "replies.json")) as f:
       replies = json.load(f)
-    self.assertEqual(res["data"]["rows"], {"train": 3, "testmini": 3})
+    self.assertEqual(res["data"]["rows"], {"train": 4, "testmini": 3})
+    self.assertEqual(res["extra"]["train_image_rows"], 3)
     self.assertEqual(res["extra"]["eval_data"]["path"], self.mv)
     self.assertEqual(set(replies), {"init_from", "trust/0",
                                     "trust_code/0"})

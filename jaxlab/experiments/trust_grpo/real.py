@@ -87,29 +87,41 @@ def fixed_image(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 class PolicyPrompts:
   """SophiaVL-R1 prompts of the training rows, split for the prefix LM.
 
-  `ids(row)` is the chat template's rendering (system prompt, user turn
-  [image, question], generation prompt) with one image placeholder;
-  `head` is the part before `<|vision_start|>` (the same for every row),
-  `tails[i]` the part after `<|vision_end|>`; `prompt_strs[i]` the whole
-  prompt decoded with special tokens skipped (what SophiaVL-R1's reward
-  manager shows the TRM).
+  The chat template's rendering of row i (system prompt, user turn
+  [image, question], generation prompt; one image placeholder) is made on
+  first use and kept: `head` is the part before `<|vision_start|>` (the
+  same for every row), `tail(i)` the part after `<|vision_end|>`,
+  `prompt_str(i)` the whole prompt decoded with special tokens skipped
+  (what SophiaVL-R1's reward manager shows the TRM).
   """
 
   def __init__(self, chat, rows):
+    self.chat, self.rows = chat, rows
     tok = chat.tokenizer
-    vs, ve = tok.token_id(VISION_START), tok.token_id(VISION_END)
-    self.head, self.tails, self.prompt_strs = None, [], []
-    for row in rows:
-      ids = chat.prompt_ids(sophiavl.policy_question(row), media="image",
-                            num_images=1, system=sophiavl.SYSTEM_PROMPT)
-      i0, i1 = ids.index(vs), ids.index(ve)
+    self._vs, self._ve = tok.token_id(VISION_START), tok.token_id(VISION_END)
+    self._cache: dict[int, tuple[list[int], str]] = {}
+    self.head = None   # set by the first rendering
+
+  def _render(self, i: int) -> tuple[list[int], str]:
+    if i not in self._cache:
+      ids = self.chat.prompt_ids(
+          sophiavl.policy_question(self.rows[i]), media="image",
+          num_images=1, system=sophiavl.SYSTEM_PROMPT)
+      i0, i1 = ids.index(self._vs), ids.index(self._ve)
       if self.head is None:
         self.head = ids[:i0]
       elif ids[:i0] != self.head:
         raise ValueError("the chat template renders different text before "
                          "the image for different rows")
-      self.tails.append(ids[i1 + 1:])
-      self.prompt_strs.append(tok.decode(ids, skip_special_tokens=True))
+      self._cache[i] = (ids[i1 + 1:], self.chat.tokenizer.decode(
+          ids, skip_special_tokens=True))
+    return self._cache[i]
+
+  def tail(self, i: int) -> list[int]:
+    return self._render(i)[0]
+
+  def prompt_str(self, i: int) -> str:
+    return self._render(i)[1]
 
 
 class TrustReward:
@@ -120,9 +132,9 @@ class TrustReward:
   never for outcome-only.
   """
 
-  def __init__(self, rows, prompts: PolicyPrompts, images, tokenizer, trm,
-               trust, *, total_steps: int):
-    self.rows, self.prompts, self.images = rows, prompts, images
+  def __init__(self, rows, prompts: PolicyPrompts, image_fn, tokenizer,
+               trm, trust, *, total_steps: int):
+    self.rows, self.prompts, self.image_fn = rows, prompts, image_fn
     self.tok, self.trm, self.trust = tokenizer, trm, trust
     self.total_steps = total_steps
     self.trm_calls = 0
@@ -157,8 +169,8 @@ class TrustReward:
       for j in np.flatnonzero(self._needs_thinking(ro[sl])):
         k = p * g + int(j)
         reply = replies[k].replace("$$", "").replace("$", "")
-        rt[k] = self.trm.score(self.prompts.prompt_strs[idx[k]], reply,
-                               self.images[idx[k]])
+        rt[k] = self.trm.score(self.prompts.prompt_str(idx[k]), reply,
+                               self.image_fn(idx[k]))
         self.trm_calls += 1
     r, m = thinking_rewards.combine_trust_rewards(
         ro, rt, g, step, self.trust, total_steps=self.total_steps)
@@ -171,26 +183,30 @@ class TrustReward:
     return np.asarray(r), metrics
 
 
-def prompt_batches(prompts: PolicyPrompts, images_fixed: np.ndarray,
+def prompt_batches(prompts: PolicyPrompts, rows_used, image_fn, size,
                    per_step: int, seed: int):
-  """Endless GRPO batches of `per_step` rows (a fresh permutation of the
-  rows each pass, `default_rng(seed + 1000)`): prompt tails, the fixed-
-  size images as `prefix_inputs`, the row indices as `row`."""
+  """Endless GRPO batches of `per_step` of the `rows_used` (a fresh
+  permutation each pass, `default_rng(seed + 1000)`): prompt tails, the
+  images at `size` as `prefix_inputs` (read when the batch is made), the
+  row indices as `row`."""
   rng = np.random.default_rng(seed + 1000)
-  n = len(prompts.tails)
+  rows_used = list(rows_used)
   order: list[int] = []
   while True:
     while len(order) < per_step:
-      order += rng.permutation(n).tolist()
+      order += [rows_used[j] for j in rng.permutation(len(rows_used))]
     take, order = order[:per_step], order[per_step:]
-    yield {"prompts": [prompts.tails[i] for i in take],
-           "prefix_inputs": images_fixed[take], "row": take}
+    yield {"prompts": [prompts.tail(i) for i in take],
+           "prefix_inputs": np.stack([fixed_image(image_fn(i), size)
+                                      for i in take]),
+           "row": take}
 
 
-def evaluate(chat, rows, images, real) -> list[dict]:
+def evaluate(chat, rows, image_fn, real) -> list[dict]:
   """Greedy replies to the MathVista rows and MathVista's verdicts."""
   out = []
-  for row, img in zip(rows, images):
+  for i, row in enumerate(rows):
+    img = image_fn(i)
     question = row.get("query") or row["question"]
     reply, n = chat.answer_images(
         [img], question, max_new_tokens=int(real.eval_max_new_tokens),
@@ -210,8 +226,8 @@ def _copy(model):
 
 
 def run_variant(config, variant: str, seed: int, chat, trm, rows,
-                prompts: PolicyPrompts, images, images_fixed,
-                eval_rows, eval_images) -> dict:
+                rows_used, prompts: PolicyPrompts, image_fn, eval_rows,
+                eval_image_fn) -> dict:
   """GRPO of one Trust-GRPO variant from the checkpoint, then accuracy."""
   rl, real = config.rl, config.real
   tok = chat.tokenizer
@@ -234,14 +250,15 @@ def run_variant(config, variant: str, seed: int, chat, trm, rows,
       policy, gcfg, config.optim, total_steps=int(rl.steps), seed=seed,
       mesh=parallel.mesh_from_config(config, batch=rows_per_update),
       rules=config.sharding_rules)
-  reward = TrustReward(rows, prompts, images, tok, trm, trust,
+  reward = TrustReward(rows, prompts, image_fn, tok, trm, trust,
                        total_steps=int(rl.steps))
   history = learner.train(
-      prompt_batches(prompts, images_fixed, int(rl.prompts_per_step), seed),
+      prompt_batches(prompts, rows_used, image_fn, prefix.image_size,
+                     int(rl.prompts_per_step), seed),
       reward.from_fields, steps=int(rl.steps), key=jax.random.key(seed))
   trained = vl_chat.VLChat(learner.policy.vl, tok, chat.processor,
                            chat.chat_template)
-  replies = evaluate(trained, eval_rows, eval_images, real)
+  replies = evaluate(trained, eval_rows, eval_image_fn, real)
   return {"history": history, "replies": replies,
           "acc": float(np.mean([r["correct"] for r in replies]))
                  if replies else float("nan")}
@@ -263,14 +280,17 @@ def run(config, workdir: str) -> dict:
     raise ValueError(f"data.path={config.data.path!r}: no training rows")
   root = sophiavl_data.image_root(config.data)
   eroot = sophiavl_data.image_root(config.eval_data)
-  images = [sophiavl_data.image(r, root) for r in rows]
-  if any(im is None for im in images):
-    raise ValueError("trust_grpo's real path trains on image rows "
-                     "(data_type 'image'); the data has text-only rows")
-  eval_images = [sophiavl_data.image(r, eroot) for r in eval_rows]
+  image_fn = lambda i: sophiavl_data.image(rows[i], root)  # noqa: E731
+  eval_image_fn = lambda i: sophiavl_data.image(  # noqa: E731
+      eval_rows[i], eroot)
+  # GRPO trains on the image rows (SophiaVL-R1 pads a text-only row with a
+  # blank, attention-masked image; such rows are counted and left out).
+  rows_used = [i for i, r in enumerate(rows)
+               if r.get("data_type", "image") == "image"]
+  if not rows_used:
+    raise ValueError(f"data.path={config.data.path!r}: no image rows "
+                     "(data_type 'image') to train on")
   real = config.real
-  size = _size(real.image_size)
-  images_fixed = np.stack([fixed_image(im, size) for im in images])
 
   dtype = config.model.get("dtype") or None
   chat = vl_chat.VLChat.load(config.init_from, dtype=dtype)
@@ -280,8 +300,9 @@ def run(config, workdir: str) -> dict:
       min_pixels=int(real.trm_min_pixels) or None,
       max_pixels=int(real.trm_max_pixels) or None)
   prompts = PolicyPrompts(chat, rows)
+  prompts.tail(rows_used[0])   # renders the head
 
-  replies = {"init_from": evaluate(chat, eval_rows, eval_images, real)}
+  replies = {"init_from": evaluate(chat, eval_rows, eval_image_fn, real)}
   acc = {"init_from": [float(np.mean([r["correct"] for r in
                                       replies["init_from"]]))
                        if eval_rows else float("nan")]}
@@ -290,8 +311,8 @@ def run(config, workdir: str) -> dict:
   for v in variants:
     acc[v] = []
     for seed in seeds:
-      out = run_variant(config, v, seed, chat, trm, rows, prompts, images,
-                        images_fixed, eval_rows, eval_images)
+      out = run_variant(config, v, seed, chat, trm, rows, rows_used,
+                        prompts, image_fn, eval_rows, eval_image_fn)
       acc[v].append(out["acc"])
       replies[f"{v}/{seed}"] = out["replies"]
       histories[f"{v}/{seed}"] = out["history"]
@@ -309,6 +330,7 @@ def run(config, workdir: str) -> dict:
   results_lib.write(
       workdir, "trust_grpo", tables=[table], config=config, start_time=t0,
       extra={"accuracy": acc, "variants": list(variants), "seeds": seeds,
+             "train_image_rows": len(rows_used),
              "eval_data": results_lib.data_provenance(
                  eval_cfg, rows={eval_split: len(eval_rows)})},
       data=results_lib.data_provenance(
