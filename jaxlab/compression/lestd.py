@@ -502,7 +502,7 @@ def solve_budget(tensor: jax.Array, cfg: LeSTDConfig, *, sparse: bool = True,
 # --------------------------------------------------------------------------
 
 
-class TuckerAttention(nnx.Module):
+class TuckerAttention(attn_lib.Attention):
   """Multi-head attention computed from Tucker factors (spec P.4).
 
   Params: `u1_dr [d_model, R1]`, `u2_hs [d_head, R2]` and
@@ -511,8 +511,10 @@ class TuckerAttention(nnx.Module):
   Y = x U⁽¹⁾ (shared by all heads and by Q, K, V), Q_i = Y M_{i,1} U⁽²⁾ᵀ
   (K, V alike), and out = (Σ_i (O_i U⁽²⁾) M_{i,4}ᵀ) U⁽¹⁾ᵀ. Biases, RoPE
   (applied after the projection, [inferred]), masks and the KV cache
-  (`[B, S, h, d_head]`) are those of `jaxlab.nn.attention.Attention`, whose
-  call signature this module shares, so it replaces `Block.attn` in a
+  (`[B, S, h, d_head]`) are those of `jaxlab.nn.attention.Attention`,
+  whose `__call__` and `attend` (kernel choice, splash, structured masks,
+  the cached decode path) this module inherits, overriding only
+  `project_qkv` and `project_out`; so it replaces `Block.attn` in a
   `Decoder`.
   """
 
@@ -531,6 +533,10 @@ class TuckerAttention(nnx.Module):
     self.dtype = dtype
     self.use_rope = use_rope
     self.attention_impl = attention_impl
+    # Attention.attend's knobs: the default 1/sqrt(d_head) scale, no
+    # soft-capping, the splash kernel's default block size.
+    self.logits_scale = self.logits_soft_cap = None
+    self.splash_block_size = None
     self.nnz = int(np.count_nonzero(np.asarray(core))) if nnz is None else (
         int(nnz))
     self.u1_dr = nnx.Param(u1)
@@ -565,37 +571,6 @@ class TuckerAttention(nnx.Module):
                    self.u2_hs[...].astype(dt))
     c = jnp.einsum("btns,nrs->btr", p, self.m_ntrs[...].astype(dt)[:, 3])
     return c @ self.u1_dr[...].astype(dt).T
-
-  def __call__(self, x_btd: jax.Array, *, cos_btd: jax.Array,
-               sin_btd: jax.Array, mask: jax.Array | None,
-               is_causal: bool = False,
-               layer_cache: tuple[jax.Array, jax.Array] | None = None,
-               cache_index: jax.Array | None = None,
-               output_attentions: bool = False):
-    """As `Attention.__call__`: (out `[B,T,D]`, new cache[, probs])."""
-    q, k, v = self.project_qkv(x_btd, cos_btd, sin_btd)
-    new_cache = None
-    if layer_cache is not None:
-      k_cache, v_cache = layer_cache
-      start = (0, cache_index, 0, 0)
-      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
-      new_cache = (k, v)
-      k, v = k.astype(self.dtype), v.astype(self.dtype)
-    scale = self.head_dim ** -0.5
-    if output_attentions:
-      probs = attn_lib.attention_probs(q, k, mask, scale=scale,
-                                       is_causal=is_causal)
-      out_btnh = jnp.einsum("bnts,bsnh->btnh", probs.astype(self.dtype), v)
-    else:
-      probs = None
-      out_btnh = jax.nn.dot_product_attention(
-          q, k, v, mask=mask, is_causal=is_causal and mask is None,
-          scale=scale, implementation=self.attention_impl)
-    out = self.project_out(out_btnh)
-    if output_attentions:
-      return out, new_cache, probs
-    return out, new_cache
 
   def dense_weights(self) -> dict[str, jax.Array]:
     """The dense `{q_dnh, k_dnh, v_dnh, o_nhd}` these factors represent."""

@@ -29,6 +29,17 @@ operations, left-padded, which the 400-step model did not learn),
 `init_from=PATH` (continue training from a run's `seed{seed}/params.npz`;
 the committed miniature is `tiny` then `tiny,steps=300,init_from=...`).
 
+`paper,task=T` (T in gsm8k, minerva_math, humaneval, mbpp): the main table
+of the DPad repository (llada/scripts/main_instruct.sh at 461b36e):
+LLaDA-8B-Instruct on T as released (`TASKS`: the harness's dataset and
+n-shot), prompts in the chat template as its eval_llada.py does for an
+instruct model, gen_len 256 (gsm8k, minerva_math) or 512 (humaneval,
+mbpp), block 32, the script's DPad window / k / scale per task, the
+variants vanilla, +DPad, +threshold, +threshold+DPad; HumanEval completions
+post-processed as its postprocess_code.py does (`eval.code_postprocess`
+"dpad"; "harness" is lm-eval's own). Scored with the harness's metrics
+(`jaxlab.experiments.dpad.run_hf`).
+
 `paper`: LLaDA-8B-Instruct from `init_from` (`GSAI-ML/LLaDA-8B-Instruct`;
 any LLaDA / Dream checkpoint) decoding GSM8K as released
 (`data.path=openai/gsm8k`, `data.subset=main`, test split, 1-shot from
@@ -51,6 +62,9 @@ VARIANTS = {
     "+DPad": {"early_stop": True, "dpad": True},
     "+threshold": {"threshold": True},
     "+threshold+prefix cache": {"threshold": True, "cache": "prefix"},
+    # DPad's main table: parallel (threshold) decoding with DPad and early
+    # termination (main_instruct.sh "+Parallel+DPad": -th=0.9 -e -d=...).
+    "+threshold+DPad": {"threshold": True, "early_stop": True, "dpad": True},
     # +all without DPad, and threshold + early stop alone: what DPad adds on
     # top of the Fast-dLLM accelerations (issue 29: the +all speed-up is
     # mostly threshold decoding and early stop).
@@ -62,6 +76,28 @@ VARIANTS = {
 }
 
 
+# The real run's tasks (`config.eval.task`): the harness task's dataset as
+# released (lm-evaluation-harness v0.4.8 task yamls: gsm8k.yaml,
+# minerva_math_*.yaml, humaneval.yaml, mbpp.yaml), the n-shot of DPad's
+# llada/scripts/main_instruct.sh (461b36e: -s=4 / 4 / none / 3), its
+# gen_len (-l) and its DPad settings (-w, -k, -sc). minerva_math's subset
+# "" is the group's seven configs.
+TASKS = {
+    "gsm8k": dict(path="openai/gsm8k", subset="main", split="train",
+                  eval_split="test", num_fewshot=4, gen_len=256,
+                  window=256, k=4.0, a=2.0),
+    "minerva_math": dict(path="EleutherAI/hendrycks_math", subset="",
+                         split="train", eval_split="test", num_fewshot=4,
+                         gen_len=256, window=256, k=4.0, a=2.0),
+    "humaneval": dict(path="openai/openai_humaneval",
+                      subset="openai_humaneval", split="test",
+                      eval_split="test", num_fewshot=0, gen_len=512,
+                      window=512, k=3.0, a=2.3),
+    "mbpp": dict(path="google-research-datasets/mbpp", subset="full",
+                 split="train", eval_split="test", num_fewshot=3,
+                 gen_len=512, window=128, k=3.0, a=2.3),
+}
+
 # Paper scale (spec L): LLaDA-8B-Instruct decoding gen_len 1024 after a
 # GSM8K 1-shot prompt (~256 tokens [inferred]); DPad is training-free, so the
 # program is the bidirectional forward every denoising step runs.
@@ -72,7 +108,8 @@ PAPER = dict(shape="llada_8b", topology="v5p:2x2x2", seq_len=1280,
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           smoke=False, seeds=0, steps=0,
-                          prompts=0, kind="", init_from="", short=False)
+                          prompts=0, kind="", init_from="", short=False,
+                          task="")
   c = common.base_config()
   c.experiment = "dpad"
   c.seeds = (0, 1, 2)
@@ -109,16 +146,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "threshold": 0.9,
       "dpad": ml_collections.ConfigDict({"window": 64, "k": 3.0, "a": 1.6,
                                          "sampler": "gaussian", "n": 0}),
-      "variants": tuple(VARIANTS),
+      # The miniature's variants (the committed runs): all but the main
+      # table's "+threshold+DPad".
+      "variants": tuple(v for v in VARIANTS if v != "+threshold+DPad"),
       "prompts": 64,            # held-out prompts per gen_len
       "batch": 64,
       "repeats": 1,             # timed passes (median)
       # The real run (data.source "hf"): the checkpoint's compute dtype.
       "dtype": "float32",
   })
-  # The real run: lm-evaluation-harness gsm8k prompts with this many
-  # few-shot examples (the first rows of data.split).
-  c.gsm8k = ml_collections.ConfigDict({"num_fewshot": 4})
+  # The real run (data.source "hf"): which harness task (`TASKS`), its
+  # few-shot count (-1: the task's, `TASKS`; GSM8K's are the first rows of
+  # data.split, the others the task's fixed examples), whether prompts go
+  # through the checkpoint's chat template (DPad's eval_llada.py does for
+  # an instruct model), HumanEval's post-processing ("harness": prompt +
+  # completion cut at the stop strings; "dpad": DPad's sanitize) and the
+  # per-program limit of code tasks (code_eval's 3 s).
+  c.eval = ml_collections.ConfigDict({
+      "task": "gsm8k", "num_fewshot": -1, "chat_template": False,
+      "code_postprocess": "harness", "timeout_s": 3.0})
   c.bench = ml_collections.ConfigDict({"gen_lens": (128, 256, 512)})
   if args.tiny:  # what 2 shared CPU cores allow: short canvas, few prompts
     c.seeds = (0, 1)
@@ -161,7 +207,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                     variants=("vanilla", "+early stop", "+DPad",
                               "+threshold+prefix cache", "+all"))
     c.decode.dpad.update(window=256, k=3.0, a=1.6)
-    c.gsm8k.num_fewshot = 1
+    c.eval.num_fewshot = 1
+    if args.task:
+      if args.task not in TASKS:
+        raise ValueError(f"dpad: unknown task={args.task!r}; valid: "
+                         f"{', '.join(TASKS)}")
+      t = TASKS[args.task]
+      scale.paper_run(c, init_from="GSAI-ML/LLaDA-8B-Instruct",
+                      path=t["path"], subset=t["subset"], split=t["split"],
+                      eval_split=t["eval_split"])
+      c.decode.update(gen_lens=(t["gen_len"],),
+                      variants=("vanilla", "+DPad", "+threshold",
+                                "+threshold+DPad"))
+      c.decode.dpad.update(window=t["window"], k=t["k"], a=t["a"])
+      c.eval.update(task=args.task, num_fewshot=t["num_fewshot"],
+                    chat_template=True,
+                    code_postprocess=("dpad" if args.task == "humaneval"
+                                      else "harness"))
   if args.short:
     scale.short(c)
   return c

@@ -33,11 +33,17 @@ a+b, the 10 % of pairs with the lowest/highest SpectrumFE and SequenceFE,
 and as many random pairs (a fresh draw per passage). About 2 minutes of
 CPU time (9 minutes wall on 2 heavily shared cores).
 
-`paper`: Llama-3-8B from `init_from` (`meta-llama/Meta-Llama-3-8B`; no
-NoPE layer, `model.nope_layers=()`; Llama 4's are read from its config)
-on WikiText-103 as released (`data.path=Salesforce/wikitext`,
+`paper`: Llama-3-8B from `init_from` (`meta-llama/Meta-Llama-3-8B`; the
+NoPE layers are the checkpoint's, from its config.json: none here, Llama
+4's `no_rope_layers` pattern where a config has one) on WikiText-103 as
+released (`data.path=Salesforce/wikitext`,
 `data.subset=wikitext-103-raw-v1`: FE on `train` text, perplexity on
-`test`). `short`: the same run with its budget cut
+`test`), then the downstream evaluation: rules a+b attenuated by alpha 0.1
+on HellaSwag (`Rowan/hellaswag` validation), TruthfulQA MC1 / MC2
+(`truthfulqa/truthful_qa` `multiple_choice`) and MMLU (`cais/mmlu` `all`
+test), each choice scored by its log-likelihood as lm-evaluation-harness
+does (`--config.downstream.tasks.NAME.path=DIR` for a local copy, `""`
+to skip one). `short`: the same run with its budget cut
 (`jaxlab.configs._scale.short`).
 """
 
@@ -53,6 +59,20 @@ from jaxlab.configs import common
 PAPER = dict(shape="llama3_8b", topology="v5p:2x2x2", seq_len=8192,
              batch_size=8, program="eval",
              paper="spec C: Llama-3-8B, perplexity with attenuated pairs")
+
+# (name, released layout, subset, split) of the paper's downstream sets;
+# the paper preset points each at its Hub id (DOWNSTREAM_PATHS).
+DOWNSTREAM_TASKS = (("hellaswag", "hellaswag", "", "validation"),
+                    ("truthfulqa_mc1", "truthfulqa_mc1", "multiple_choice",
+                     "validation"),
+                    ("truthfulqa_mc2", "truthfulqa_mc2", "multiple_choice",
+                     "validation"),
+                    ("mmlu", "mmlu", "all", "test"))
+DOWNSTREAM_PATHS = {"hellaswag": "Rowan/hellaswag",
+                    "truthfulqa_mc1": "truthfulqa/truthful_qa",
+                    "truthfulqa_mc2": "truthfulqa/truthful_qa",
+                    "mmlu": "cais/mmlu"}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False, spec=False, smoke=False,
@@ -86,6 +106,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "probe_from": 8,           # passages [probe_from:] are the probe text
       "num_probe_seqs": 3,       # probe windows (all 3 that fit at 512)
       "batch_size": 4,           # rows per forward when scoring
+  })
+  # The paper's downstream evaluation (spec C.6; with `init_from`): the
+  # pairs of `rule` attenuated by `alpha` (spec C.4: alpha 0.1 on rules a
+  # and b together), each multiple-choice set scored by the log-likelihood
+  # of its choices as lm-evaluation-harness does
+  # (`jaxlab.evals.multiple_choice`), base vs attenuated model. A task is
+  # read from `path` (a Hub id or a local copy laid out as on the Hub;
+  # empty = skipped) in its released layout `format`
+  # (`jaxlab.data.multiple_choice.FORMATS`), `subset` / `split` as
+  # released; `max_rows` (0 = all) caps the questions of each.
+  c.downstream = ml_collections.ConfigDict({
+      "rule": "a+b",
+      "alpha": 0.1,
+      "max_rows": 0,
+      "tasks": ml_collections.ConfigDict({
+          name: ml_collections.ConfigDict({"format": fmt, "path": "",
+                                           "subset": sub, "split": split})
+          for name, fmt, sub, split in DOWNSTREAM_TASKS}),
   })
   if args.spec:  # the default model at a budget 2 shared CPU cores can run
     c.train.update(steps=300, batch_size=4, eval_batch_size=4,
@@ -123,12 +161,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train.steps = args.steps
   if args.paper:
     scale.preset(c, PAPER)
-    # The experiment reads model.nope_layers (the released Llama-3-8B has
-    # RoPE in every layer).
-    c.model.nope_layers = ()
+    # With `init_from` the NoPE layers are the checkpoint's own (its
+    # config.json, Llama 4's `no_rope_layers`; none in Llama-3-8B), not
+    # `config.model`'s.
     scale.paper_run(c, init_from="meta-llama/Meta-Llama-3-8B",
                     path="Salesforce/wikitext", subset="wikitext-103-raw-v1",
                     split="train", eval_split="test")
+    for name, path in DOWNSTREAM_PATHS.items():
+      c.downstream.tasks[name].path = path
   if args.short:
     scale.short(c)
   return c

@@ -9,18 +9,28 @@ the spec's rules and equal-size quantile selections (perplexity). With
 probes the text of `jaxlab.data.prose`, or with `data.source == "hf"` (the
 `paper` preset: WikiText-103 `wikitext-103-raw-v1` as released, or any `hf`
 dataset with a `text` column) the rows of `data.split` (probe windows) and
-`data.eval_split` (held-out windows), `probe_texts`.
+`data.eval_split` (held-out windows), `probe_texts`. The NoPE layers of a
+pretrained model are its checkpoint's (`model.cfg.nope_layers`, from its
+config.json: Llama 4's `no_rope_layers`). With `config.downstream.tasks`
+pointing at multiple-choice sets as released (HellaSwag, TruthfulQA MC,
+MMLU), the paper's downstream evaluation follows (`downstream`): the pairs
+of `downstream.rule` attenuated by `downstream.alpha`, every choice scored
+by its log-likelihood as lm-evaluation-harness does
+(`jaxlab.evals.multiple_choice`), base vs attenuated, paired per question.
 """
 
 import os
 import time
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from jaxlab.analysis import frequency_entropy as fe
-from jaxlab.data import pipeline, prose, streams
+from jaxlab.data import hf_source, pipeline, prose, streams
+from jaxlab.data import multiple_choice as mc_data
+from jaxlab.evals import multiple_choice as mc
 from jaxlab.data.streams import StreamSource  # pylint: disable=unused-import
 from jaxlab.io import pretrained
 from jaxlab.train import trainer
@@ -155,6 +165,96 @@ def probe_texts(config, tok) -> tuple[np.ndarray, np.ndarray,
   return probe, ids, {split: n_probe, eval_split: n_eval}
 
 
+# The harness's metrics of each released layout (its task yaml's
+# metric_list; truthfulqa_mc2's "acc" is `process_results_mc2`).
+DOWNSTREAM_METRICS = {"hellaswag": ("acc", "acc_norm"),
+                      "truthfulqa_mc1": ("acc",), "truthfulqa_mc2": ("mc2",),
+                      "mmlu": ("acc",)}
+
+
+def downstream_tasks(config) -> dict[str, Any]:
+  """The enabled `config.downstream.tasks` (those with a `path`)."""
+  d = config.get("downstream")
+  if d is None:
+    return {}
+  out = {}
+  for name, t in d.tasks.items():
+    if not t.get("path", ""):
+      continue
+    if t.format not in mc_data.FORMATS:
+      raise ValueError(f"downstream.tasks.{name}.format={t.format!r} is not "
+                       f"a multiple-choice layout; valid choices: "
+                       f"{', '.join(mc_data.FORMATS)}")
+    out[name] = t
+  return out
+
+
+def read_downstream(config) -> tuple[dict[str, list], dict[str, int]]:
+  """({task: [MCItem]}, {"task:split": rows read}) of the enabled tasks."""
+  d, cache = config.downstream, config.data.get("cache_dir", "") or None
+  items, rows_read = {}, {}
+  for name, t in downstream_tasks(config).items():
+    rows = hf_source.load_rows(t.path, subset=t.get("subset", ""),
+                               split=t.split, max_rows=int(d.max_rows),
+                               cache_dir=cache)
+    items[name] = mc_data.items(rows, t.format, subset=t.get("subset", ""))
+    rows_read[f"{name}:{t.split}"] = len(rows)
+  return items, rows_read
+
+
+def downstream(config, model, tok, native: dict[str, np.ndarray],
+               items: dict[str, list]) -> tuple[Any, list, dict[str, Any]]:
+  """The paper's downstream table: base vs the attenuated model (C.4, C.6).
+
+  The pairs `downstream.rule` selects on the native query FE (RoPE layers
+  only) are attenuated by `downstream.alpha` (`fe.weighted_rope_model`, or
+  the rotation-angle hook with `fe.mode="angle"`); every question of every
+  task is scored by both models (`jaxlab.evals.multiple_choice`). Cells
+  are per question (seed = question index), so the comparisons are paired
+  differences over questions with their 95 % t-intervals.
+  """
+  d, col = config.downstream, results_lib.Column
+  sel = fe.select_pairs(native, d.rule)
+  alpha_lnp = fe.alpha_table(sel, float(d.alpha))
+  if config.fe.mode == "magnitude":
+    models = {"base": (model, None),
+              "att": (fe.weighted_rope_model(model, alpha_lnp), None)}
+  else:
+    w = jnp.asarray(fe.rope_pair_weights_from_alpha(alpha_lnp))
+    models = {"base": (model, None), "att": (model, lambda ids, m: (
+        model.forward(ids, attention_mask=m, rope_pair_weights=w).logits))}
+  labels = {"base": "no attenuation",
+            "att": f"rule {d.rule}, alpha {float(d.alpha):g}"}
+  cols = [col(f"{name}_{m}", f"{name} {m} (%)", 1, 100)
+          for name in items for m in DOWNSTREAM_METRICS[
+              config.downstream.tasks[name].format]]
+  table = results_lib.Table(
+      "downstream", "multiple-choice accuracy (%, per question: seed = "
+      "question index; lm-evaluation-harness "
+      "log-likelihood scoring) with the selected pairs attenuated",
+      [col("n", "pairs", 0, spread=False)] + cols, row_label="model")
+  out = {"num_selected": int(sel.sum()), "rule": d.rule,
+         "alpha": float(d.alpha), "tasks": {}}
+  for key in ("base", "att"):
+    table.add(labels[key], "n", None, 0 if key == "base" else out[
+        "num_selected"])
+  for name, its in items.items():
+    fmt = config.downstream.tasks[name].format
+    res = {}
+    for key, (m, fn) in models.items():
+      scores = mc.evaluate(m, tok, its, logits_fn=fn)
+      res[key] = {k: scores[k].tolist() for k in DOWNSTREAM_METRICS[fmt]}
+      for k in DOWNSTREAM_METRICS[fmt]:
+        for i, v in enumerate(scores[k]):
+          table.add(labels[key], f"{name}_{k}", i, float(v))
+    out["tasks"][name] = {"questions": len(its), **{
+        key: {k: float(np.mean(v)) if v else None for k, v in r.items()}
+        for key, r in res.items()}, "per_question": res}
+  comparisons = [results_lib.Comparison("downstream", c.key, labels["att"],
+                                        labels["base"]) for c in cols]
+  return table, comparisons, out
+
+
 def run_pretrained(config, workdir: str) -> dict[str, Any]:
   """FE of a pretrained model's q/k; next-token accuracy under attenuation.
 
@@ -164,9 +264,14 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
   model, _ = pretrained.load(config.init_from, cache=True)
   tok = pretrained.tokenizer(config.init_from)
   probe, ids, rows_read = probe_texts(config, tok)
+  mc_items, mc_rows = read_downstream(config)
+  # NoPE layers: the checkpoint's (its config.json; Llama 4's
+  # `no_rope_layers`), never selected for attenuation.
+  nope = tuple(model.cfg.nope_layers)
   qk = fe.capture_qk(model, probe)
   maps = {f"{w}_{p}": fe.maps_from_qk(qk, which=w, pairing=p, frame=int(
-      c.frame), hop=int(c.hop), window=c.window, per_sequence=True)
+      c.frame), hop=int(c.hop), window=c.window, nope_layers=nope,
+                                      per_sequence=True)
           for p in c.pairings for w in ("q", "k")}
   cols = [col(f"{n}_{m}", f"{n[0]} {m.capitalize()}FE" + (
       "" if n.endswith("native") else f" ({n[2:]})"), 3)
@@ -211,10 +316,20 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
                  for a in c.alphas for m in ("acc", "nll")]
   out = {"scores": scores, "probe_shape": probe.shape, "eval_shape":
          ids.shape, "baseline_perplexity": float(np.exp(
-             scores["baseline"][float(c.alphas[0])]["nll"].mean()))}
-  data = (None if rows_read is None else
-          results_lib.data_provenance(config, rows=rows_read))
-  results_lib.write(workdir, "frequency_entropy", tables=tables + [att],
+             scores["baseline"][float(c.alphas[0])]["nll"].mean())),
+         "nope_layers": list(nope)}
+  tables.append(att)
+  if mc_items:
+    table, comps, out["downstream"] = downstream(config, model, tok, native,
+                                                 mc_items)
+    tables.append(table)
+    comparisons += comps
+    out["downstream"]["paths"] = {n: t.path for n, t in downstream_tasks(
+        config).items()}
+  data = (None if rows_read is None and not mc_rows else
+          results_lib.data_provenance(config, rows={**(rows_read or {}),
+                                                    **mc_rows}))
+  results_lib.write(workdir, "frequency_entropy", tables=tables,
                     comparisons=comparisons, extra=out, config=config,
                     start_time=t0, data=data)
   return out

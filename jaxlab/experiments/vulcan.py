@@ -149,6 +149,38 @@ def _real_base(config):
   return model, mcfg, proc
 
 
+
+
+def _vulcan_run(base, plan, vcfg, batches, post, ex, ey, seed: int):
+  """Vulcan's post-training of a copy of `base` under `plan` on `batches`,
+  then its pruning: (the pruned model, its `lossless` table row on the
+  evaluation images `ex`, `ey`, the training log)."""
+  trainee = vulcan.VulcanTrainee(nnx.clone(base), plan, vcfg)
+  log = vulcan.train(
+      trainee, batches, steps=int(post.steps),
+      optim_cfg=vulcan.optim(lr=float(post.lr), rho=float(vcfg.rho),
+                             weight_decay=float(post.weight_decay)),
+      seed=seed, log_every=max(int(post.steps) // 4, 1))
+  small = vulcan.prune(trainee.model, plan)
+  row = {"acc_unpruned": vulcan.accuracy(trainee.model, ex, ey),
+         "acc_pruned": vulcan.accuracy(small, ex, ey),
+         "max_logit_diff": float(np.abs(vulcan.logits(small, ex)
+                                        - vulcan.logits(trainee.model,
+                                                        ex)).max()),
+         "lambda1": float(np.asarray(trainee.lagrange[...])[0])}
+  return small, row, log
+
+def _lossless_table() -> results_lib.Table:
+  """Accuracy of the post-trained model before and after pruning, the
+  largest logit change and λ1, one row per rate."""
+  return results_lib.Table(
+      "lossless", "Vulcan: accuracy of the post-trained model before and "
+      "after pruning, and the largest logit change", row_label="rate",
+      columns=[results_lib.Column("acc_unpruned", "unpruned %", 1, 100),
+               results_lib.Column("acc_pruned", "pruned %", 1, 100),
+               results_lib.Column("max_logit_diff", "max |Δ logit|", 4),
+               results_lib.Column("lambda1", "λ1 at end", 1)])
+
 def run_real(config, workdir: str) -> dict[str, Any]:
   """Vulcan on a pretrained ViT / DeiT and released ImageNet rows."""
   t0 = time.time()
@@ -198,13 +230,7 @@ def run_real(config, workdir: str) -> dict[str, Any]:
       columns=[results_lib.Column("acc", "target top-1 %", 1, 100),
                results_lib.Column("params_frac", "params kept", 3),
                results_lib.Column("flops_frac", "FLOPs kept", 3)])
-  gap_table = results_lib.Table(
-      "lossless", "Vulcan: accuracy of the post-trained model before and "
-      "after pruning, and the largest logit change", row_label="rate",
-      columns=[results_lib.Column("acc_unpruned", "unpruned %", 1, 100),
-               results_lib.Column("acc_pruned", "pruned %", 1, 100),
-               results_lib.Column("max_logit_diff", "max |Δ logit|", 4),
-               results_lib.Column("lambda1", "λ1 at end", 1)])
+  gap_table = _lossless_table()
   extra: dict[str, Any] = {"target_classes": list(target), "per_seed": [],
                            "target_rows": {split: int(len(tr_idx)),
                                            eval_split: int(len(ev_idx))}}
@@ -238,21 +264,10 @@ def run_real(config, workdir: str) -> dict[str, Any]:
           dense=(dense_params, dense_flops))
       for method in methods:
         if method == "vulcan":
-          trainee = vulcan.VulcanTrainee(nnx.clone(base), plan, vcfg)
-          rrec["vulcan_log"] = vulcan.train(
-              trainee, batches(tr_idx, seed), steps=int(post.steps),
-              optim_cfg=vulcan.optim(lr=float(post.lr), rho=float(vcfg.rho),
-                                     weight_decay=float(post.weight_decay)),
-              seed=seed, log_every=max(int(post.steps) // 4, 1))
-          small = vulcan.prune(trainee.model, plan)
-          acc = vulcan.accuracy(small, sex, sey)
-          gap_table.add_seed(f"R={rate:g}", seed, {
-              "acc_unpruned": vulcan.accuracy(trainee.model, sex, sey),
-              "acc_pruned": acc,
-              "max_logit_diff": float(np.abs(
-                  vulcan.logits(small, sex)
-                  - vulcan.logits(trainee.model, sex)).max()),
-              "lambda1": float(np.asarray(trainee.lagrange[...])[0])})
+          small, gap, rrec["vulcan_log"] = _vulcan_run(
+              base, plan, vcfg, batches(tr_idx, seed), post, sex, sey, seed)
+          acc = gap["acc_pruned"]
+          gap_table.add_seed(f"R={rate:g}", seed, gap)
         else:
           generic = method == "generic"
           crit = "magnitude" if method == "magnitude" else "taylor"
@@ -323,13 +338,7 @@ def run(config, workdir: str) -> dict[str, Any]:
                results_lib.Column("latency_ms", "latency ms", 2),
                results_lib.Column("param_kb", "weights KiB", 1),
                results_lib.Column("temp_kb", "XLA temp KiB", 1)])
-  gap_table = results_lib.Table(
-      "lossless", "Vulcan: accuracy of the post-trained model before and "
-      "after pruning, and the largest logit change", row_label="rate",
-      columns=[results_lib.Column("acc_unpruned", "unpruned %", 1, 100),
-               results_lib.Column("acc_pruned", "pruned %", 1, 100),
-               results_lib.Column("max_logit_diff", "max |Δ logit|", 4),
-               results_lib.Column("lambda1", "λ1 at end", 1)])
+  gap_table = _lossless_table()
   acc_table.add_row("dense")
   acc_table.add_row("finetune")
   extra: dict[str, Any] = {"target_classes": list(target), "per_seed": []}
@@ -389,22 +398,10 @@ def run(config, workdir: str) -> dict[str, Any]:
       for method in methods:
         label = _label(method, rate)
         if method == "vulcan":
-          trainee = vulcan.VulcanTrainee(nnx.clone(base), plan, vcfg)
-          vlogs = vulcan.train(
-              trainee, sub_batches(seed), steps=int(post.steps),
-              optim_cfg=vulcan.optim(lr=float(post.lr), rho=float(vcfg.rho),
-                                     weight_decay=float(post.weight_decay)),
-              seed=seed, log_every=max(int(post.steps) // 4, 1))
-          acc_unpruned = vulcan.accuracy(trainee.model, sex, sey)
-          small = vulcan.prune(trainee.model, plan)
-          acc = vulcan.accuracy(small, sex, sey)
-          diff = float(np.abs(vulcan.logits(small, sex)
-                              - vulcan.logits(trainee.model, sex)).max())
-          lam = np.asarray(trainee.lagrange[...])
-          gap_table.add_seed(f"R={rate:g}", seed, {
-              "acc_unpruned": acc_unpruned, "acc_pruned": acc,
-              "max_logit_diff": diff, "lambda1": float(lam[0])})
-          rrec["vulcan_log"] = vlogs
+          small, gap, rrec["vulcan_log"] = _vulcan_run(
+              base, plan, vcfg, sub_batches(seed), post, sex, sey, seed)
+          acc = gap["acc_pruned"]
+          gap_table.add_seed(f"R={rate:g}", seed, gap)
           add_eff(f"Vulcan R={rate:g}", small, small_cfg, seed)
         else:
           model = nnx.clone(base)

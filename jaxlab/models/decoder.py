@@ -435,16 +435,13 @@ class Block(nnx.Module):
                is_causal=False, output_attentions=False, segment_ids_bt=None,
                sliding_window=None):
     """(h `[B, T, D]`, new (k, v) cache or None, probs or None)."""
-    # The structured-mask keywords only when used: an attention module
-    # swapped in (e.g. LeSTD's TuckerAttention) need not take them.
-    structured = {k: v for k, v in (("segment_ids_bt", segment_ids_bt),
-                                    ("sliding_window", sliding_window))
-                  if v is not None}
     normed = self.attn_norm(h_btd)
     res = self.attn(normed, cos_btd=cos_btd, sin_btd=sin_btd,
                     mask=mask, is_causal=is_causal, layer_cache=layer_cache,
                     cache_index=cache_index,
-                    output_attentions=output_attentions, **structured)
+                    output_attentions=output_attentions,
+                    segment_ids_bt=segment_ids_bt,
+                    sliding_window=sliding_window)
     a, new_cache = res[0], res[1]
     probs = res[2] if output_attentions else None
     if self.post_attn_norm is not None:

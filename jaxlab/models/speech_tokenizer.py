@@ -17,7 +17,6 @@ indices; `ctc_greedy` the greedy CTC transcript.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -27,13 +26,14 @@ from flax import nnx
 
 from jaxlab import registry as jregistry
 from jaxlab.models import registry
+from jaxlab.models import speech_common
 from jaxlab.nn import quantizers
 
 QUANTIZERS = ("voting_lfq", "vq")
 
 
 @dataclasses.dataclass(frozen=True)
-class SpeechTokenizerConfig:
+class SpeechTokenizerConfig(speech_common.TokenizerConfigMethods):
   """Sizes of the tokenizer (defaults: the spec's CPU miniature)."""
   n_mels: int = 40
   dim: int = 64
@@ -68,24 +68,10 @@ class SpeechTokenizerConfig:
       raise ValueError(f"model.vocab_size must be >= 2 (blank + a label), "
                        f"got {self.vocab_size}")
 
-  def token_lengths(self, frame_lengths):
-    """Valid 25 Hz tokens of inputs with `frame_lengths` valid mel frames."""
-    enc = -(-jnp.asarray(frame_lengths) // self.conv_stride)
-    return enc // self.pool
-
-  def num_params(self) -> int:
-    model = nnx.eval_shape(lambda: SpeechTokenizer(self, rngs=nnx.Rngs(0)))
-    return sum(int(np.prod(x.shape)) for x in
-               jax.tree.leaves(nnx.state(model, nnx.Param)))
-
 
 def sinusoid_positions(length: int, dim: int) -> jax.Array:
   """Whisper's fixed sinusoidal position embedding `[length, dim]`."""
-  half = dim // 2
-  inv = np.exp(-math.log(10000.0) * np.arange(half) / max(half - 1, 1))
-  ang = np.arange(length)[:, None] * inv[None, :]
-  return jnp.asarray(np.concatenate([np.sin(ang), np.cos(ang)], -1),
-                     jnp.float32)
+  return jnp.asarray(speech_common.sinusoids(length, dim))
 
 
 class EncoderBlock(nnx.Module):
@@ -236,3 +222,6 @@ def _build_speech_tokenizer(model_cfg, *, vocab_size: int | None = None,
   return registry.ModelSpec(
       factory=lambda: SpeechTokenizer(cfg, rngs=nnx.Rngs(seed)),
       config=cfg)
+
+
+SpeechTokenizerConfig.module_class = SpeechTokenizer

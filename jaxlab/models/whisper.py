@@ -31,16 +31,15 @@ has the miniature's call signature and outputs, so the loss
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from jaxlab.models import registry as _registry
 from jaxlab.nn import partitioning as pt
+from jaxlab.models import speech_common
 from jaxlab.nn import quantizers
 
 ARCHITECTURES = ("WhisperModel", "WhisperForConditionalGeneration",
@@ -91,14 +90,7 @@ ACTIVATIONS = {
 }
 
 
-def sinusoids(length: int, channels: int, max_timescale: float = 10000.0
-              ) -> np.ndarray:
-  """Whisper's sinusoidal position table `[length, channels]` (sin | cos;
-  openai/whisper `model.py` `sinusoids`)."""
-  inc = math.log(max_timescale) / (channels // 2 - 1)
-  inv = np.exp(-inc * np.arange(channels // 2))
-  t = np.arange(length)[:, None] * inv[None, :]
-  return np.concatenate([np.sin(t), np.cos(t)], axis=1).astype(np.float32)
+sinusoids = speech_common.sinusoids
 
 
 class WhisperEncoderLayer(nnx.Module):
@@ -219,7 +211,7 @@ class Whisper(nnx.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class WhisperTokenizerConfig:
+class WhisperTokenizerConfig(speech_common.TokenizerConfigMethods):
   """StableToken on a Whisper encoder (spec E.1-E.2)."""
   whisper: WhisperConfig = WhisperConfig()
   quantize_after: int = 2      # blocks below the quantizer (16 of 32)
@@ -244,17 +236,6 @@ class WhisperTokenizerConfig:
   @property
   def quantizer(self) -> str:
     return "voting_lfq"
-
-  def token_lengths(self, frame_lengths):
-    """Valid 25 Hz tokens of inputs with `frame_lengths` valid mel frames."""
-    enc = -(-jnp.asarray(frame_lengths) // self.conv_stride)
-    return enc // self.pool
-
-  def num_params(self) -> int:
-    """Parameters of `WhisperTokenizer` (counted abstractly)."""
-    model = nnx.eval_shape(lambda: WhisperTokenizer(self, rngs=nnx.Rngs(0)))
-    return sum(int(np.prod(x.shape)) for x in
-               jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 class WhisperTokenizer(nnx.Module):
@@ -362,3 +343,6 @@ def _build_whisper_tokenizer(model_cfg, *, vocab_size: int | None = None,
   return _registry.ModelSpec(
       factory=lambda: WhisperTokenizer(cfg, rngs=nnx.Rngs(seed)),
       config=cfg, flops_per_token=_flops_per_frame(cfg))
+
+
+WhisperTokenizerConfig.module_class = WhisperTokenizer

@@ -614,6 +614,27 @@ class Attention(nnx.Module):
     `[B, N, T, S]`, is returned.
     """
     q, k, v = self.project_qkv(x_btd, cos_btd, sin_btd)
+    out_btnh, new_cache, probs = self.attend(
+        q, k, v, mask=mask, is_causal=is_causal, layer_cache=layer_cache,
+        cache_index=cache_index, output_attentions=output_attentions,
+        segment_ids_bt=segment_ids_bt, sliding_window=sliding_window)
+    out = self.project_out(out_btnh)
+    if output_attentions:
+      return out, new_cache, probs
+    return out, new_cache
+
+  def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *,
+             mask: jax.Array | None, is_causal: bool = False,
+             layer_cache: tuple[jax.Array, jax.Array] | None = None,
+             cache_index: jax.Array | None = None,
+             output_attentions: bool = False,
+             segment_ids_bt: jax.Array | None = None,
+             sliding_window: int | None = None):
+    """The attention of projected q `[B,T,N,H]`, k, v `[B,T,K,H]`: (its
+    output `[B,T,N,H]`, the updated cache or None, the probabilities or
+    None); the cache, masks and kernel choice of `__call__`. A module that
+    projects otherwise (LeSTD's `TuckerAttention`) overrides
+    `project_qkv` / `project_out` and keeps this."""
     new_cache = None
     if layer_cache is not None:
       k_cache, v_cache = layer_cache
@@ -667,6 +688,10 @@ class Attention(nnx.Module):
         out_btnh = jax.nn.dot_product_attention(
             q, k, v, mask=mask, is_causal=is_causal and mask is None,
             scale=scale, implementation=impl)
+    return out_btnh, new_cache, probs
+
+  def project_out(self, out_btnh: jax.Array) -> jax.Array:
+    """The output projection: `[B,T,N,H]` -> `[B,T,D]` (+ its bias)."""
     # One contraction over N*H: with two contracted axes XLA:CPU may order
     # them (H, N) to match the attention output's layout and transpose the
     # whole output weight to fit, at every decode step (measured on the 56M
@@ -676,6 +701,4 @@ class Attention(nnx.Module):
         self.o_nhd[...].astype(self.dtype), (n * h, -1))
     if self.o_bias_d is not None:
       out = out + self.o_bias_d[...].astype(self.dtype)
-    if output_attentions:
-      return out, new_cache, probs
-    return out, new_cache
+    return out

@@ -16,6 +16,17 @@ ACTIVATIONS = {"silu": jax.nn.silu,
                "gelu": functools.partial(jax.nn.gelu, approximate=False)}
 
 
+def _setup(module: nnx.Module, activation: str, init_std: float, dtype):
+  """Checks `activation`, sets the module's dtype and activation; returns
+  the weight initialiser N(0, init_std)."""
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"activation={activation!r} unknown; valid: "
+                     f"{', '.join(ACTIVATIONS)}")
+  module.dtype = dtype
+  module.activation = activation
+  return jax.nn.initializers.normal(init_std)
+
+
 class SwiGLU(nnx.Module):
   """Gated MLP of Llama/Qwen2: down(silu(gate(x)) * up(x)) (Shazeer, 2020).
 
@@ -26,12 +37,7 @@ class SwiGLU(nnx.Module):
   def __init__(self, dim: int, hidden: int, *, rngs: nnx.Rngs,
                param_dtype=jnp.float32, dtype=jnp.float32,
                init_std: float = 0.02, activation: str = "silu"):
-    if activation not in ACTIVATIONS:
-      raise ValueError(f"activation={activation!r} unknown; valid: "
-                       f"{', '.join(ACTIVATIONS)}")
-    init = jax.nn.initializers.normal(init_std)
-    self.dtype = dtype
-    self.activation = activation
+    init = _setup(self, activation, init_std, dtype)
     self.gate_df = pt.param(init(rngs.params(), (dim, hidden), param_dtype),
                             (pt.EMBED, pt.MLP))
     self.up_df = pt.param(init(rngs.params(), (dim, hidden), param_dtype),
@@ -59,12 +65,7 @@ class MLP(nnx.Module):
                param_dtype=jnp.float32, dtype=jnp.float32,
                init_std: float = 0.02, activation: str = "gelu_tanh",
                bias: bool = True):
-    if activation not in ACTIVATIONS:
-      raise ValueError(f"activation={activation!r} unknown; valid: "
-                       f"{', '.join(ACTIVATIONS)}")
-    init = jax.nn.initializers.normal(init_std)
-    self.dtype = dtype
-    self.activation = activation
+    init = _setup(self, activation, init_std, dtype)
     self.up_df = pt.param(init(rngs.params(), (dim, hidden), param_dtype),
                           (pt.EMBED, pt.MLP))
     self.down_fd = pt.param(init(rngs.params(), (hidden, dim), param_dtype),

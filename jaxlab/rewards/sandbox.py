@@ -38,6 +38,10 @@ Layers of defence (docs/sandbox.md says what each guarantees and what not):
    following links, size-capped, parsed without pickle, and its shape and
    dtype checked before use. The throw-away dir is removed afterwards.
 
+`run_program` (and `SandboxPool.run_program`) runs a plain program as the
+same job without a figure: ok iff it ran to its end (code-generation
+pass@k, `jaxlab.evals.code_exec`).
+
 `SandboxPool` keeps warm zygotes (matplotlib imported once) so a rollout
 pays a fork instead of an interpreter start; each job is as isolated as in
 `render_chart`. The child renders with the Agg backend at exactly
@@ -268,8 +272,14 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
          size: tuple[int, int], cpu_s: int | None, mem_bytes: int,
          fsize_bytes: int, max_output_bytes: int, max_procs: int,
          max_open_files: int, user: str | int, group: str | int,
-         namespaces: bool, audit_hook: bool, start: float) -> RenderResult:
-  """One job on a ready worker: throw-away dir, run, validate, clean up."""
+         namespaces: bool, audit_hook: bool, start: float,
+         kind: str = "chart") -> RenderResult:
+  """One job on a ready worker: throw-away dir, run, validate, clean up.
+
+  `kind`: "chart" (the figure comes back as the image) or "program" (ok
+  iff the code ran to its end and exited 0; no image)."""
+  if kind not in ("chart", "program"):
+    raise ValueError(f"kind={kind!r} must be 'chart' or 'program'")
   if not isinstance(code, str):
     raise ValueError(f"code must be a str, got {type(code).__name__}")
   h, w = (int(s) for s in size)
@@ -294,7 +304,7 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
                max_output=int(max_output_bytes), max_procs=int(max_procs),
                max_open_files=int(max_open_files), drop=drop, uid=uid,
                gid=gid, namespaces=bool(namespaces),
-               audit_hook=bool(audit_hook))
+               audit_hook=bool(audit_hook), kind=kind)
     rep = worker.run(job, wait_s=float(timeout_s) + max(10.0, timeout_s))
     stdout = _read_capped(os.path.join(root, "out.txt"), max_output_bytes)
     stderr = _read_capped(os.path.join(root, "err.txt"), max_output_bytes)
@@ -332,6 +342,8 @@ def _run(worker: _Worker, code: str, *, timeout_s: float,
     if drop and not info["dropped"]:
       return RenderResult(False, None, "privilege drop not confirmed",
                           stdout, stderr, elapsed, **info)
+    if kind == "program":
+      return RenderResult(True, None, "", stdout, stderr, elapsed, **info)
     image, error = _load_image(os.path.join(work, _OUT_NAME), (h, w))
     return RenderResult(image is not None, image, error, stdout, stderr,
                         elapsed, **info)
@@ -384,6 +396,44 @@ def render_chart(code: str, *, timeout_s: float = 10.0,
             group=group, namespaces=namespaces, audit_hook=audit_hook)
   if pool is not None:
     return pool.render(code, **kw)
+  return _one_shot(code, python, kw)
+
+
+# A program job's defaults: code_eval's 3 s per program (huggingface/
+# evaluate metrics/code_eval/code_eval.py, a7dd338: `timeout=3.0`).
+_PROGRAM_DEFAULTS = dict(timeout_s=3.0)
+
+
+def run_program(code: str, *, timeout_s: float = 3.0,
+                cpu_s: int | None = None, mem_bytes: int = 2 << 30,
+                fsize_bytes: int = 16 << 20,
+                max_output_bytes: int = 64 << 10, max_procs: int = 0,
+                max_open_files: int = 64, user: str | int = "nobody",
+                group: str | int = "nogroup", namespaces: bool = True,
+                audit_hook: bool = True, python: str | None = None,
+                pool: SandboxPool | None = None) -> RenderResult:
+  """Runs the Python program `code` in the sandbox; did it exit 0?
+
+  The same job as `render_chart` (every layer of the module docstring)
+  without the figure: the code is executed in fresh globals (only the
+  builtins; no `__name__`, as the code_eval metric's `exec(program, {})`),
+  and the result is ok iff it ran to its end: an exception (an `assert`
+  failing, `SystemExit`), the wall clock (`timeout_s`, "timeout after
+  ..."), a limit or a signal fail it. `image` is always None; `stdout` /
+  `stderr` hold the first `max_output_bytes` of its output. Keyword
+  arguments as `render_chart`'s.
+  """
+  kw = dict(timeout_s=timeout_s, cpu_s=cpu_s, mem_bytes=mem_bytes,
+            fsize_bytes=fsize_bytes, max_output_bytes=max_output_bytes,
+            max_procs=max_procs, max_open_files=max_open_files, user=user,
+            group=group, namespaces=namespaces, audit_hook=audit_hook)
+  if pool is not None:
+    return pool.run_program(code, **kw)
+  return _one_shot(code, python, dict(kw, size=(64, 64), kind="program"))
+
+
+def _one_shot(code: str, python: str | None, kw: dict) -> RenderResult:
+  """One job on a fresh worker, closed afterwards."""
   start = time.monotonic()
   try:
     worker = _Worker(python)
@@ -391,7 +441,7 @@ def render_chart(code: str, *, timeout_s: float = 10.0,
     return RenderResult(False, None, f"sandbox failed to start: {e}",
                         elapsed_s=time.monotonic() - start)
   try:
-    worker.wait_ready(max(120.0, timeout_s))
+    worker.wait_ready(max(120.0, kw["timeout_s"]))
     return _run(worker, code, start=start, **kw)
   except OSError as e:
     return RenderResult(False, None, f"sandbox failed to start: {e}",
@@ -435,12 +485,22 @@ class SandboxPool:
     return wk
 
   def render(self, code: str, **kw) -> RenderResult:
+    return self._submit(code, "chart", kw)
+
+  def run_program(self, code: str, **kw) -> RenderResult:
+    """`run_program` on a warm worker (its keyword arguments)."""
+    if "size" in kw:
+      raise ValueError("run_program takes no size (it renders nothing)")
+    return self._submit(code, "program", {**_PROGRAM_DEFAULTS, **kw})
+
+  def _submit(self, code: str, kind: str, kw: dict) -> RenderResult:
     unknown = set(kw) - set(_JOB_DEFAULTS)
     if unknown:
-      raise ValueError(f"unknown render option(s) {sorted(unknown)}")
+      raise ValueError(f"unknown {'render' if kind == 'chart' else 'run'} "
+                       f"option(s) {sorted(unknown)}")
     if self._closed:
       raise RuntimeError("the SandboxPool is closed")
-    opts = {**_JOB_DEFAULTS, **kw}
+    opts = {**_JOB_DEFAULTS, **kw, "kind": kind}
     start = time.monotonic()
     wk = self._idle.get()
     try:

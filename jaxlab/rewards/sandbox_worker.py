@@ -537,6 +537,22 @@ def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
       sys.modules.pop(m, None)
     sys.addaudithook(_make_hook(os.path.realpath(work), read_roots))
   plt.show = lambda *a, **k: None
+  if job.get("kind") == "program":
+    # A plain program (`jaxlab.rewards.sandbox.run_program`): exit 0 iff it
+    # runs to its end. Fresh globals holding only the builtins, as the
+    # code_eval metric's `exec(check_program, {})` (huggingface/evaluate
+    # metrics/code_eval/execute.py, a7dd338): no `__name__`, no plt / np,
+    # and any exception (SystemExit included) fails it.
+    try:
+      exec(code, {"__builtins__": __builtins__})  # pylint: disable=exec-used
+    except BaseException as e:  # pylint: disable=broad-except
+      _fail(e)
+    try:
+      sys.stdout.flush()
+      sys.stderr.flush()
+    except BaseException:  # pylint: disable=broad-except
+      pass
+    os._exit(0)  # pylint: disable=protected-access
   env = {"__name__": "__main__", "__builtins__": __builtins__, "plt": plt,
          "np": np}
   try:

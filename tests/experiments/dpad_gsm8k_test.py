@@ -26,7 +26,6 @@ from unittest import mock
 from absl.testing import absltest
 import datasets
 import numpy as np
-import safetensors.numpy
 
 from jaxlab.configs import dpad as dpad_cfg
 from jaxlab.data import hf_tokenizer
@@ -34,12 +33,12 @@ from jaxlab.decoding import diffusion
 from jaxlab.evals import gsm8k
 from jaxlab.experiments import dpad
 from jaxlab.io import pretrained
+from jaxlab.testing import diffusion_fixtures
 from jaxlab.testing import gsm8k_reference
 from jaxlab.testing import hf_fixtures as hfx
 from jaxlab.testing import tokenizer_fixtures
 
-VOCAB = 416   # >= the tiny tokenizer's 400 ids
-MASK = 410    # outside the tokenizer, as a reserved id
+MASK = diffusion_fixtures.MASK
 ROWS = [
     ("Natalia sold clips to 48 of her friends in April, and then she sold "
      "half as many clips in May. How many clips did she sell?",
@@ -76,73 +75,6 @@ configs:
 ---
 # GSM8K (a test copy in the released layout)
 """
-# LLaDA tensor names (modeling_llada.py, LLaDALlamaBlock) per HF Llama name.
-_LLADA_NAMES = {
-    "model.embed_tokens.weight": "model.transformer.wte.weight",
-    "model.norm.weight": "model.transformer.ln_f.weight",
-    "lm_head.weight": "model.transformer.ff_out.weight",
-}
-_LLADA_LAYER = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ff_norm.weight",
-    "self_attn.q_proj.weight": "q_proj.weight",
-    "self_attn.k_proj.weight": "k_proj.weight",
-    "self_attn.v_proj.weight": "v_proj.weight",
-    "self_attn.o_proj.weight": "attn_out.weight",
-    "mlp.gate_proj.weight": "ff_proj.weight",
-    "mlp.up_proj.weight": "up_proj.weight",
-    "mlp.down_proj.weight": "ff_out.weight",
-}
-
-
-def _llada_name(name):
-  if name in _LLADA_NAMES:
-    return _LLADA_NAMES[name]
-  _, _, i, rest = name.split(".", 3)
-  return f"model.transformer.blocks.{i}.{_LLADA_LAYER[rest]}"
-
-
-def _make_llada(path, eos_id):
-  """A tiny LLaDA checkpoint directory (tokenizer beside it)."""
-  hfx.make_chat_checkpoint(path, "llama", vocab_size=VOCAB,
-                           max_position_embeddings=512)
-  st = os.path.join(path, "model.safetensors")
-  tensors = safetensors.numpy.load_file(st)
-  safetensors.numpy.save_file({_llada_name(k): v for k, v in tensors.items()},
-                              st)
-  with open(os.path.join(path, "config.json")) as f:
-    llama = json.load(f)
-  rope = llama.get("rope_parameters", {}).get("rope_theta",
-                                              llama.get("rope_theta"))
-  cfg = {"architectures": ["LLaDAModelLM"], "model_type": "llada",
-         "d_model": llama["hidden_size"], "n_heads": llama[
-             "num_attention_heads"],
-         "n_kv_heads": llama["num_key_value_heads"],
-         "n_layers": llama["num_hidden_layers"],
-         "mlp_hidden_size": llama["intermediate_size"],
-         "vocab_size": VOCAB, "embedding_size": VOCAB, "rope_theta": rope,
-         "rms_norm_eps": llama["rms_norm_eps"], "max_sequence_length": 512,
-         "weight_tying": False, "block_type": "llama",
-         "layer_norm_type": "rms", "include_bias": False,
-         "activation_type": "silu", "mask_token_id": MASK,
-         "eos_token_id": eos_id}
-  with open(os.path.join(path, "config.json"), "w") as f:
-    json.dump(cfg, f)
-  return path
-
-
-def _make_dream(path, eos_id):
-  hfx.make_chat_checkpoint(path, "qwen2", vocab_size=VOCAB,
-                           max_position_embeddings=512)
-  with open(os.path.join(path, "config.json")) as f:
-    cfg = json.load(f)
-  cfg.update(architectures=["DreamModel"], model_type="Dream",
-             mask_token_id=MASK, eos_token_id=eos_id)
-  with open(os.path.join(path, "config.json"), "w") as f:
-    json.dump(cfg, f)
-  return path
-
-
 class DpadGsm8kTest(absltest.TestCase):
 
   @classmethod
@@ -163,8 +95,8 @@ class DpadGsm8kTest(absltest.TestCase):
     tok_dir = tokenizer_fixtures.make_hf_tokenizer(
         os.path.join(cls.root, "tok"))
     cls.eos = hf_tokenizer.HFTokenizer(tok_dir).eos_id
-    cls.llada = _make_llada(os.path.join(cls.root, "llada"), cls.eos)
-    cls.dream = _make_dream(os.path.join(cls.root, "dream"), cls.eos)
+    cls.llada = diffusion_fixtures.make_llada(os.path.join(cls.root, "llada"), cls.eos)
+    cls.dream = diffusion_fixtures.make_dream(os.path.join(cls.root, "dream"), cls.eos)
     cls.ref_score = staticmethod(gsm8k_reference.ref_score)
 
   @classmethod

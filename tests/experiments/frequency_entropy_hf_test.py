@@ -73,6 +73,8 @@ class FrequencyEntropyWikitextTest(absltest.TestCase):
     c.data.cache_dir = os.path.join(self.root, "hf_cache")
     c.fe.update(probe_len=32, eval_len=16, frame=16, hop=8, num_probe_seqs=2,
                 num_eval_seqs=3, alphas=(0.1,), batch_size=3)
+    for t in c.downstream.tasks.values():  # frequency_entropy_downstream_test
+      t.path = ""
     return c
 
   def test_probe_and_eval_windows_come_from_the_splits(self):

@@ -262,8 +262,8 @@ def tpu_presets_table(doc) -> str:
                f"new {v['max_new_tokens']}", "", "", k, "-",
            "yes" if v["memory"]["fits"] else "**no**"] + _program_cells(v))
           + " |")
-  notes = sorted({(rec.get("report") or {}).get("scale", {}).get("note", "")
-                  for rec in doc["cases"].values()} - {""})
+  notes = sorted({((rec.get("report") or {}).get("scale") or {}).get(
+      "note", "") for rec in doc["cases"].values()} - {""})
   if notes:
     lines += [""] + [f"Note: {n}." for n in notes]
   return "\n".join(lines)

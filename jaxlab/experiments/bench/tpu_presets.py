@@ -3,8 +3,8 @@ r"""Compile every paper-scale preset for its TPU topology (no TPU needed).
     python -m jaxlab.experiments.bench.tpu_presets [--only=rope_extension,dpad]
         [--out=docs/bench/tpu_presets.json] [--timeout_s=1500]
 
-Finds the configs of `jaxlab/configs/` that define a `PAPER` preset
-(`jaxlab.configs._scale`), runs `python -m jaxlab.experiments.compile
+Finds the configs of `jaxlab/configs/` whose `paper` preset names a TPU
+topology (`paper_configs`), runs `python -m jaxlab.experiments.compile
 --config=NAME:paper --out=...` for each in its own process (one at a time:
 a compile uses every core), and merges the reports into one JSON with the
 command, the exit status, wall and CPU seconds and the load average around
@@ -32,15 +32,36 @@ from jaxlab.io import params as params_io
 
 
 def paper_configs() -> list[str]:
-  """Names of the packaged configs that define a `PAPER` preset."""
+  """Names of the packaged configs with a `paper` preset that names a TPU
+  topology (`config.scale.topology`: a `PAPER` dict through
+  `jaxlab.configs._scale.preset`, or set by the config itself, as the
+  controller and StableToken configs do), or whose module names one in
+  `PAPER_TOPOLOGY` (Vulcan)."""
   out = []
   for info in pkgutil.iter_modules(configs_pkg.__path__):
     if info.name.startswith("_") or info.name == "common":
       continue
     mod = importlib.import_module(f"{configs_pkg.__name__}.{info.name}")
-    if isinstance(getattr(mod, "PAPER", None), dict):
+    try:
+      mod.get_config("paper")
+    except (ValueError, KeyError, TypeError):  # no `paper` argument
+      continue
+    if topology_flag(info.name) is not None:
       out.append(info.name)
   return sorted(out)
+
+
+def topology_flag(name: str) -> list[str] | None:
+  """The `compile` flags naming `name:paper`'s topology: none where the
+  preset sets `scale.topology`, `--topology=` the config module's
+  `PAPER_TOPOLOGY` otherwise (Vulcan); None: no topology known."""
+  mod = importlib.import_module(f"{configs_pkg.__name__}.{name}")
+  c = mod.get_config("paper")
+  if c.get("scale") is not None and c.scale.get("topology"):
+    return []
+  if isinstance(getattr(mod, "PAPER_TOPOLOGY", None), str):
+    return [f"--topology={mod.PAPER_TOPOLOGY}"]
+  return None
 
 
 def config_digest(name: str) -> str:
@@ -54,8 +75,9 @@ def compile_one(name: str, *, timeout_s: float) -> dict[str, Any]:
   """One preset's compile in a child process; its report and the run."""
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "aot.json")
+    flags = topology_flag(name) or []
     cmd = [sys.executable, "-m", "jaxlab.experiments.compile",
-           f"--config={name}:paper", f"--out={out}"]
+           f"--config={name}:paper", f"--out={out}", *flags]
     before = os.getloadavg()
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -76,8 +98,9 @@ def compile_one(name: str, *, timeout_s: float) -> dict[str, Any]:
             else "timeout" if code is None else "error")
   return {
       "config": name, "digest": config_digest(name),
-      "command": "python -m jaxlab.experiments.compile "
-                 f"--config={name}:paper",
+      "command": " ".join(["python -m jaxlab.experiments.compile",
+                           f"--config={name}:paper",
+                           *(topology_flag(name) or [])]),
       "status": status, "exit_code": code, "process_wall_s": wall,
       "process_cpu_s": (usage1.ru_utime + usage1.ru_stime
                         - usage0.ru_utime - usage0.ru_stime),

@@ -16,6 +16,13 @@ transformers 5 (`rope_parameters` with `rope_theta` and `rope_type`). HF rope
 types map to `jaxlab.nn.rope` registry names through `HF_ROPE_TYPES`.
 `config_to_hf` writes the transformers-4 dialect.
 
+Layers without RoPE are read in Llama 4's form (`nope_layers_from_hf`:
+`no_rope_layers`, one 1/0 per layer, or `no_rope_layer_interval`) into
+`DecoderConfig.nope_layers`; a Llama-architecture config.json carrying
+`no_rope_layers` loads with those NoPE layers (transformers' Llama classes
+ignore the field; Llama 4's own MoE checkpoints are not loadable here, but
+their layer pattern is read the same way).
+
 Phi (`PhiForCausalLM`, model_type phi: Phi-1, Phi-1.5, Phi-2) is the
 decoder with its Phi switches on (`_PHI_SWITCHES`): LayerNorm with biases,
 one input norm feeding attention and MLP in parallel, partial rotary
@@ -378,6 +385,50 @@ def _phi_config_from_hf(hf: Mapping[str, Any], *, dtype: str,
   return decoder_lib.DecoderConfig(**fields)
 
 
+# Llama 4's iRoPE layer pattern (transformers' `Llama4TextConfig`,
+# transformers 5.25 `models/llama4/configuration_llama4.py`): `no_rope_layers`
+# is a list with one entry per layer (at least `num_hidden_layers` long),
+# 1 = the layer uses RoPE, 0 = a NoPE layer (`Llama4TextAttention.use_rope =
+# config.no_rope_layers[layer_idx]`). When it is absent or empty, the layers
+# with `(i + 1) % no_rope_layer_interval == 0` are NoPE (interval 4 by
+# default: every 4th layer).
+LLAMA4_TEXT = "llama4_text"
+NOPE_INTERVAL_DEFAULT = 4
+
+
+def nope_layers_from_hf(hf: Mapping[str, Any], where: str = files.CONFIG_FILE
+                        ) -> tuple[int, ...]:
+  """The layers without RoPE that a config.json declares (Llama 4's form).
+
+  Reads `no_rope_layers` (1 = RoPE, 0 = NoPE, per layer) or, for Llama 4
+  text configs (model_type `llama4_text`, or `llama4` through its
+  `text_config`) without it, `no_rope_layer_interval` (default 4). Other
+  configs without these fields have none: ().
+  """
+  if hf.get("model_type") == "llama4" and isinstance(
+      hf.get("text_config"), Mapping):
+    hf = {"model_type": LLAMA4_TEXT, **hf["text_config"]}
+  n = hf.get("num_hidden_layers")
+  flags = hf.get("no_rope_layers")
+  interval = hf.get("no_rope_layer_interval")
+  if not flags and interval is None and hf.get("model_type") != LLAMA4_TEXT:
+    return ()
+  if n is None:
+    raise ValueError(f"{where}: missing required field 'num_hidden_layers'")
+  n = int(n)
+  if flags:
+    flags = list(flags)
+    if len(flags) < n or any(int(f) not in (0, 1) for f in flags):
+      raise ValueError(
+          f"{where}: no_rope_layers={flags} must hold a 0 (NoPE) or 1 (RoPE) "
+          f"for each of the {n} layers")
+    return tuple(i for i in range(n) if int(flags[i]) == 0)
+  interval = NOPE_INTERVAL_DEFAULT if interval is None else int(interval)
+  if interval < 1:
+    raise ValueError(f"{where}: no_rope_layer_interval={interval} must be >= 1")
+  return tuple(i for i in range(n) if (i + 1) % interval == 0)
+
+
 def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
                    param_dtype: str | None = None,
                    where: str = files.CONFIG_FILE,
@@ -460,6 +511,7 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype: str = "float32",
       qkv_bias=arch == "Qwen2ForCausalLM",
       qk_norm=arch == "Qwen3ForCausalLM",
       sliding_window=sliding_window,
+      nope_layers=nope_layers_from_hf(hf, where),
       dtype=dtype,
       param_dtype=param_dtype or dtype,
   )

@@ -1,0 +1,337 @@
+"""`dpad:paper,short,task=...` on HumanEval- and MATH-layout copies.
+
+Layouts as released (dataset cards): openai/openai_humaneval, config
+`openai_humaneval`, `openai_humaneval/test-00000-of-00001.parquet`,
+columns task_id, prompt, canonical_solution, test, entry_point;
+EleutherAI/hendrycks_math, one config per subject (`algebra/test-00000-
+of-00001.parquet`, ...), columns problem, level, type, solution. The tiny
+LLaDA checkpoint is `jaxlab.testing.diffusion_fixtures.make_llada`. The
+reported metrics are recomputed from the saved completions with the
+harness's scorers ported in jaxlab/testing/{code_eval_reference,
+minerva_reference}.py (lm-evaluation-harness v0.4.8, code_eval, DPad's
+sanitize).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+import datasets
+import numpy as np
+
+from jaxlab.configs import dpad as dpad_cfg
+from jaxlab.data import hf_tokenizer
+from jaxlab.evals import minerva_math
+from jaxlab.experiments import dpad
+from jaxlab.io import pretrained
+from jaxlab.testing import diffusion_fixtures
+from jaxlab.testing import hf_fixtures as hfx
+from jaxlab.testing import tokenizer_fixtures
+from jaxlab.testing.code_eval_reference import (  # pylint: disable=g-importing-member
+    RefHumanEval, ref_passed, ref_sanitize)
+from jaxlab.testing.minerva_reference import ref_process_results  # pylint: disable=g-importing-member
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+HUMANEVAL = [
+    {"task_id": "HumanEval/0",
+     "prompt": "def add(a: int, b: int) -> int:\n    \"\"\"Sum of a and b.\"\"\"\n",
+     "canonical_solution": "    return a + b\n",
+     "test": "\n\ndef check(candidate):\n    assert candidate(2, 3) == 5\n",
+     "entry_point": "add"},
+    {"task_id": "HumanEval/1",
+     "prompt": "def evens(xs: list) -> list:\n    \"\"\"Even items.\"\"\"\n",
+     "canonical_solution": "    return [x for x in xs if x % 2 == 0]\n",
+     "test": "\n\ndef check(candidate):\n    assert candidate([1, 2]) == [2]\n",
+     "entry_point": "evens"},
+    {"task_id": "HumanEval/2",
+     "prompt": "def is_pal(s: str) -> bool:\n    \"\"\"Palindrome?\"\"\"\n",
+     "canonical_solution": "    return s == s[::-1]\n",
+     "test": "\n\ndef check(candidate):\n    assert candidate('aba')\n    "
+             "assert not candidate('ab')\n",
+     "entry_point": "is_pal"},
+]
+HUMANEVAL_README = """---
+configs:
+- config_name: openai_humaneval
+  data_files:
+  - split: test
+    path: openai_humaneval/test-*
+---
+# openai_humaneval (a test copy in the released layout)
+"""
+MBPP = [   # google-research-datasets/mbpp, config `full`
+    {"task_id": 11, "text": "Write a function to double a number.",
+     "code": "def double(x):\r\n  return 2 * x",
+     "test_list": ["assert double(1) == 2", "assert double(0) == 0",
+                   "assert double(-3) == -6"],
+     "test_setup_code": "", "challenge_test_list": []},
+    {"task_id": 12, "text": "Write a function to negate a number.",
+     "code": "def neg(x):\r\n  return -x",
+     "test_list": ["assert neg(1) == -1", "assert neg(0) == 0",
+                   "assert neg(-3) == 3"],
+     "test_setup_code": "", "challenge_test_list": []},
+]
+MBPP_README = """---
+configs:
+- config_name: full
+  data_files:
+  - split: test
+    path: full/test-*
+---
+# mbpp (a test copy in the released layout)
+"""
+MATH = {
+    "algebra": [
+        {"problem": "Solve $2x = 1$.", "level": "Level 1", "type": "Algebra",
+         "solution": "Dividing, $x = \\boxed{\\frac{1}{2}}$."},
+        {"problem": "What is $3 + 3$?", "level": "Level 1",
+         "type": "Algebra", "solution": "$3+3=\\boxed{6}$."}],
+    "prealgebra": [
+        {"problem": "What is $2 \\cdot 3$?", "level": "Level 1",
+         "type": "Prealgebra", "solution": "It is $\\boxed{6}$."}],
+}
+MATH_README = """---
+configs:
+- config_name: algebra
+  data_files:
+  - split: test
+    path: algebra/test-*
+- config_name: prealgebra
+  data_files:
+  - split: test
+    path: prealgebra/test-*
+---
+# hendrycks_math (a test copy in the released layout)
+"""
+
+
+class DpadTasksTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.cleanup = staticmethod(hfx.inductor_cleanup())
+    cls.root = tempfile.mkdtemp()
+    cls.he = os.path.join(cls.root, "humaneval")
+    os.makedirs(os.path.join(cls.he, "openai_humaneval"))
+    with open(os.path.join(cls.he, "README.md"), "w") as f:
+      f.write(HUMANEVAL_README)
+    datasets.Dataset.from_list(HUMANEVAL).to_parquet(os.path.join(
+        cls.he, "openai_humaneval", "test-00000-of-00001.parquet"))
+    cls.math = os.path.join(cls.root, "math")
+    for subset, rows in MATH.items():
+      os.makedirs(os.path.join(cls.math, subset))
+      datasets.Dataset.from_list(rows).to_parquet(os.path.join(
+          cls.math, subset, "test-00000-of-00001.parquet"))
+    with open(os.path.join(cls.math, "README.md"), "w") as f:
+      f.write(MATH_README)
+    cls.mbpp = os.path.join(cls.root, "mbpp")
+    os.makedirs(os.path.join(cls.mbpp, "full"))
+    with open(os.path.join(cls.mbpp, "README.md"), "w") as f:
+      f.write(MBPP_README)
+    datasets.Dataset.from_list(MBPP).to_parquet(os.path.join(
+        cls.mbpp, "full", "test-00000-of-00001.parquet"))
+    tok_dir = tokenizer_fixtures.make_hf_tokenizer(
+        os.path.join(cls.root, "tok"))
+    cls.eos = hf_tokenizer.HFTokenizer(tok_dir).eos_id
+    cls.llada = diffusion_fixtures.make_llada(
+        os.path.join(cls.root, "llada"), cls.eos)
+    cls.env = mock.patch.dict(os.environ, {
+        "MPLCONFIGDIR": os.path.join(cls.root, "mpl")})
+    cls.env.start()
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.env.stop()
+    shutil.rmtree(cls.root, ignore_errors=True)
+    cls.cleanup()
+    super().tearDownClass()
+
+  def _config(self, task, path, **eval_kw):
+    c = dpad_cfg.get_config(f"paper,short,task={task}")
+    c.init_from = self.llada
+    c.data.path = path
+    c.data.cache_dir = os.path.join(self.root, "hf_cache")
+    c.decode.update(gen_lens=(32,), block_len=16, batch=3, dtype="float32")
+    c.decode.dpad.window = 16
+    c.eval.update(**eval_kw)
+    return c
+
+  def _fake_decode(self, chosen):
+    tok = pretrained.tokenizer(self.llada)
+
+    def fake(model, prompts, *, gen_len, **kwargs):
+      del model, kwargs
+      self.assertLen(prompts, len(chosen))
+      # Rows as long as the chosen texts need (past gen_len: the scoring,
+      # not the decoder, is under test here).
+      rows = [tok.encode(t) + [self.eos] * gen_len for t in chosen]
+      width = max(len(r) for r in rows)
+      rows = [r + [self.eos] * (width - len(r)) for r in rows]
+      return (np.array(rows, np.int32),
+              {"latency_s": 0.5, "nfe": 7.0, "tokens_processed": 1.0,
+               "flops": 1.0, "compile_s": 0.0})
+    return mock.patch.object(dpad.diffusion_decode, "decode_prompts", fake)
+
+  def test_humaneval_through_main(self):
+    """`python -m jaxlab.main --config=dpad:paper,short,task=humaneval`."""
+    wd = os.path.join(self.root, "he_main")
+    env = dict(os.environ, PYTHONPATH=_REPO, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               HF_DATASETS_CACHE=os.path.join(self.root, "hf_cache"))
+    cmd = [sys.executable, "-m", "jaxlab.main",
+           "--config=dpad:paper,short,task=humaneval",
+           f"--config.init_from={self.llada}", f"--config.data.path={self.he}",
+           f"--config.data.cache_dir={os.path.join(self.root, 'hf_cache')}",
+           "--config.decode.gen_lens=(32,)", "--config.decode.block_len=16",
+           "--config.decode.batch=3", "--config.decode.dtype=float32",
+           "--config.decode.dpad.window=16",
+           "--config.decode.variants=('vanilla','+threshold+DPad')",
+           "--config.eval.code_postprocess=harness", f"--workdir={wd}"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       timeout=600, check=False)
+    self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+    with open(os.path.join(wd, "results.json")) as f:
+      saved = json.load(f)
+    self.assertEqual(saved["data"]["rows"], {"test": 3})
+    self.assertEqual((saved["data"]["path"], saved["data"]["subset"]),
+                     (self.he, "openai_humaneval"))
+    with open(os.path.join(wd, "completions.jsonl")) as f:
+      records = [json.loads(line) for line in f]
+    self.assertEqual([x["task_id"] for x in records],
+                     [x["task_id"] for x in HUMANEVAL])
+    metrics = saved["extra"]["per_seed"][0]["decode"]["32"]
+    self.assertEqual(list(metrics), ["vanilla", "+threshold+DPad"])
+    for name, m in metrics.items():
+      texts = [x["completions"][f"seed0/32/{name}"] for x in records]
+      want = np.mean([ref_passed(
+          RefHumanEval.build_predictions(
+              [[RefHumanEval.generate_until(t)]], [row])[0][0],
+          RefHumanEval.doc_to_target(row)) for t, row in zip(texts, HUMANEVAL)])
+      self.assertAlmostEqual(m["pass_at_1"], want, msg=name)
+      self.assertGreater(m["latency_s"], 0.0)
+      self.assertBetween(m["nfe"], 1.0, 32.0)
+    self.assertEqual(metrics["vanilla"]["nfe"], 32.0)
+
+  def test_humaneval_pass_at_1_on_chosen_completions(self):
+    harness = ["    return a + b\n\ndef junk():\n    pass",
+               "    return xs\n",
+               "    return s == s[::-1]\nprint('x')"]
+    with self._fake_decode(harness):
+      res = dpad.run(self._config("humaneval", self.he,
+                                  code_postprocess="harness"),
+                     os.path.join(self.root, "he_harness"))
+    m = res["per_seed"][0]["decode"]["32"]["vanilla"]
+    # By hand: add and is_pal pass (cut at "\ndef" / "\nprint"), evens not.
+    self.assertAlmostEqual(m["pass_at_1"], 2 / 3)
+    dpad_style = ["Here:\n```python\ndef add(a, b):\n    return a + b\n```",
+                  "```python\ndef evens(xs):\n    return xs\n```",
+                  "def is_pal(s):\n    while True:\n        pass\n    return 1"]
+    with self._fake_decode(dpad_style):
+      res = dpad.run(self._config("humaneval", self.he, timeout_s=1.0),
+                     os.path.join(self.root, "he_dpad"))
+    self.assertEqual(res["task"], "humaneval")
+    self.assertTrue(res["chat_template"])
+    m = res["per_seed"][0]["decode"]["32"]["vanilla"]
+    # DPad's sanitize keeps the completion's add; evens is wrong; is_pal
+    # loops past the 1 s limit.
+    self.assertAlmostEqual(m["pass_at_1"], 1 / 3)
+    with open(os.path.join(self.root, "he_dpad", "completions.jsonl")) as f:
+      records = [json.loads(line) for line in f]
+    want = []
+    for x, row in zip(records, HUMANEVAL):
+      t = x["completions"]["seed0/32/vanilla"]
+      body = t.split("```python\n", 1)[-1].split("```")[0]
+      prog = ref_sanitize(row["prompt"] + "\n" + body, row["entry_point"])
+      want.append(ref_passed(prog, RefHumanEval.doc_to_target(row),
+                             timeout=1.0))
+    self.assertEqual(want, [True, False, False])
+    self.assertEqual([x["scores"]["seed0/32/vanilla"]["pass_at_1"]
+                      for x in records], [1.0, 0.0, 0.0])
+
+  def test_mbpp_pass_at_1_on_chosen_completions(self):
+    chosen = ["def double(x):\n  return 2 * x\n[DONE]\n\nYou are an expert",
+              "def neg(x):\n  return x\n[DONE]"]
+    c = self._config("mbpp", self.mbpp)
+    c.decode.variants = ("vanilla",)
+    wd = os.path.join(self.root, "mbpp_chosen")
+    with self._fake_decode(chosen):
+      res = dpad.run(c, wd)
+    with open(os.path.join(wd, "results.json")) as f:
+      self.assertEqual(json.load(f)["data"]["rows"], {"test": 2})
+    self.assertEqual(res["num_fewshot"], 3)
+    # By hand: double passes its three asserts (cut at "[DONE]"), neg not.
+    m = res["per_seed"][0]["decode"]["32"]["vanilla"]
+    self.assertAlmostEqual(m["pass_at_1"], 0.5)
+    with open(os.path.join(wd, "completions.jsonl")) as f:
+      texts = [json.loads(line)["completions"]["seed0/32/vanilla"]
+               for line in f]
+    self.assertEqual([ref_passed(t, "\n".join(r["test_list"][:3]))
+                      for t, r in zip(texts, MBPP)], [True, False])
+
+  def test_math_decodes_and_scores_as_the_harness(self):
+    c = self._config("minerva_math", self.math)
+    c.data.subset = "algebra,prealgebra"
+    c.decode.variants = ("vanilla", "+threshold+DPad")
+    # 1-shot: the 4-shot context (~1500 tiny-tokenizer ids) exceeds the tiny
+    # checkpoint's 512 positions; the 4-shot text is checked in
+    # tests/evals/minerva_math_test.py.
+    c.eval.num_fewshot = 1
+    wd = os.path.join(self.root, "math_run")
+    res = dpad.run(c, wd)
+    with open(os.path.join(wd, "results.json")) as f:
+      saved = json.load(f)
+    self.assertEqual(saved["data"]["rows"], {"test": 3})
+    self.assertEqual(res["num_fewshot"], 1)
+    with open(os.path.join(wd, "completions.jsonl")) as f:
+      records = [json.loads(line) for line in f]
+    rows = MATH["algebra"] + MATH["prealgebra"]
+    self.assertEqual([x["problem"] for x in records],
+                     [r["problem"] for r in rows])
+    _, parse = minerva_math._parser()  # pylint: disable=protected-access
+    for name, m in res["per_seed"][0]["decode"]["32"].items():
+      texts = [x["completions"][f"seed0/32/{name}"] for x in records]
+      for key in ("exact_match", "math_verify"):
+        want = np.mean([ref_process_results(r, [t], parse)[key]
+                        for r, t in zip(rows, texts)])
+        self.assertAlmostEqual(m[key], want, msg=(name, key))
+      self.assertBetween(m["nfe"], 1.0, 32.0)
+
+  def test_math_on_chosen_completions(self):
+    chosen = ["Final Answer: The final answer is $\\frac{1}{2}$. I hope it "
+              "is correct.\n\nProblem: next",
+              "So it is $\\boxed{6}$.",
+              "Final Answer: The final answer is $5$. I hope it is correct."]
+    c = self._config("minerva_math", self.math)
+    c.data.subset = "algebra,prealgebra"
+    c.decode.variants = ("vanilla",)
+    with self._fake_decode(chosen):
+      res = dpad.run(c, os.path.join(self.root, "math_chosen"))
+    m = res["per_seed"][0]["decode"]["32"]["vanilla"]
+    # By hand: row 0 right under both; row 1 (boxed 6, no "Final Answer")
+    # only under math-verify; row 2 wrong.
+    self.assertAlmostEqual(m["exact_match"], 1 / 3)
+    self.assertAlmostEqual(m["math_verify"], 2 / 3)
+
+  def test_errors_are_named(self):
+    c = self._config("humaneval", self.math)
+    c.data.subset = "algebra"
+    with self.assertRaisesRegex(ValueError, "HumanEval .* need columns"):
+      dpad.run(c, os.path.join(self.root, "bad"))
+    c = self._config("humaneval", self.he)
+    c.eval.task = "arc"
+    with self.assertRaisesRegex(ValueError, "config.eval.task='arc'"):
+      dpad.run(c, os.path.join(self.root, "bad2"))
+    with self.assertRaisesRegex(ValueError, "unknown task='arc'"):
+      dpad_cfg.get_config("paper,task=arc")
+
+
+if __name__ == "__main__":
+  absltest.main()
