@@ -319,13 +319,36 @@ class VLThinkingRewardModel:
 
   def score(self, prompt_str: str, reasoning: str, image) -> float:
     """R^t in [0, 1] of one (prompt, reply) pair."""
-    ids, mm = self.prompt(prompt_str, reasoning, image)
-    out = self.chat.generate(ids, mm, max_new_tokens=self.max_new_tokens)[0]
-    self.replies.append(out)
-    return float(extract_score(out))
+    return float(self.scores([prompt_str], [reasoning], [image])[0])
+
+  def scores(self, prompt_strs: Sequence[str], reasonings: Sequence[str],
+             images: Sequence[Any]) -> np.ndarray:
+    """R^t of a batch of pairs: one greedy `sampler.generate` call over
+    the batch (the vision inputs concatenated in prompt order) when every
+    pair has an image, else one call per pair."""
+    from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
+    if not prompt_strs:
+      return np.zeros((0,), np.float32)
+    built = [self.prompt(p, r, im)
+             for p, r, im in zip(prompt_strs, reasonings, images)]
+    tok = self.chat.tokenizer
+    if any(mm is None for _, mm in built):
+      outs = [self.chat.generate(ids, mm,
+                                 max_new_tokens=self.max_new_tokens)[0]
+              for ids, mm in built]
+    else:
+      mm = {k: np.concatenate([np.asarray(b[1][k]) for b in built], 0)
+            for k in ("pixel_values", "image_grid_thw")}
+      eos = tuple(tok.eos_ids)
+      res = sampler.generate(
+          self.chat.model, [ids for ids, _ in built],
+          max_new_tokens=self.max_new_tokens, eos_id=eos[0] if eos else None,
+          stop_ids=eos[1:], pad_id=tok.pad_id or 0, multimodal=mm)
+      outs = [tok.decode(t, skip_special_tokens=True) for t in res.tokens]
+    self.replies.extend(outs)
+    return np.asarray([extract_score(o) for o in outs], np.float32)
 
   def __call__(self, questions: Sequence[str], thinkings: Sequence[str],
                images: Sequence[Any] | None = None) -> np.ndarray:
     images = [None] * len(questions) if images is None else images
-    return np.asarray([self.score(q, t, im) for q, t, im in
-                       zip(questions, thinkings, images)], np.float32)
+    return self.scores(questions, thinkings, images)

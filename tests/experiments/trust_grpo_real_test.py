@@ -15,8 +15,8 @@ References ported here (the test's own copies, not jaxlab's):
 
 The e2e run: a tiny random Qwen2.5-VL checkpoint (policy) and a second one
 (the thinking reward model) as transformers saves them
-(`jaxlab.testing.vl_fixtures`), four training rows (one text-only) in SophiaVL-R1's
-layout (verl/data/demo.json, scripts/inference_single.py's example row:
+(`jaxlab.testing.vl_fixtures`), four training rows (one text-only) in
+SophiaVL-R1's layout (verl/data/demo.json, scripts/inference_single.py's example row:
 problem_id, problem, data_type, problem_type, options, process, solution,
 path, data_source; images under the dataset root) and three MathVista rows
 in its Hub layout (README "Data Format": pid, question, image,
@@ -420,10 +420,10 @@ class TrustRewardTest(absltest.TestCase):
     tok = types.SimpleNamespace(decode=lambda c, **_: c)
     trm = types.SimpleNamespace(calls=[])
 
-    def score(prompt_str, reply, image):
-      trm.calls.append((prompt_str, reply, image))
-      return 0.9 if "good" in reply else 0.2
-    trm.score = score
+    def scores(prompt_strs, replies, images):
+      trm.calls.extend(zip(prompt_strs, replies, images))
+      return np.asarray([0.9 if "good" in r else 0.2 for r in replies])
+    trm.scores = scores
     prompts = types.SimpleNamespace(prompt_str=lambda i: f"p{i}")
     trust = trust_variants.trust_config(
         variant, types.SimpleNamespace(alpha=0.3, anneal_T=0.0))
@@ -544,8 +544,19 @@ class TrustGrpoRealTest(absltest.TestCase):
     n = int(np.prod(mm["image_grid_thw"][0])) // 4
     text = text.replace("<|image_pad|>", "<|image_pad|>" * n)
     self.assertEqual(ids, tok(text, add_special_tokens=False)["input_ids"])
-    r_t = trm([ "system\nQ?"], [reply], [_image(5)])
+    r_t = trm(["system\nQ?"], [reply], [_image(5)])
     self.assertEqual(float(r_t[0]), ref_extract_score(trm.replies[-1]))
+    # A batch (prompts of different lengths, left-padded) gives each
+    # pair's own greedy reply.
+    pairs = [("system\nQ?", reply, _image(5)),
+             ("system\nWhat is shown?", "<think>a cat</think>", _image(6)),
+             ("system\nQ?", "<think>x</think><answer>1</answer>",
+              _image(7, 84))]
+    batch = trm.scores(*zip(*pairs))
+    replies = trm.replies[-3:]
+    one = [trm.score(*p) for p in pairs]
+    self.assertEqual(trm.replies[-3:], replies)
+    np.testing.assert_array_equal(batch, one)
 
   def test_readers(self):
     cfg = tg_config.get_config("paper,short")

@@ -164,14 +164,14 @@ class TrustReward:
     if self.trust is None:
       return ro, metrics
     rt = np.zeros_like(ro)
-    for p in range(len(ro) // g):
-      sl = slice(p * g, (p + 1) * g)
-      for j in np.flatnonzero(self._needs_thinking(ro[sl])):
-        k = p * g + int(j)
-        reply = replies[k].replace("$$", "").replace("$", "")
-        rt[k] = self.trm.score(self.prompts.prompt_str(idx[k]), reply,
-                               self.image_fn(idx[k]))
-        self.trm_calls += 1
+    ask = [p * g + int(j) for p in range(len(ro) // g)
+           for j in np.flatnonzero(self._needs_thinking(ro[p * g:(p + 1) * g]))]
+    if ask:   # the TRM scores the batch's pairs in one call
+      rt[ask] = self.trm.scores(
+          [self.prompts.prompt_str(idx[k]) for k in ask],
+          [replies[k].replace("$$", "").replace("$", "") for k in ask],
+          [self.image_fn(idx[k]) for k in ask])
+      self.trm_calls += len(ask)
     r, m = thinking_rewards.combine_trust_rewards(
         ro, rt, g, step, self.trust, total_steps=self.total_steps)
     metrics.update(thinking=float(np.mean(rt)),
