@@ -18,8 +18,8 @@ The e2e run: a tiny random Qwen2.5-VL checkpoint (policy) and a second one
 (`jaxlab.testing.vl_fixtures`), four training rows (one text-only) in
 SophiaVL-R1's layout (verl/data/demo.json, scripts/inference_single.py's
 example row: problem_id, problem, data_type, problem_type, options,
-process, solution, path, data_source; images under the dataset root) and three MathVista rows
-in its Hub layout (README "Data Format": pid, question, image,
+process, solution, path, data_source; images under the dataset root) and
+three MathVista rows in its Hub layout (README "Data Format": pid, question, image,
 decoded_image, choices, unit, precision, answer, question_type,
 answer_type, metadata, query; data/testmini-*.parquet).
 """
