@@ -19,9 +19,9 @@ The e2e run: a tiny random Qwen2.5-VL checkpoint (policy) and a second one
 SophiaVL-R1's layout (verl/data/demo.json, scripts/inference_single.py's
 example row: problem_id, problem, data_type, problem_type, options,
 process, solution, path, data_source; images under the dataset root) and
-three MathVista rows in its Hub layout (README "Data Format": pid, question, image,
-decoded_image, choices, unit, precision, answer, question_type,
-answer_type, metadata, query; data/testmini-*.parquet).
+three MathVista rows in its Hub layout (README "Data Format": pid,
+question, image, decoded_image, choices, unit, precision, answer,
+question_type, answer_type, metadata, query; data/testmini-*.parquet).
 """
 
 import json
