@@ -141,6 +141,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The real run (`jaxlab.experiments.trust_grpo.real`): Trust-GRPO as
     # the paper reads it, and as the released code runs it (spec G 8).
     c.variants = ("trust", "trust_code")
+    c.seeds = (0,)   # the paper reports one run per model
     # The thinking reward model: a Qwen2.5-VL checkpoint prompted and
     # parsed as SophiaVL-R1's `get_process_reward` (rewards.sophiavl).
     c.trm.init_from = "bunny127/SophiaVL-R1-Thinking-Reward-Model-3B"
