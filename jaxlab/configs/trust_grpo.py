@@ -38,9 +38,14 @@ evaluation pass the images as the prefix inputs.
 0.3, 1500 steps; spec G) on SophiaVL-R1-130k as released
 (`data.path=bunny127/SophiaVL-R1-130k`, no subset, train split; the
 repository README's name). The thinking reward model the paper trains is
-`bunny127/SophiaVL-R1-Thinking-Reward-Model-3B` (its loader is not part of
-the config yet). `short`: the same run with its budget cut
-(`jaxlab.configs._scale.short`).
+`bunny127/SophiaVL-R1-Thinking-Reward-Model-3B` (`trm.init_from`, a
+Qwen2.5-VL checkpoint prompted as SophiaVL-R1 prompts it); accuracy on
+MathVista (`eval_data`: `AI4Math/MathVista` testmini as released) with
+MathVista's answer matching (`jaxlab.evals.mathvista`). With
+`data.source="hf"` the experiment runs `jaxlab.experiments.trust_grpo.
+real`. `short`: the same run with its budget cut
+(`jaxlab.configs._scale.short`: 2 RL steps, 8 training and 8 evaluation
+rows, one seed).
 """
 
 import ml_collections
@@ -133,6 +138,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.update(steps=1500, prompts_per_step=16)
     c.optim.lr = 5e-7
     c.trust.alpha = 0.3
+    # The real run (`jaxlab.experiments.trust_grpo.real`): Trust-GRPO as
+    # the paper reads it, and as the released code runs it (spec G 8).
+    c.variants = ("trust", "trust_code")
+    c.seeds = (0,)   # the paper reports one run per model
+    # The thinking reward model: a Qwen2.5-VL checkpoint prompted and
+    # parsed as SophiaVL-R1's `get_process_reward` (rewards.sophiavl).
+    c.trm.init_from = "bunny127/SophiaVL-R1-Thinking-Reward-Model-3B"
+    c.trm.max_new_tokens = 16     # "<answer>0.7</answer>"
+    # MathVista (its Hub layout) for the accuracy, MathVista's matching.
+    c.eval_data = dict(source="hf", path="AI4Math/MathVista", subset="",
+                       split="testmini", max_rows=0, image_root="",
+                       cache_dir="")
+    c.data.image_root = ""   # the rows' `path`s resolve here ('' = path)
+    # Images at one size in GRPO (the prefix LM's static grid; spec G
+    # states none, [inferred] 448 x 448); evaluation within VLMEvalKit's
+    # Qwen2VLChat bounds (SophiaVL-R1 README: 1280 to 16384 x 28 x 28).
+    c.real = dict(image_size=448, max_new_tokens=1024,
+                  eval_max_new_tokens=2048, eval_min_pixels=1280 * 28 * 28,
+                  eval_max_pixels=16384 * 28 * 28, trm_min_pixels=0,
+                  trm_max_pixels=0)
   if args.short:
     scale.short(c)
   return c

@@ -88,6 +88,10 @@ class PrefixConfig:
   task_vocab_size: 0, or V: the logits are cut to the first V ids (a task
     vocabulary extended by the four special tokens).
   image_mean, image_std: per-channel normalisation of the [0, 1] inputs.
+  head_ids: token ids before the vision start token, the same in every
+    row (a chat template's system turn and user header, so the prefix is
+    the rendered chat up to its image: `head <|vision_start|> ...`);
+    empty = the image first.
   """
   kind: str = "image"
   image_size: Any = 32
@@ -97,6 +101,7 @@ class PrefixConfig:
   task_vocab_size: int = 0
   image_mean: tuple[float, ...] = CLIP_MEAN
   image_std: tuple[float, ...] = CLIP_STD
+  head_ids: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -107,6 +112,8 @@ class PrefixConfig:
     object.__setattr__(self, "image_size", size)
     object.__setattr__(self, "image_mean", tuple(self.image_mean))
     object.__setattr__(self, "image_std", tuple(self.image_std))
+    object.__setattr__(self, "head_ids",
+                       tuple(int(i) for i in self.head_ids))
     if self.kind == "image" and self.num_frames != 1:
       raise ValueError("num_frames is for kind='video'; an image has one")
 
@@ -155,13 +162,22 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
     self.vl = qwen2_vl.Qwen2VL(cfg, rngs=rngs)
     self.grid = prefix_grid(vcfg, prefix)
     self.num_vision = int(np.prod(self.grid)) // vcfg.spatial_merge_size ** 2
-    self.num_prefix = self.num_vision + 2
+    self.num_prefix = len(prefix.head_ids) + self.num_vision + 2
     pad = cfg.image_token_id if prefix.kind == "image" else (
         cfg.video_token_id)
     # A tuple (static): module arrays become pytree leaves under jit.
     self.prefix_ids = tuple(int(i) for i in (
-        [cfg.vision_start_token_id] + [pad] * self.num_vision
-        + [prefix.vision_end_token_id]))
+        list(prefix.head_ids) + [cfg.vision_start_token_id]
+        + [pad] * self.num_vision + [prefix.vision_end_token_id]))
+
+  @classmethod
+  def wrap(cls, vl: qwen2_vl.Qwen2VL, prefix: PrefixConfig
+           ) -> "Qwen2VLPrefixLM":
+    """This prefix LM around an existing `Qwen2VL` (a loaded checkpoint,
+    `jaxlab.io.pretrained.load`), its weights shared, none created."""
+    model = nnx.eval_shape(lambda: cls(vl.cfg, prefix, rngs=nnx.Rngs(0)))
+    model.vl = vl
+    return model
 
   @property
   def decoder(self) -> decoder_lib.Decoder:
@@ -205,8 +221,8 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
     return jnp.concatenate(rows, 0)
 
   def prefix_embeds(self, prefix_inputs: jax.Array) -> jax.Array:
-    """Inputs -> embeddings `[B, n + 2, D]` of [vision start; the n
-    merged vision features; vision end].
+    """Inputs -> embeddings `[B, k + n + 2, D]` of [the k `head_ids`;
+    vision start; the n merged vision features; vision end].
 
     The tower runs on each item alone (`jax.vmap` over the batch: every
     item has the same grid and the tower mixes no items, so this equals
@@ -233,12 +249,14 @@ class Qwen2VLPrefixLM(prefix_lm.PrefixLM):
 
     feats = jax.vmap(one, spmd_axis_name=axes)(prefix_inputs)
     b = prefix_inputs.shape[0]
+    k = len(self.prefix.head_ids) + 1      # head + vision start
     ends = self.decoder.embed(jnp.asarray(
-        [self.prefix_ids[0], self.prefix_ids[-1]], jnp.int32))
+        list(self.prefix_ids[:k]) + [self.prefix_ids[-1]], jnp.int32))
     feats = feats.reshape(b, self.num_vision, -1).astype(ends.dtype)
+    d = ends.shape[-1]
     return jnp.concatenate(
-        [jnp.broadcast_to(ends[None, :1], (b, 1, ends.shape[-1])), feats,
-         jnp.broadcast_to(ends[None, 1:], (b, 1, ends.shape[-1]))], axis=1)
+        [jnp.broadcast_to(ends[None, :k], (b, k, d)), feats,
+         jnp.broadcast_to(ends[None, k:], (b, 1, d))], axis=1)
 
   def prefix_positions(self) -> tuple[np.ndarray, int]:
     """(M-RoPE positions `[3, n + 2]` of the prefix, the first text

@@ -20,6 +20,10 @@ reading the operands from an image (`thinking_task.render_operands`); the
 warm start is then the `prefix_lm_nll` loss on the images, and GRPO and
 evaluation pass them as the prefix inputs.
 
+With `data.source="hf"` (the `paper` preset) the run is the real one,
+`jaxlab.experiments.trust_grpo.real`: SophiaVL-R1's data, a Qwen2.5-VL
+policy and thinking reward model from checkpoints, MathVista accuracy.
+
 Writes WORKDIR/results.json (per variant and seed: final greedy accuracy
 on all / hackable / informative questions, sampled hack rates, how often
 gamma < 1 fired on hackable vs informative groups; rewritten after every
@@ -228,6 +232,9 @@ def results_tables(runs: dict[str, list], seeds: list[int],
 
 
 def run(config, workdir: str) -> dict:
+  if config.data.get("source", "") == "hf":  # the paper's data: real.py
+    from jaxlab.experiments.trust_grpo import real  # pylint: disable=g-import-not-at-top
+    return real.run(config, workdir)
   os.makedirs(workdir, exist_ok=True)
   variants = trust_variants.variant_names(config.variants)  # fail fast
   runs: dict[str, list] = {}
