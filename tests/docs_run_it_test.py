@@ -9,7 +9,7 @@ import re
 from absl.testing import absltest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = re.compile(r"--config=(\w+):([\w,]+)")
+CONFIG = re.compile(r"--config=(\w+):([\w,=.]+)")  # presets, key=value args
 PAPER_RUN = re.compile(r"--config=(\w+):paper --workdir=\S+(?: \\\n  --config\.\S+)*")
 OVERRIDE = re.compile(r"--config\.([\w.]+)=(\S+)")
 

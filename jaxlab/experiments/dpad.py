@@ -36,7 +36,7 @@ and the task's stop strings, scored as the harness scores it:
 * `humaneval` (`openai/openai_humaneval`) and `mbpp`
   (`google-research-datasets/mbpp`, `full`): the task's prompt (MBPP
   3-shot from its fixed examples), pass@1 of `prediction + "\n" + tests`
-  run in `jaxlab.rewards.sandbox` (`jaxlab.evals.code_exec`); HumanEval
+  run in `jaxlab.rewards.sandbox` (`jaxlab.rewards.code_exec`); HumanEval
   post-processed as the harness does or as DPad does
   (`eval.code_postprocess`).
 
@@ -63,7 +63,7 @@ from jaxlab.experiments import results as results_lib
 from jaxlab.data import pipeline
 from jaxlab.data.synthetic import arith_chains as ac
 from jaxlab.decoding import diffusion
-from jaxlab.evals import code_exec
+from jaxlab.rewards import code_exec
 from jaxlab.evals import diffusion_decode
 from jaxlab.evals import gsm8k
 from jaxlab.evals import minerva_math

@@ -40,7 +40,7 @@ Layers of defence (docs/sandbox.md says what each guarantees and what not):
 
 `run_program` (and `SandboxPool.run_program`) runs a plain program as the
 same job without a figure: ok iff it ran to its end (code-generation
-pass@k, `jaxlab.evals.code_exec`).
+pass@k, `jaxlab.rewards.code_exec`).
 
 `SandboxPool` keeps warm zygotes (matplotlib imported once) so a rollout
 pays a fork instead of an interpreter start; each job is as isolated as in

@@ -520,7 +520,7 @@ def _run_untrusted(job: dict, work: str, needed: list[str]) -> None:
     code = compile(job["code"], "<generated>", "exec")
   except BaseException as e:  # pylint: disable=broad-except
     _fail(e)
-  # A probe (trusted instrumentation, e.g. jaxlab.evals.chartmimic): its
+  # A probe (trusted instrumentation, e.g. jaxlab.rewards.chartmimic): its
   # prefix runs before the audit hook (it may import and patch the
   # plotting stack), its suffix after the code, in a namespace of its own;
   # the suffix leaves a JSON-serialisable `__log__`, written to LOG_NAME.

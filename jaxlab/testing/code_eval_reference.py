@@ -11,8 +11,8 @@
 * `ref_passed`: code_eval's verdict on `candidate + "\n" + test_case`,
   here by running it in a fresh `python -c` with code_eval's 3 s limit
   (no sandbox: tests run only programs they wrote or a tiny model wrote).
-`jaxlab.evals.code_exec` is checked against these
-(tests/evals/code_exec_test.py) and the DPad real-run test rescoring its
+`jaxlab.rewards.code_exec` is checked against these
+(tests/rewards/code_exec_test.py) and the DPad real-run test rescoring its
 saved completions.
 """
 

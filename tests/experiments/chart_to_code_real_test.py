@@ -31,7 +31,7 @@ import numpy as np
 from jaxlab import main as jaxlab_main
 from jaxlab.configs import chart_to_code as c2c_config
 from jaxlab.data import chartmimic as cm_data
-from jaxlab.evals import chartmimic as cm_eval
+from jaxlab.rewards import chartmimic as cm_eval
 from jaxlab.evals import vl_chat
 from jaxlab.experiments.chart_to_code import chartmimic_run
 from jaxlab.rewards import sandbox

@@ -16,7 +16,7 @@
    reply decoded greedily (the README samples at temperature 0.1) up to
    `chartmimic.max_new_tokens`.
 3. Scores: ChartMimic's execution rate and low-level F1s
-   (`jaxlab.evals.chartmimic`: every script run instrumented in the
+   (`jaxlab.rewards.chartmimic`: every script run instrumented in the
    sandbox), jaxlab's static data F1, and the visual judge: the reply's
    code rendered in the sandbox at `chartmimic.judge_size` and compared
    with the released chart image by `reward.judge` (render-and-compare;
@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from jaxlab.data import chartmimic as cm_data
-from jaxlab.evals import chartmimic as cm_eval
+from jaxlab.rewards import chartmimic as cm_eval
 from jaxlab.evals import vl_chat
 from jaxlab.experiments import results as results_lib
 from jaxlab.rewards import sandbox

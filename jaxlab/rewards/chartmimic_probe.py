@@ -1,4 +1,4 @@
-"""The instrumentation `jaxlab.evals.chartmimic` runs INSIDE the sandbox.
+"""The instrumentation `jaxlab.rewards.chartmimic` runs INSIDE the sandbox.
 
 Not imported by jaxlab: its source is the trusted `prefix` of a sandbox
 probe (`jaxlab.rewards.sandbox.render_chart(probe=...)`), executed in the

@@ -8,7 +8,7 @@ ChartMimic at c9e149c), on jaxlab's sandbox:
    `plt.savefig(` or `plt.show(` on removed, a PDF save appended.
 2. Each script (generated and gold) executed with instrumented matplotlib:
    here ONE sandboxed job per script (`jaxlab.rewards.sandbox`, a `probe`
-   whose trusted prefix is `jaxlab/evals/chartmimic_probe.py`) logs what
+   whose trusted prefix is `jaxlab/rewards/chartmimic_probe.py`) logs what
    their four evaluator runs log: the drawn texts, the gridspec layout of
    each axes, the plotting functions called, the artists' colours.
 3. Per pair (`*_evaluator.py` `_calculate_metrics`):

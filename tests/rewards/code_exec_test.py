@@ -1,4 +1,4 @@
-"""Tests of jaxlab.evals.code_exec: pass@k as the harness scores it.
+"""Tests of jaxlab.rewards.code_exec: pass@k as the harness scores it.
 
 References (jaxlab/testing/code_eval_reference.py, ported short from
 their public repositories):
@@ -28,7 +28,7 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-from jaxlab.evals import code_exec
+from jaxlab.rewards import code_exec
 from jaxlab.rewards import sandbox
 from jaxlab.testing.code_eval_reference import (  # pylint: disable=g-importing-member
     REF_MBPP_SHOTS, RefHumanEval, RefMbpp, ref_estimate_pass_at_k,

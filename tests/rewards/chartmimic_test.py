@@ -1,4 +1,4 @@
-"""`jaxlab.evals.chartmimic` against ChartMimic's own evaluators.
+"""`jaxlab.rewards.chartmimic` against ChartMimic's own evaluators.
 
 The reference is a port of ChartMimic's evaluation (github.com/ChartMimic/
 ChartMimic, commit c9e149c): chart2code/utils/post_process/code_checker.py
@@ -25,7 +25,7 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
-from jaxlab.evals import chartmimic as cm
+from jaxlab.rewards import chartmimic as cm
 
 # ---------------------------------------------------------------------------
 # The reference: runs in its own interpreter (argv: a JSON list of
