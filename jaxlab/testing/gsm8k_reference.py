@@ -92,3 +92,35 @@ def ref_score(completion: str, answer: str, filter_name: str) -> float:
   return float(_ref_exact_match_hf_evaluate([pred], [answer],
                                             **_REF_METRIC)["exact_match"])
 # --- end of the reference port.
+
+
+# GSM8K's released layout (huggingface.co/datasets/openai/gsm8k: the README's
+# `configs:` block; main/{train,test}-00000-of-00001.parquet with `question`
+# and `answer` ending in `#### n`), for the real-run tests to write a copy.
+README = """---
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: main/train-*
+  - split: test
+    path: main/test-*
+---
+# GSM8K (a test copy in the released layout)
+"""
+
+
+def write_gsm8k(root: str, splits: dict) -> str:
+  """A local copy of GSM8K's `main` config at `root`: the README and one
+  parquet file a split of `splits` {split: [(question, answer), ...]}."""
+  import os  # pylint: disable=g-import-not-at-top
+  import datasets  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.join(root, "main"), exist_ok=True)
+  with open(os.path.join(root, "README.md"), "w") as f:
+    f.write(README)
+  for split, rows in splits.items():
+    datasets.Dataset.from_dict(
+        {"question": [q for q, _ in rows], "answer": [a for _, a in rows]}
+    ).to_parquet(os.path.join(root, "main",
+                              f"{split}-00000-of-00001.parquet"))
+  return root

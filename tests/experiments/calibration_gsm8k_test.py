@@ -16,7 +16,6 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-import datasets
 
 from jaxlab.configs import calibration as calibration_cfg
 from jaxlab.evals import gsm8k
@@ -54,17 +53,6 @@ ROWS = [
     ("Ann reads 12 pages a day. How many in 3 days?",
      "12 * 3 = <<12*3=36>>36\n#### 36"),
 ]
-README = """---
-configs:
-- config_name: main
-  data_files:
-  - split: train
-    path: main/train-*
-  - split: test
-    path: main/test-*
----
-# GSM8K (a test copy in the released layout)
-"""
 
 
 _plurality_first = calibration_reference.plurality_first
@@ -80,14 +68,7 @@ class CalibrationGsm8kTest(absltest.TestCase):
     hfx.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=VOCAB, num_layers=1,
                              init_std=0.05)
     cls.data = os.path.join(cls.root, "gsm8k")
-    os.makedirs(os.path.join(cls.data, "main"))
-    with open(os.path.join(cls.data, "README.md"), "w") as f:
-      f.write(README)
-    for split, rows in (("train", ROWS[:3]), ("test", ROWS)):
-      datasets.Dataset.from_dict(
-          {"question": [q for q, _ in rows], "answer": [a for _, a in rows]}
-      ).to_parquet(os.path.join(cls.data, "main",
-                                f"{split}-00000-of-00001.parquet"))
+    gsm8k_reference.write_gsm8k(cls.data, {"train": ROWS[:3], "test": ROWS})
     cls.ref_score = staticmethod(gsm8k_reference.ref_score)
 
   @classmethod

@@ -24,7 +24,6 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-import datasets
 import numpy as np
 
 from jaxlab.configs import dpad as dpad_cfg
@@ -64,17 +63,6 @@ ROWS = [
     ("Ann reads 12 pages a day. How many in 3 days?",
      "12 * 3 = <<12*3=36>>36\n#### 36"),
 ]
-README = """---
-configs:
-- config_name: main
-  data_files:
-  - split: train
-    path: main/train-*
-  - split: test
-    path: main/test-*
----
-# GSM8K (a test copy in the released layout)
-"""
 class DpadGsm8kTest(absltest.TestCase):
 
   @classmethod
@@ -83,14 +71,7 @@ class DpadGsm8kTest(absltest.TestCase):
     cls.cleanup = staticmethod(hfx.inductor_cleanup())
     cls.root = tempfile.mkdtemp()
     cls.data = os.path.join(cls.root, "gsm8k")
-    os.makedirs(os.path.join(cls.data, "main"))
-    with open(os.path.join(cls.data, "README.md"), "w") as f:
-      f.write(README)
-    for split, rows in (("train", ROWS[8:]), ("test", ROWS)):
-      datasets.Dataset.from_dict(
-          {"question": [q for q, _ in rows], "answer": [a for _, a in rows]}
-      ).to_parquet(os.path.join(cls.data, "main",
-                                f"{split}-00000-of-00001.parquet"))
+    gsm8k_reference.write_gsm8k(cls.data, {"train": ROWS[8:], "test": ROWS})
     # EOS: the tokenizer's <|im_end|>, as LLaDA's eos is a tokenizer id.
     tok_dir = tokenizer_fixtures.make_hf_tokenizer(
         os.path.join(cls.root, "tok"))
