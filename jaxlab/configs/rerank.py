@@ -267,6 +267,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.reranker.labels.num_label_tokens = 0
     c.optim.lr = 1e-4
     c.task.num_negatives = 15     # 1 + 15 documents a group, 4 groups
+    # [inferred] Every image resized to one square (a jitted batch's fixed
+    # patch grid): 448 = 16 x 28, 256 merged tokens an image.
+    c.task.image_size = 448
     c.prompt.max_len = c.train.seq_len
     # Spec A.1's system line; the label tokens are words of the
     # checkpoint's vocabulary, the image slot its <|image_pad|>.
