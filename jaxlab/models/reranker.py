@@ -270,8 +270,10 @@ class Reranker(nnx.Module):
     config must be `cfg.vl`), used as is instead of a random one."""
     self.cfg = cfg
     if vl is not None and (cfg.arch != "qwen2_5_vl" or vl.cfg != cfg.vl):
-      raise ValueError("Reranker(vl=...): the model's Qwen2VLConfig must be "
-                       "the reranker config's `vl` (RerankerConfig.from_vl)")
+      raise ValueError(
+          "Reranker(vl=...): the model's Qwen2VLConfig must be the "
+          "reranker config's `vl` (build it with rr.from_vl of the same "
+          f"load, dtypes included); got {getattr(vl, 'cfg', None)}")
     if cfg.arch == "qwen2_5_vl":
       # visual + language_model, exported whole by jaxlab.io.hf.save.
       self.vl = vl if vl is not None else qwen2_vl.Qwen2VL(cfg.vl, rngs=rngs)

@@ -307,7 +307,7 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
     # A Qwen2.5-VL / Qwen2-VL checkpoint: its chat template, processor and
     # vision tower; image queries and candidates read from data.path.
     from jaxlab.evals import vl_chat  # pylint: disable=g-import-not-at-top
-    chat = vl_chat.VLChat.load(config.init_from)
+    chat = vl_chat.VLChat.load(config.init_from, dtype="float32")
     rcfg = vl_reranker_config(config, chat)
     chat = dataclasses.replace(chat, model=None)  # loaded per cell below
 
