@@ -105,6 +105,47 @@ def _write_mbeir(root):
   return counts
 
 
+def _qwen2_vl_checkpoint(path, seed=0, init_std=0.2):
+  """A tiny random transformers `Qwen2VLForConditionalGeneration` (Qwen2-VL:
+  LayerNorm + quick_gelu tower, no windows) with the fixture's tokenizer,
+  chat template and preprocessor config."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  vl_fixtures.make_qwen_vl_tokenizer(path)
+  tok = transformers.AutoTokenizer.from_pretrained(path)
+  ids = {t: tok.convert_tokens_to_ids(t) for t in vl_fixtures.SPECIALS}
+  cfg = transformers.Qwen2VLConfig(
+      text_config=dict(
+          vocab_size=416, hidden_size=32, intermediate_size=48,
+          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+          rms_norm_eps=1e-6, max_position_embeddings=4096,
+          bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+          rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                           "mrope_section": [2, 3, 3]},
+          tie_word_embeddings=False),
+      vision_config=dict(depth=2, embed_dim=16, hidden_size=32, mlp_ratio=2,
+                         num_heads=2, patch_size=4, temporal_patch_size=2,
+                         spatial_merge_size=2, in_channels=3),
+      image_token_id=ids["<|image_pad|>"],
+      video_token_id=ids["<|video_pad|>"],
+      vision_start_token_id=ids["<|vision_start|>"],
+      vision_end_token_id=ids["<|vision_end|>"])
+  torch.manual_seed(seed)
+  model = transformers.Qwen2VLForConditionalGeneration(cfg)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if "norm" not in name and "ln_q" not in name:
+        p.normal_(0.0, init_std)
+  model.save_pretrained(path)
+  with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
+    json.dump({"image_processor_type": "Qwen2VLImageProcessor",
+               "patch_size": 4, "temporal_patch_size": 2, "merge_size": 2,
+               "min_pixels": 64, "max_pixels": 64 * 64 * 16,
+               "image_mean": [0.48145466, 0.4578275, 0.40821073],
+               "image_std": [0.26862954, 0.26130258, 0.27577711]}, f)
+  return path
+
+
 def _pure(tree):
   return jax.tree.map(np.asarray, nnx.to_pure_dict(tree))
 
@@ -123,6 +164,7 @@ class RerankMbeirVLTest(absltest.TestCase):
     cls.ckpt = os.path.join(cls.root, "ckpt")
     vl_fixtures.make_qwen2_5_vl_checkpoint(cls.ckpt, patch_size=4,
                                            init_std=0.2)
+    cls.ckpt2 = _qwen2_vl_checkpoint(os.path.join(cls.root, "ckpt2"))
     cls.data = os.path.join(cls.root, "M-BEIR")
     cls.counts = _write_mbeir(cls.data)
     # The tiny BPE vocabulary has no "yes" / "no" piece: two of its merges
@@ -136,19 +178,28 @@ class RerankMbeirVLTest(absltest.TestCase):
     super().tearDownClass()
 
   def test_scores_equal_transformers(self):
-    """(a) z_y, z_n (CL score z_y, SFT score sigmoid(z_y - z_n)) at each
+    """(a) On Qwen2.5-VL and Qwen2-VL checkpoints: z_y, z_n (CL score z_y, SFT score sigmoid(z_y - z_n)) at each
     prompt's answer position == transformers' logits of the same ids,
     attention mask and pixel values (a batch of three documents: image +
     text, text, image; the query an image + text)."""
-    import torch  # pylint: disable=g-import-not-at-top
     import transformers  # pylint: disable=g-import-not-at-top
     from jaxlab.testing import hf_fixtures  # pylint: disable=g-import-not-at-top
     self.addCleanup(hf_fixtures.inductor_cleanup())
-    chat = vl_chat.VLChat.load(self.ckpt)
+    for ckpt, ref_cls in (
+        (self.ckpt, transformers.Qwen2_5_VLForConditionalGeneration),
+        (self.ckpt2, transformers.Qwen2VLForConditionalGeneration)):
+      with self.subTest(ref_cls.__name__):
+        self._check_scores(ckpt, ref_cls)
+
+  def _check_scores(self, ckpt, ref_cls):
+    import torch  # pylint: disable=g-import-not-at-top
+    chat = vl_chat.VLChat.load(ckpt)
     cfg = rr.from_vl(chat.tokenizer, chat.model.cfg, image_size=SIDE,
                      image_mean=chat.processor.image_mean,
                      image_std=chat.processor.image_std, yes_token=self.yes,
                      no_token=self.no)
+    self.assertEqual(cfg.vision.variant, "qwen2_vl" if ref_cls.__name__
+                     .startswith("Qwen2VL") else "qwen2_5_vl")
     model = rr.Reranker(cfg, rngs=nnx.Rngs(0), vl=chat.model)
     img = os.path.join(self.data, "mbeir_images/nights_images/cand0.png")
     arr = np.asarray(Image.open(
@@ -172,8 +223,7 @@ class RerankMbeirVLTest(absltest.TestCase):
     heads = model.score_heads({k: jax.numpy.asarray(v)
                                for k, v in batch.items()})
 
-    ref = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        self.ckpt, attn_implementation="eager").eval()
+    ref = ref_cls.from_pretrained(ckpt, attn_implementation="eager").eval()
     pv = np.concatenate([batch["pixel_values"][0, g, i]
                          for g, n in enumerate(n_img) for i in range(n)])
     with torch.no_grad():
@@ -204,6 +254,28 @@ class RerankMbeirVLTest(absltest.TestCase):
                                for k, v in other.items()})
     self.assertGreater(abs(float(moved.z_yes[0, 2] - heads.z_yes[0, 2])),
                        1e-4)
+
+  def test_read_split_with_images(self):
+    """Image queries / candidates keep their files (joined to the dataset
+    root, as UniIR does); the text-only reading skips them; a missing image
+    is one clear error."""
+    from jaxlab.data import mbeir  # pylint: disable=g-import-not-at-top
+    groups, n = mbeir.read_split(self.data, "test", images=True)
+    self.assertEqual(n, self.counts["test"])
+    self.assertLen(groups, 8)
+    g = [x for x in groups if x["task"] == "nights_task4"][0]
+    self.assertEqual(g["query"], {"text": None, "image": os.path.join(
+        self.data, "mbeir_images/nights_images/test_q2.png")})
+    self.assertEqual(g["positives"], [{"text": None, "image": os.path.join(
+        self.data, "mbeir_images/nights_images/cand2.png")}])
+    text_only, n = mbeir.read_split(self.data, "test")
+    self.assertEqual(n, self.counts["test"])
+    self.assertEqual({x["task"] for x in text_only}, {"webqa_task1"})
+    bad = os.path.join(self.root, "bad")
+    shutil.copytree(self.data, bad)
+    os.remove(os.path.join(bad, "mbeir_images/nights_images/cand2.png"))
+    with self.assertRaisesRegex(ValueError, "cand2.png' not found"):
+      mbeir.read_split(bad, "test", images=True)
 
   def test_paper_short_runs_and_scores_ndcg(self):
     """(b) `rerank:paper,short` on the VL checkpoint, in process."""
