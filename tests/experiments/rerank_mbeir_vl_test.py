@@ -178,8 +178,9 @@ class RerankMbeirVLTest(absltest.TestCase):
     super().tearDownClass()
 
   def test_scores_equal_transformers(self):
-    """(a) On Qwen2.5-VL and Qwen2-VL checkpoints: z_y, z_n (CL score z_y, SFT score sigmoid(z_y - z_n)) at each
-    prompt's answer position == transformers' logits of the same ids,
+    """(a) On Qwen2.5-VL and Qwen2-VL checkpoints: z_y, z_n (CL score z_y,
+    SFT score sigmoid(z_y - z_n)) at each prompt's answer position ==
+    transformers' logits of the same ids,
     attention mask and pixel values (a batch of three documents: image +
     text, text, image; the query an image + text)."""
     import transformers  # pylint: disable=g-import-not-at-top
