@@ -51,10 +51,15 @@ default. LoRA on an imported HF decoder: `--config.init_from=DIR
 `init_from` (`Qwen/Qwen2.5-VL-7B-Instruct`, `reranker.arch="qwen2_5_vl"`),
 LoRA rank 16 on every linear layer of its language model
 (`lora.targets = _scale.LM_LORA_TARGETS`, the names every decoder
-`init_from` loads has; the vision tower frozen), lr 1e-4 (spec A.9), one
-positive and 15 negatives a group, on M-BEIR as released
-(`data.path=TIGER-Lab/M-BEIR`, no subset; train / test). `short`: the
-same run with its budget cut (`jaxlab.configs._scale.short`).
+`init_from` loads has, a text LM's and a Qwen2.5-VL / Qwen2-VL language
+model's alike; the vision tower, whose weights are `kernel` / `bias`,
+gets none and stays frozen), lr 1e-4 (spec A.9), one positive and 15
+negatives a group, on M-BEIR as released (`data.path=TIGER-Lab/M-BEIR`, no
+subset; train / test; images read from that directory). A Qwen2.5-VL /
+Qwen2-VL `init_from` is loaded whole (vision tower included) and each
+prompt goes through its chat template and processor, images resized to
+`task.image_size` square; a text LM `init_from` reads the text rows only.
+`short`: the same run with its budget cut (`jaxlab.configs._scale.short`).
 """
 
 import ml_collections
@@ -267,6 +272,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.reranker.labels.num_label_tokens = 0
     c.optim.lr = 1e-4
     c.task.num_negatives = 15     # 1 + 15 documents a group, 4 groups
+    # [inferred] Every image resized to one square (a jitted batch's fixed
+    # patch grid): 448 = 16 x 28, 256 merged tokens an image.
+    c.task.image_size = 448
     c.prompt.max_len = c.train.seq_len
     # Spec A.1's system line; the label tokens are words of the
     # checkpoint's vocabulary, the image slot its <|image_pad|>.

@@ -1,4 +1,4 @@
-"""M-BEIR (UniIR's universal retrieval benchmark) as released, text rows.
+"""M-BEIR (UniIR's universal retrieval benchmark) as released.
 
 The layout read here is the one of the `TIGER-Lab/M-BEIR` dataset on the
 Hub and of the TIGER-Lab/UniIR loaders (`src/data/mbeir_dataset.py`; also
@@ -13,12 +13,20 @@ same files):
   cand_pool/global/mbeir_union_<split>_cand_pool.jsonl)
       one candidate a line: `did`, `txt`, `img_path`, `modality`
 
+  mbeir_images/...   the images; `img_path` / `query_img_path` are relative
+      to the dataset root (UniIR's `MBEIRDatasetBase.
+      _load_and_preprocess_image`: `os.path.join(mbeir_data_dir,
+      query_img_path)`, opened with PIL and converted to RGB).
+
 `read_split` turns the query rows into the group rows of
 `jaxlab.data.retrieval_jsonl` ({"instruction", "query", "positives",
 "negatives"} with `{"text", "image"}` items), so its `sample_group` draws
-the training groups. Text only for now: queries whose `query_modality` is
-"text" and candidates whose `modality` is "text"; the rest are skipped
-(counted in `rows` all the same: they were read).
+the training groups. With `images=False` (a text LM reranker) only queries
+whose `query_modality` is "text" and candidates whose `modality` is "text"
+are kept; with `images=True` (a vision-language reranker) every modality is
+kept and an item's `image` is the absolute path of its image file under
+the dataset root (read when a batch is collated). Skipped rows are counted
+in `rows` all the same: they were read.
 """
 
 from __future__ import annotations
@@ -61,13 +69,41 @@ def read_pool(path: str) -> dict[str, dict]:
   return pool
 
 
+def _image(root: str, rel) -> str | None:
+  """Absolute path of an `img_path` (relative to the dataset root, as
+  UniIR joins it); None when the row has none."""
+  if not rel:
+    return None
+  full = os.path.join(root, rel)
+  if not os.path.isfile(full):
+    raise ValueError(f"M-BEIR image {rel!r} not found under {root} (the "
+                     "images go in the dataset directory, e.g. "
+                     "mbeir_images/...)")
+  return full
+
+
+def _item(root: str, text, img_rel, images: bool) -> dict | None:
+  """{"text", "image"} of a query or candidate; None when it has nothing
+  the reranker can read (an image without `images`)."""
+  text = text or None
+  if not images:
+    return {"text": text, "image": None} if text else None
+  img = _image(root, img_rel)
+  if text is None and img is None:
+    return None
+  return {"text": text, "image": img}
+
+
 def read_split(path: str, split: str, *, max_rows: int = 0,
-               pool: dict | None = None) -> tuple[list[dict], int]:
-  """Text query rows of `split` as retrieval groups, and rows read.
+               pool: dict | None = None, images: bool = False
+               ) -> tuple[list[dict], int]:
+  """Query rows of `split` as retrieval groups, and rows read.
 
   Each group: {"instruction", "query", "positives", "negatives", "task",
   "qid"}; `task` is the file's `<dataset>_task<k>` name. `max_rows` (0 =
   all) caps the query rows read over the split's files (in file order).
+  `images`: keep image and image+text queries and candidates (their
+  `image` an absolute file path); otherwise text ones only.
   """
   files = sorted(glob.glob(os.path.join(path, "query", split,
                                         f"mbeir_*_{split}.jsonl")))
@@ -82,24 +118,31 @@ def read_split(path: str, split: str, *, max_rows: int = 0,
       if max_rows and n >= max_rows:
         return groups, n
       n += 1
-      if row.get("query_modality") != "text" or not row.get("query_txt"):
+      if not images and row.get("query_modality") != "text":
+        continue
+      query = _item(path, row.get("query_txt"), row.get("query_img_path"),
+                    images)
+      if query is None:
         continue
 
-      def texts(dids):
+      def items(dids):
         out = []
         for d in dids or ():
           c = pool.get(str(d))
-          if c is not None and c.get("modality") == "text" and c.get("txt"):
-            out.append({"text": c["txt"], "image": None})
+          if c is None or (not images and c.get("modality") != "text"):
+            continue
+          it = _item(path, c.get("txt"), c.get("img_path"), images)
+          if it is not None:
+            out.append(it)
         return out
 
-      pos = texts(row.get("pos_cand_list"))
+      pos = items(row.get("pos_cand_list"))
       if not pos:
         continue
       groups.append({"instruction": retrieval_jsonl.DEFAULT_INSTRUCTION,
-                     "query": {"text": row["query_txt"], "image": None},
+                     "query": query,
                      "positives": pos,
-                     "negatives": texts(row.get("neg_cand_list")),
+                     "negatives": items(row.get("neg_cand_list")),
                      "task": task, "qid": str(row["qid"]),
                      "line": row["qid"]})
   return groups, n

@@ -101,13 +101,39 @@ class VLChat:
       content = []
     else:
       raise ValueError(f"media={media!r}: 'video', 'image' or 'none'")
-    messages = [{"role": "user",
-                 "content": content + [{"type": "text", "text": question}]}]
+    return self.content_ids(content + [{"type": "text", "text": question}],
+                            system=system)
+
+  def content_ids(self, content: list[dict], *, system: str | None = None
+                  ) -> list[int]:
+    """The chat template's ids of one user turn whose `content` is a list
+    of `{"type": "text", "text": ...}` and `{"type": "image"}` items in any
+    order (each image one `<|image_pad|>`, not yet expanded), after a
+    system turn when `system` is given, with the generation prompt."""
+    messages = [{"role": "user", "content": list(content)}]
     if system is not None:
       messages.insert(0, {"role": "system", "content": system})
     kw = {"chat_template": self.chat_template} if self.chat_template else {}
     return self.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, **kw)
+
+  def content_prompt(self, content: list[dict], images, *,
+                     min_pixels: int | None = None,
+                     max_pixels: int | None = None,
+                     system: str | None = None) -> tuple[list[int], dict]:
+    """`image_prompt` for an interleaved user turn (`content_ids`): the
+    ids with the k-th `{"type": "image"}` item's placeholder expanded to
+    `images[k]`'s tokens, and the multimodal inputs (`{}` without
+    images)."""
+    ids = self.content_ids(content, system=system)
+    if not len(images):
+      return ids, {}
+    mm = self.image_inputs(images, min_pixels=min_pixels,
+                           max_pixels=max_pixels)
+    ids = self.processor.expand_placeholders(
+        ids, image_grid_thw=mm["image_grid_thw"],
+        image_token_id=self.tokenizer.token_id(IMAGE_PAD), video_token_id=-1)
+    return ids, mm
 
   def image_inputs(self, images, *, min_pixels: int | None = None,
                    max_pixels: int | None = None) -> dict[str, Any]:

@@ -225,6 +225,32 @@ class RerankerConfig:
                random_direction=random_direction, **arch_fields)
 
 
+def from_vl(tok: Any, vl: qwen2_vl.Qwen2VLConfig, *, image_size: int,
+            image_mean: Sequence[float], image_std: Sequence[float],
+            image_token: str = "<|image_pad|>", **label_fields
+            ) -> RerankerConfig:
+  """The reranker config of a loaded Qwen2.5-VL / Qwen2-VL checkpoint
+  (`jaxlab.io.pretrained.load`'s `Qwen2VLConfig`): its text decoder,
+  vision tower, special ids and M-RoPE split, so `RerankerConfig.vl` is
+  the checkpoint's own config; `label_fields` are `from_tokenizer`'s
+  (`yes_token`, `no_token`, `num_label_tokens`, ...), `image_mean` /
+  `image_std` the checkpoint processor's."""
+  cfg = RerankerConfig.from_tokenizer(
+      tok, decoder=vl.text, vit=None, image_token=image_token,
+      arch="qwen2_5_vl", vision=vl.vision, image_size=int(image_size),
+      image_mean=tuple(image_mean), image_std=tuple(image_std),
+      mrope_section=vl.mrope_section,
+      vision_start_token_id=vl.vision_start_token_id,
+      video_token_id=vl.video_token_id, **label_fields)
+  if cfg.image_token_id != vl.image_token_id:
+    raise ValueError(f"image_token={image_token!r} is id "
+                     f"{cfg.image_token_id}, the checkpoint's image token "
+                     f"is {vl.image_token_id}")
+  if cfg.vl != vl:
+    raise ValueError(f"reranker config {cfg.vl} != checkpoint {vl}")
+  return cfg
+
+
 def default_mrope_section(head_dim: int) -> tuple[int, int, int]:
   """Qwen's M-RoPE split of head_dim / 2 rotary pairs (16 / 24 / 24 of 64):
   height and width a 3/8 share each, temporal the rest (as
@@ -238,11 +264,19 @@ class Reranker(nnx.Module):
   """Decoder LM + ViT patch encoder (or Qwen2.5-VL), read out at the answer
   position."""
 
-  def __init__(self, cfg: RerankerConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: RerankerConfig, *, rngs: nnx.Rngs,
+               vl: qwen2_vl.Qwen2VL | None = None):
+    """`vl`: a loaded Qwen2.5-VL / Qwen2-VL model (arch "qwen2_5_vl"; its
+    config must be `cfg.vl`), used as is instead of a random one."""
     self.cfg = cfg
+    if vl is not None and (cfg.arch != "qwen2_5_vl" or vl.cfg != cfg.vl):
+      raise ValueError(
+          "Reranker(vl=...): the model's Qwen2VLConfig must be the "
+          "reranker config's `vl` (build it with rr.from_vl of the same "
+          f"load, dtypes included); got {getattr(vl, 'cfg', None)}")
     if cfg.arch == "qwen2_5_vl":
       # visual + language_model, exported whole by jaxlab.io.hf.save.
-      self.vl = qwen2_vl.Qwen2VL(cfg.vl, rngs=rngs)
+      self.vl = vl if vl is not None else qwen2_vl.Qwen2VL(cfg.vl, rngs=rngs)
       self.vit = None
     else:
       self.vl = None
@@ -479,6 +513,118 @@ def collate_groups(groups: Sequence[tuple[str, object, Sequence[object]]],
   elif images is not None:
     out["images"] = images
   return out
+
+
+def _load_image(image, size: int) -> np.ndarray:
+  """uint8 `[size, size, 3]` of a path, a PIL image or a uint8 array (RGB,
+  as UniIR opens M-BEIR's images), resized (bicubic, the processor's
+  default) to the fixed square every prompt of a jitted batch shares."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  if isinstance(image, str):
+    with Image.open(image) as im:
+      image = im.convert("RGB")
+  elif not hasattr(image, "convert"):
+    image = Image.fromarray(np.asarray(image, np.uint8))
+  image = image.convert("RGB").resize((size, size),
+                                      Image.Resampling.BICUBIC)
+  return np.asarray(image, np.uint8)
+
+
+def chat_prompt(chat: Any, cfg: RerankerConfig, template: PromptTemplate,
+                instruction: str, query, document, *, max_len: int
+                ) -> tuple[list[int], np.ndarray | None]:
+  """One (instruction, query, document) prompt through a checkpoint's chat
+  template (`jaxlab.evals.vl_chat.VLChat.content_prompt`): `template.
+  system` as the system turn, the user turn `template.template` (with
+  `{system}` empty) whose query / document images are `{"type": "image"}`
+  items where the item stands (each expanded to its tokens by the
+  checkpoint's processor, images `cfg.image_size` square), the generation
+  prompt last (the answer position). Returns (ids, pixel_values of its
+  images in order or None). A prompt over `max_len` loses document text
+  tokens from the end (then ValueError if that is not enough)."""
+  tok = chat.tokenizer
+  side = int(cfg.image_size)
+
+  def parts(item):
+    if isinstance(item, str):
+      return item, None
+    img = item.get("image")
+    return item.get("text") or "", (None if img is None else
+                                    _load_image(img, side))
+
+  (q_text, q_img), (doc_text, d_img) = parts(query), parts(document)
+  images = [im for im in (q_img, d_img) if im is not None]
+  marks = ("\x00Q\x00", "\x00D\x00")
+  head, rest = template.template.format(
+      system="", instruction=instruction, query=marks[0],
+      document=marks[1]).split(marks[0])
+  mid, tail = rest.split(marks[1])
+  bound = side * side
+  for _ in range(4):
+    content = [{"type": "text", "text": head}]
+    for text, img, after in ((q_text, q_img, mid), (doc_text, d_img, tail)):
+      if img is not None:
+        content.append({"type": "image"})
+      sep = " " if img is not None and text else ""
+      content.append({"type": "text", "text": sep + text + after})
+    ids, mm = chat.content_prompt(content, images, min_pixels=bound,
+                                  max_pixels=bound,
+                                  system=template.system or None)
+    over = len(ids) - max_len
+    if over <= 0:
+      return ids, (mm["pixel_values"] if images else None)
+    d_ids = tok.encode(doc_text)
+    if not d_ids:
+      break
+    doc_text = tok.decode(d_ids[:max(0, len(d_ids) - over)])
+  raise ValueError(f"max_len={max_len} is too short for a prompt "
+                   f"({len(ids)} tokens with the document text cut)")
+
+
+def collate_chat_groups(groups: Sequence[tuple[str, object, Sequence[object]]],
+                        chat: Any, cfg: RerankerConfig,
+                        template: PromptTemplate, *, max_len: int,
+                        max_images: int = 2) -> dict[str, np.ndarray]:
+  """`collate_groups` for a loaded Qwen2.5-VL / Qwen2-VL checkpoint: each
+  prompt is `chat_prompt` (the checkpoint's chat template and processor);
+  the same arrays (`input_ids`, `attention_mask`, `answer_index`,
+  `pixel_values [B, G, I, h*w, C*T*P*P]`, `mrope_positions`)."""
+  if cfg.arch != "qwen2_5_vl":
+    raise ValueError("collate_chat_groups needs arch 'qwen2_5_vl'")
+  b, g = len(groups), len(groups[0][2])
+  if any(len(x[2]) != g for x in groups):
+    raise ValueError("every group needs the same number of documents")
+  pad = chat.tokenizer.pad_id or 0
+  ids = np.full((b, g, max_len), pad, np.int32)
+  mask = np.zeros((b, g, max_len), np.int32)
+  ans = np.zeros((b, g), np.int32)
+  t, h, w = cfg.image_grid
+  images = np.zeros((b, g, max_images, t * h * w, cfg.vision.patch_dim),
+                    np.float32)
+  count = 0
+  for bi, (ins, query, docs) in enumerate(groups):
+    for gi, doc in enumerate(docs):
+      seq, pv = chat_prompt(chat, cfg, template, ins, query, doc,
+                            max_len=max_len)
+      n = 0 if pv is None else len(pv) // (t * h * w)
+      if n > max_images:
+        raise ValueError(f"a prompt has {n} images > max_images="
+                         f"{max_images}")
+      ids[bi, gi, :len(seq)] = seq
+      mask[bi, gi, :len(seq)] = 1
+      ans[bi, gi] = len(seq) - 1
+      if n:
+        images[bi, gi, :n] = pv.reshape(n, t * h * w, -1)
+      count += n
+  pos, _ = qwen2_vl.rope_index(
+      ids.reshape(b * g, max_len), cfg.vl,
+      image_grid_thw=[cfg.image_grid] * count if count else None,
+      attention_mask=mask.reshape(b * g, max_len))
+  return {"input_ids": ids, "attention_mask": mask, "answer_index": ans,
+          "pixel_values": images,
+          "mrope_positions": np.ascontiguousarray(
+              pos.reshape(3, b, g, max_len).transpose(1, 2, 0, 3)
+          ).astype(np.int32)}
 
 
 # -- the spec's CPU miniature -------------------------------------------------

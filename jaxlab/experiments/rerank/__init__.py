@@ -37,8 +37,9 @@ from jaxlab.models import reranker as rr
 from jaxlab.objectives import rerank as rerank_obj
 from jaxlab.experiments.rerank.probe import (  # pylint: disable=unused-import
     W_KEYS, embedding_evaluate, evaluate, learnable_random_head, make_model,
-    mean_w, parse_cell, pretrain_embedding_model, pretrained_embedding_model,
-    reranker_config, summarize)
+    ChatGroupSource, make_vl_model, mean_w, parse_cell,
+    pretrain_embedding_model, pretrained_embedding_model, reranker_config,
+    summarize, vl_reranker_config)
 from jaxlab.train import lora as lora_lib
 from jaxlab.train import trainer
 
@@ -259,8 +260,15 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
   cell trained with LoRA on the `data.split` queries (one positive and
   `task.num_negatives` negatives a group), then nDCG@k per task and their
   average (the paper's table) on the `data.eval_split` queries, each
-  reranking `task.eval_candidates` documents. Text queries and text
-  candidates only for now.
+  reranking `task.eval_candidates` documents.
+
+  A text LM `init_from` reads text queries and text candidates (prompts
+  `config.prompt.template` as plain text); a Qwen2.5-VL / Qwen2-VL one
+  (`_text_backbone` false) reads every modality, images from the dataset
+  directory, each prompt through the checkpoint's chat template and
+  processor (`rr.collate_chat_groups`, images `task.image_size` square)
+  and the reranker is the whole loaded model (vision tower included,
+  frozen; LoRA on `lora.targets`, the language model's projections).
   """
   from jaxlab.data import mbeir  # pylint: disable=g-import-not-at-top
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
@@ -272,36 +280,58 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
   if not config.init_from:
     raise ValueError("the M-BEIR run needs init_from (the backbone)")
   text = _text_backbone(config)
-  if not text:
-    raise ValueError(f"init_from={config.init_from!r}: only a text LM "
-                     "backbone is supported on M-BEIR so far")
-  tok = pretrained.tokenizer(config.init_from)
-  config = copy.deepcopy(config)
-  with config.unlocked():
-    config.reranker.arch = "vit_decoder"
-    # No image slot in a text LM: the pad piece stands in for the
-    # placeholder id the reranker config resolves (never in a prompt).
-    config.reranker.labels.image_token = tok.hf.convert_ids_to_tokens(
-        tok.pad_id)
-  max_rows = int(d.max_rows)
-  pool = mbeir.read_pool(d.path)
-  train, n_train = mbeir.read_split(d.path, d.split, max_rows=max_rows,
-                                    pool=pool)
-  test, n_test = mbeir.read_split(d.path, d.eval_split, max_rows=max_rows,
-                                  pool=pool)
-  if not train or not test:
-    raise ValueError(f"{d.path}: no text query with a text positive in "
-                     f"{d.split!r} ({len(train)}) or {d.eval_split!r} "
-                     f"({len(test)})")
-  rcfg = dataclasses.replace(reranker_config(config, tok), vit=None)
   template = rr.PromptTemplate(system=config.prompt.system,
                                template=config.prompt.template)
   max_len = int(config.prompt.max_len)
+  if text:
+    tok = pretrained.tokenizer(config.init_from)
+    config = copy.deepcopy(config)
+    with config.unlocked():
+      config.reranker.arch = "vit_decoder"
+      # No image slot in a text LM: the pad piece stands in for the
+      # placeholder id the reranker config resolves (never in a prompt).
+      config.reranker.labels.image_token = tok.hf.convert_ids_to_tokens(
+          tok.pad_id)
+    rcfg = dataclasses.replace(reranker_config(config, tok), vit=None)
+
+    def collate(triples):
+      return rr.collate_groups(
+          triples, tok, rcfg, template, max_len=max_len,
+          image_token=config.reranker.labels.image_token)
+
+    def source(groups):
+      return GroupSource(groups, tok, rcfg, template, max_len,
+                         config.reranker.labels.image_token)
+    build = make_model
+  else:
+    # A Qwen2.5-VL / Qwen2-VL checkpoint: its chat template, processor and
+    # vision tower; image queries and candidates read from data.path.
+    from jaxlab.evals import vl_chat  # pylint: disable=g-import-not-at-top
+    chat = vl_chat.VLChat.load(config.init_from, dtype="float32")
+    rcfg = vl_reranker_config(config, chat)
+    chat = dataclasses.replace(chat, model=None)  # loaded per cell below
+
+    def collate(triples):
+      return rr.collate_chat_groups(triples, chat, rcfg, template,
+                                    max_len=max_len)
+
+    def source(groups):
+      return ChatGroupSource(groups, chat, rcfg, template, max_len)
+    build = make_vl_model
+  max_rows = int(d.max_rows)
+  pool = mbeir.read_pool(d.path)
+  train, n_train = mbeir.read_split(d.path, d.split, max_rows=max_rows,
+                                    pool=pool, images=not text)
+  test, n_test = mbeir.read_split(d.path, d.eval_split, max_rows=max_rows,
+                                  pool=pool, images=not text)
+  kind = "text query with a text positive" if text else "query"
+  if not train or not test:
+    raise ValueError(f"{d.path}: no {kind} in {d.split!r} ({len(train)}) or "
+                     f"{d.eval_split!r} ({len(test)})")
   t = config.task
   triples, labels, tasks = mbeir.eval_lists(test, int(t.eval_candidates),
                                             int(t.eval_seed))
-  batch = rr.collate_groups(triples, tok, rcfg, template, max_len=max_len,
-                            image_token=config.reranker.labels.image_token)
+  batch = collate(triples)
   flat = {k: v.reshape((-1, 1) + v.shape[2:]) for k, v in batch.items()}
   evalset = (flat, labels, tasks)
   k = int(config.eval.k)
@@ -317,15 +347,14 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
       groups = mbeir.train_groups(
           train, n_neg, max(len(train), int(config.train.batch_size)),
           int(t.data_seed) + int(seed))
-      source = GroupSource(groups, tok, rcfg, template, max_len,
-                           config.reranker.labels.image_token)
+      train_source = source(groups)
       cfg = copy.deepcopy(config)
       with cfg.unlocked():
         cfg.seed = int(seed)
         cfg.loss.update(fields)
-      model = make_model(cfg, rcfg, seed,
-                         learn_random_head=fields["direction"] == "random")
-      res = trainer.train(cfg, wd, model=model, train_source=source)
+      model = build(cfg, rcfg, seed,
+                    learn_random_head=fields["direction"] == "random")
+      res = trainer.train(cfg, wd, model=model, train_source=train_source)
       trained, _ = nnx.merge(res["train_state"].graphdef,
                              res["train_state"].state)
       if lora_lib.has_lora(trained):

@@ -127,6 +127,54 @@ def make_model(config, rcfg: rr.RerankerConfig, seed: int, *,
   return model
 
 
+def vl_reranker_config(config, chat) -> rr.RerankerConfig:
+  """The reranker config of a loaded Qwen2.5-VL / Qwen2-VL `chat`
+  (`jaxlab.evals.vl_chat.VLChat`): the checkpoint's own architecture
+  (`rr.from_vl`), its processor's normalisation, images
+  `task.image_size` square, the label tokens of `reranker.labels`."""
+  labels = dict(config.reranker.labels)
+  for key in ("label_tokens_pos", "label_tokens_neg"):
+    labels[key] = tuple(labels[key])
+  proc = chat.processor
+  return rr.from_vl(chat.tokenizer, chat.model.cfg,
+                    image_size=int(config.task.image_size),
+                    image_mean=tuple(proc.image_mean),
+                    image_std=tuple(proc.image_std), random_direction=True,
+                    **labels)
+
+
+def make_vl_model(config, rcfg: rr.RerankerConfig, seed: int, *,
+                  learn_random_head: bool = False) -> rr.Reranker:
+  """The reranker on the whole `init_from` Qwen2.5-VL / Qwen2-VL checkpoint
+  (vision tower and language model loaded, `jaxlab.io.pretrained.load`);
+  a fresh load each call (the trainer may donate its buffers)."""
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  vl, _ = pretrained.load(config.init_from)
+  model = rr.Reranker(rcfg, rngs=nnx.Rngs(seed), vl=vl)
+  if learn_random_head and int(config.lora.rank) > 0:
+    learnable_random_head(model)
+  return model
+
+
+class ChatGroupSource:
+  """Random-access training groups (`[G, ...]` numpy arrays) collated
+  through a checkpoint's chat template (`rr.collate_chat_groups`)."""
+
+  def __init__(self, groups, chat, rcfg, template, max_len):
+    self.groups, self.chat, self.rcfg = groups, chat, rcfg
+    self.template, self.max_len = template, max_len
+
+  def __len__(self):
+    return len(self.groups)
+
+  def __getitem__(self, i):
+    ex = self.groups[i]
+    batch = rr.collate_chat_groups(
+        [(ex["instruction"], ex["query"], ex["positives"] + ex["negatives"])],
+        self.chat, self.rcfg, self.template, max_len=self.max_len)
+    return {k: v[0] for k, v in batch.items()}
+
+
 def learnable_random_head(model: rr.Reranker) -> rr.Reranker:
   """Re-types the D_Rand head R as a `jaxlab.train.lora.LoRA` variable (same
   values, in place), the type the trainer optimises under LoRA."""
