@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab import _optional
 from jaxlab.evals import math_answers
 
 UNTIL = ("Problem:",)
@@ -182,10 +183,10 @@ def _time_limit(seconds: int):
 def _parser():
   """(name, parse) of the LaTeX parser `is_equiv` uses (module docstring)."""
   if _antlr_version().startswith("4.11"):
-    from sympy.parsing.latex import parse_latex
-    return "sympy", parse_latex
-  from latex2sympy2_extended import latex2sympy
-  return "latex2sympy2_extended", latex2sympy
+    latex = _optional.require("sympy.parsing.latex", "math")
+    return "sympy", latex.parse_latex
+  l2s = _optional.require("latex2sympy2_extended", "math")
+  return "latex2sympy2_extended", l2s.latex2sympy
 # pylint: enable=g-import-not-at-top
 
 
@@ -206,7 +207,7 @@ def is_equiv(x1: str, x2: str) -> bool:
   equal iff `sympy.simplify(a - b) == 0`; any failure (parse, subtract,
   simplify, the 5 s bound) is False."""
   global _PARSE, PARSER
-  import sympy  # pylint: disable=g-import-not-at-top
+  sympy = _optional.require("sympy", "math")
   if _PARSE is None:
     PARSER, _PARSE = _parser()
   try:

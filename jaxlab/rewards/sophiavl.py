@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab.evals import text as text_metrics
+
 # verl/utils/dataset.py (RLHFDataset.__getitem__).
 QUESTION_TEMPLATE = (
     "{Question}\n"
@@ -187,11 +189,12 @@ def choices_score(reply: str, truth: str) -> float:
 
 
 def ocr_score(reply: str, truth: str) -> float:
-  """`ocr_compute_score`: exp(-WER) of the `<answer>` content (jiwer)."""
+  """`ocr_compute_score`: exp(-WER) of the `<answer>` content (jiwer's
+  WER, as `jaxlab.evals.text.word_error_rate` computes it)."""
   if not format_ok(reply):
     return 0.0
-  import jiwer  # pylint: disable=g-import-not-at-top
-  return float(np.exp(-jiwer.wer(truth.strip(), _answer(reply).strip())))
+  return float(np.exp(-text_metrics.word_error_rate(
+      [truth.strip()], [_answer(reply).strip()])))
 
 
 def free_form_score(reply: str, truth: str) -> float:

@@ -200,9 +200,13 @@ class PaperShortTofuTest(absltest.TestCase):
                      os.path.abspath(self.ckpt))
 
   def _stage(self, method):
-    (path,) = glob.glob(os.path.join(self.workdir, f"seed0_{method}_*.json"))
+    # The stage file itself, not its key file (`io.stages` keeps the key
+    # beside it as <name>.stage.json).
+    (path,) = [p for p in glob.glob(os.path.join(
+        self.workdir, f"seed0_{method}_*.json"))
+               if not p.endswith(".stage.json")]
     with open(path) as f:
-      return json.load(f)["value"]["eval"]
+      return json.load(f)["eval"]
 
   def test_uq_and_utility_are_the_metric_functions(self):
     forget = self.data["forget10"][:8]

@@ -174,7 +174,9 @@ def categorize(info: dict[str, Any]) -> str:
     return "norm"
   if "attention.py:project_qkv" in names:
     return "attention_qkv_proj"
-  if "attention.py:__call__" in names:
+  if "attention.py:project_out" in names:
+    return "attention_out_proj"
+  if "attention.py:attend" in names or "attention.py:__call__" in names:
     if "dot_product_attention" in op_name:
       return "attention_core"
     if "dynamic_update_slice" in op_name:
