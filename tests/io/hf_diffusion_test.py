@@ -17,6 +17,7 @@ import numpy as np
 import safetensors.numpy
 
 from jaxlab.io import hf
+from jaxlab.testing import diffusion_fixtures
 from jaxlab.testing import hf_fixtures
 from jaxlab.testing import tiny_models
 
@@ -53,30 +54,9 @@ class DreamImportTest(absltest.TestCase):
     self.assertGreater(np.abs(causal[:, 0] - got[:, 0]).max(), 1e-3)
 
 
-# LLaDA tensor names (modeling_llada.py, LLaDALlamaBlock) per HF Llama name.
-_LLADA_NAMES = {
-    "model.embed_tokens.weight": "model.transformer.wte.weight",
-    "model.norm.weight": "model.transformer.ln_f.weight",
-    "lm_head.weight": "model.transformer.ff_out.weight",
-}
-_LLADA_LAYER = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ff_norm.weight",
-    "self_attn.q_proj.weight": "q_proj.weight",
-    "self_attn.k_proj.weight": "k_proj.weight",
-    "self_attn.v_proj.weight": "v_proj.weight",
-    "self_attn.o_proj.weight": "attn_out.weight",
-    "mlp.gate_proj.weight": "ff_proj.weight",
-    "mlp.up_proj.weight": "up_proj.weight",
-    "mlp.down_proj.weight": "ff_out.weight",
-}
-
-
-def _llada_name(name):
-  if name in _LLADA_NAMES:
-    return _LLADA_NAMES[name]
-  _, _, i, rest = name.split(".", 3)
-  return f"model.transformer.blocks.{i}.{_LLADA_LAYER[rest]}"
+# LLaDA's tensor names (modeling_llada.py) per HF Llama name: the shared
+# fixture's table.
+_llada_name = diffusion_fixtures.llada_name
 
 
 class LLaDAImportTest(absltest.TestCase):

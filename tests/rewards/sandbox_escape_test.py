@@ -19,6 +19,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -399,11 +400,17 @@ class SandboxEscapeTest(parameterized.TestCase):
       for p in [dirpath] + [os.path.join(dirpath, f) for f in files]:
         os.chown(p, self.uid, self.uid)
     python, project = self._unprivileged_setup()
-    out = subprocess.run(
-        [python, "-c", _UNPRIVILEGED_SCRIPT, json.dumps(dict(
-            uid=self.uid, mpl=mpl, project=project, secret=self.secret))],
-        capture_output=True, text=True, timeout=300, cwd=project,
-        check=False)
+    cmd = [python, "-c", _UNPRIVILEGED_SCRIPT, json.dumps(dict(
+        uid=self.uid, mpl=mpl, project=project, secret=self.secret))]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                         cwd=project, check=False)
+    if out.returncode == -signal.SIGKILL and not out.stderr:
+      # SIGKILLed from outside with nothing said: this run is a `nobody`
+      # process like any sandbox job, so the hostile `kill(-1)` cases that
+      # the other xdist worker may run at the same moment can reach it (a
+      # CI run saw this once). Once more; a second kill fails the test.
+      out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                           cwd=project, check=False)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     res = json.loads(out.stdout.strip().splitlines()[-1])
     if "skip" in res:
