@@ -12,6 +12,11 @@ xdist worker, which inherits the environment set here):
   removed when the run ends: the system temp directory is left as it was
   found, whatever a test, a notebook or a subprocess forgot to delete. What
   was left there is listed at the end of the run, so a leak is seen.
+* Tests that kill every process of the sandbox user (`kill(-1)` from a
+  sandboxed job; a test method with `sandbox_exclusive = True`) run alone:
+  every other test holds a shared lock on a file in the scratch directory,
+  these an exclusive one, so the other xdist worker's sandbox jobs (which run
+  as that same user) are never their victims.
 * JAX's in-memory caches cleared and the C heap handed back to the system
   after each test module (`jax.clear_caches()`, then glibc's
   `malloc_trim`): the compiled programs of every shape a module ran stay
@@ -24,8 +29,10 @@ xdist worker, which inherits the environment set here):
   process's peak RSS is printed at the end of the run.
 """
 
+import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import gc
 import os
 import resource
@@ -61,6 +68,44 @@ else:  # an xdist worker, or a pytest run started by a test
   _OWNS_SCRATCH = False
 os.environ["TMPDIR"] = os.environ[_SCRATCH_ENV]
 tempfile.tempdir = os.environ[_SCRATCH_ENV]
+
+
+_LOCKS = "jaxlab-test-locks"
+_LOCK_HELD_ENV = "JAXLAB_TEST_LOCK_HELD"
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_user_lock(request):
+  """Shared lock per test; exclusive for a `sandbox_exclusive` test method.
+
+  A readers-writer lock across the xdist workers (flock on files in the one
+  scratch dir) with a turnstile, so an exclusive test waiting for the lock is
+  not starved by the other worker's stream of shared holders: it takes the
+  turnstile first, and no new test gets past the turnstile until the
+  exclusive test holds the lock. Processes a test starts (a nested pytest)
+  inherit `_LOCK_HELD_ENV` and take no lock, so they cannot deadlock with
+  their parent.
+  """
+  if os.environ.get(_LOCK_HELD_ENV):
+    yield
+    return
+  exclusive = bool(getattr(getattr(request.node, "obj", None),
+                           "sandbox_exclusive", False))
+  locks = os.path.join(os.environ[_SCRATCH_ENV], _LOCKS)
+  os.makedirs(locks, exist_ok=True)
+  with contextlib.ExitStack() as stack:
+    turnstile = stack.enter_context(
+        open(os.path.join(locks, "turnstile"), "a"))
+    lock = stack.enter_context(open(os.path.join(locks, "sandbox_user"), "a"))
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    fcntl.flock(turnstile, fcntl.LOCK_UN)
+    os.environ[_LOCK_HELD_ENV] = "1"
+    try:
+      yield
+    finally:
+      del os.environ[_LOCK_HELD_ENV]
+      fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 _LIBC = ctypes.util.find_library("c")
@@ -108,7 +153,7 @@ def pytest_sessionfinish(session, exitstatus):
   scratch = os.environ[_SCRATCH_ENV]
   # pytest's own tmp_path directories live under pytest-of-<user>.
   left = sorted(n for n in os.listdir(scratch)
-                if not n.startswith("pytest-of-"))
+                if not n.startswith("pytest-of-") and n != _LOCKS)
   if left:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

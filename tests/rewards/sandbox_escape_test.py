@@ -41,6 +41,16 @@ _NS = {"audit_hook": False}
 _IS_ROOT = os.geteuid() == 0
 
 
+def _runs_alone(test_method):
+  """No other test runs beside this one (tests/conftest.py's user lock).
+
+  For a test whose sandboxed job kills every process of the sandbox user it
+  can reach: the other xdist worker's sandbox jobs run as that same user.
+  """
+  test_method.sandbox_exclusive = True
+  return test_method
+
+
 def _sandbox_uid() -> int:
   return pwd.getpwnam("nobody").pw_uid
 
@@ -318,6 +328,7 @@ class SandboxEscapeTest(parameterized.TestCase):
 
   @parameterized.named_parameters(("full", _FULL), ("kernel", _KERNEL),
                                   ("ns", _NS))
+  @_runs_alone
   def test_kill_parent_process_group(self, variant):
     pid, pgid = os.getpid(), os.getpgid(0)
     code = ("import os, signal\nhit = []\n"
@@ -406,9 +417,10 @@ class SandboxEscapeTest(parameterized.TestCase):
                          cwd=project, check=False)
     if out.returncode == -signal.SIGKILL and not out.stderr:
       # SIGKILLed from outside with nothing said: this run is a `nobody`
-      # process like any sandbox job, so the hostile `kill(-1)` cases that
-      # the other xdist worker may run at the same moment can reach it (a
-      # CI run saw this once). Once more; a second kill fails the test.
+      # process like any sandbox job, so a hostile `kill(-1)` case run at
+      # the same moment could reach it (a CI run saw this once, before those
+      # cases ran alone under conftest's user lock). Once more; a second
+      # kill fails the test.
       out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                            cwd=project, check=False)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
