@@ -58,8 +58,8 @@ PAPER = dict(shape="llama2_13b", topology="v5p:2x2x2", seq_len=4096,
 # `max_windows` 256-token windows in `groups` disjoint sets; the solver's
 # rank grid (R1 / d_model, R2 / d_head; R3 of the 2r+2 = 8 slots) and HOOI
 # sweeps cut from the miniature's.
-SMOLLM2 = dict(max_windows=96, groups=8,
-               rank_fractions=((0.125, 0.25, 0.5), (0.75, 1.0)),
+SMOLLM2 = dict(max_windows=128, groups=8,
+               rank_fractions=((0.125, 0.25, 0.375, 0.5), (0.75, 1.0)),
                r3_values=(6, 8), hooi_iters=10)
 
 
