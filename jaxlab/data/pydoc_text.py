@@ -1,4 +1,4 @@
-r"""Real English text that every CPython ships: a local copy in WikiText's layout.
+r"""English prose every CPython ships, as a local copy in WikiText's layout.
 
 Perplexity needs human-written text; on a machine that downloads nothing,
 WikiText-2 (`Salesforce/wikitext`) cannot be read. CPython's own
