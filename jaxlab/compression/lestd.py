@@ -4,9 +4,13 @@ Spec: `shared/papers/O-S.md` section (P). Per decoder layer with h heads:
 
 1. Tensorise (P.1): head i's `W^Q_i, W^K_i, W^V_i, (W^O_i)ᵀ`, each
    `d_model x d_head`, are stacked into `W_total [d_model, d_head, 4, h]`
-   (`stack_attention`). Multi-head attention only: grouped-query attention
-   has fewer K/V matrices than heads, which the spec does not treat, so it
-   is a clear error.
+   (`stack_attention`). Grouped-query attention (g KV heads, each shared by
+   r = h/g query heads) is an extension [inferred: spec P.1 treats MHA
+   only], `LeSTDConfig.gqa`: "group" stacks each KV group's
+   `W^Q_1..W^Q_r, W^K, W^V, (W^O_1)ᵀ..(W^O_r)ᵀ` along mode 3 (size 2r+2;
+   r = 1 is exactly the MHA order Q, K, V, Oᵀ) and runs the head mode over
+   the g groups, `W_total [d_model, d_head, 2r+2, g]`; the compressed layer
+   keeps g K/V heads (the KV cache is unchanged). "error" rejects GQA.
 2. Stage I (P.2): HOOI Tucker with shared orthonormal bases on modes 1-3
    (the head mode is not compressed): `W ≈ G ×₁ U⁽¹⁾ ×₂ U⁽²⁾ ×₃ U⁽³⁾`
    (`hooi`, generic N-mode, tensorly's convention, with `skip_modes`).
@@ -48,6 +52,7 @@ from jaxlab.nn import attention as attn_lib
 from jaxlab.nn import rope
 
 INDEX_FORMATS = ("none", "coo", "bitmap", "auto")
+GQA_MODES = ("group", "error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +67,9 @@ class LeSTDConfig:
     rank_fractions: the solver's grid as fractions of (d_model, d_head) for
       R1 and R2 ([inferred] spec P.5 sweeps d/8..d/2 and d_head/2..d_head);
       R3 takes every value in `r3_values`.
-    r3_values: candidate ranks of the 4-long Q/K/V/O mode.
+    r3_values: candidate ranks of the Q/K/V/O mode (4 long for MHA, 2r+2
+      for grouped-query attention in "group" mode); values above its size
+      are cut to it.
     alpha: Algorithm 1's pruning rate per round (spec P.3: 0.1).
     refit: recompute the surviving core entries after each round.
     hooi_iters, hooi_tol: HOOI's sweep cap and relative fit-change stop
@@ -72,6 +79,9 @@ class LeSTDConfig:
       (one bit per core entry), "auto" (the cheaper of the two), "none"
       (values only; the paper's possible value-only count).
     index_bits, value_bits: storage widths for the accounting.
+    gqa: how grouped-query attention layers are tensorised ([inferred]
+      extension of spec P.1, see `stack_attention`): "group" (per KV
+      group, mode 3 of size 2r+2) or "error" (MHA only, as in the spec).
   """
   target_ratio: float = 0.4
   ranks: tuple[int, int, int] | None = None
@@ -85,6 +95,7 @@ class LeSTDConfig:
   index_format: str = "auto"
   index_bits: int = 32
   value_bits: int = 32
+  gqa: str = "group"
 
   def __post_init__(self):
     if not 0.0 < float(self.target_ratio) <= 1.0:
@@ -95,6 +106,9 @@ class LeSTDConfig:
     if self.index_format not in INDEX_FORMATS:
       raise ValueError(f"lestd.index_format={self.index_format!r}; valid: "
                        f"{', '.join(INDEX_FORMATS)}")
+    if self.gqa not in GQA_MODES:
+      raise ValueError(f"lestd.gqa={self.gqa!r}; valid: "
+                       f"{', '.join(GQA_MODES)}")
     if self.ranks is not None:
       object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
       if len(self.ranks) != 3:
@@ -106,36 +120,66 @@ class LeSTDConfig:
 # --------------------------------------------------------------------------
 
 
-def _check_mha(attn: attn_lib.Attention) -> None:
-  if attn.num_kv_heads != attn.num_heads:
+def _check_gqa(attn: attn_lib.Attention, gqa: str) -> None:
+  if gqa not in GQA_MODES:
+    raise ValueError(f"gqa={gqa!r}; valid: {', '.join(GQA_MODES)}")
+  if attn.num_kv_heads != attn.num_heads and gqa == "error":
     raise ValueError(
         f"LeSTD stacks W^Q, W^K, W^V, (W^O)ᵀ per head (spec P.1, multi-head "
         f"attention); this layer has num_kv_heads={attn.num_kv_heads} < "
         f"num_heads={attn.num_heads} (grouped-query attention), which the "
-        "spec does not treat. Use a model with num_kv_heads == num_heads.")
+        "spec does not treat and lestd.gqa='error' rejects. Set "
+        "lestd.gqa='group' (one tensor slice per KV group) or use a model "
+        "with num_kv_heads == num_heads.")
 
 
-def stack_attention(attn: attn_lib.Attention) -> jax.Array:
-  """`W_total [d_model, d_head, 4, h]` of one MHA layer (spec P.1).
+def stack_attention(attn: attn_lib.Attention, gqa: str = "group"
+                    ) -> jax.Array:
+  """`W_total [d_model, d_head, 2r+2, g]` of one attention layer (spec P.1).
 
-  Slot t of mode 3 is Q, K, V, (W^O)ᵀ in that order; `W^O_i` is head i's
-  `[d_head, d_model]` slice of the output projection, transposed. Biases
-  are not part of the tensor (kept dense, [inferred]).
+  g = num_kv_heads groups of r = num_heads / g query heads (query head
+  `k·r + j` reads KV head k: `Attention.attend`'s repeat). Slot order of
+  mode 3 for group k: `W^Q_{kr}, ..., W^Q_{kr+r-1}, W^K_k, W^V_k,
+  (W^O_{kr})ᵀ, ..., (W^O_{kr+r-1})ᵀ`, each `[d_model, d_head]`; `W^O_i` is
+  head i's `[d_head, d_model]` slice of the output projection, transposed.
+  For MHA (r = 1) this is the spec's `[d_model, d_head, 4, h]` with slots
+  Q, K, V, (W^O)ᵀ. Grouping by KV head is the [inferred] GQA extension
+  (`gqa="group"`); `gqa="error"` rejects GQA layers. Biases are not part
+  of the tensor (kept dense, [inferred]).
   """
-  _check_mha(attn)
+  _check_gqa(attn, gqa)
   q = attn.q_dnh[...]
   k = attn.k_dkh[...]
   v = attn.v_dkh[...]
-  o_t = jnp.transpose(attn.o_nhd[...], (2, 0, 1))  # [D, N, H]
-  w_dnht = jnp.stack([q, k, v, o_t], axis=-1)      # [D, N, H, 4]
-  return jnp.transpose(w_dnht, (0, 2, 3, 1)).astype(jnp.float32)
+  d, n, h = q.shape
+  g = k.shape[1]
+  r = n // g
+  q = q.reshape(d, g, r, h)                                  # [D, G, R, H]
+  o_t = jnp.transpose(attn.o_nhd[...], (2, 0, 1)).reshape(d, g, r, h)
+  w_dgth = jnp.concatenate([q, k[:, :, None], v[:, :, None], o_t], axis=2)
+  return jnp.transpose(w_dgth, (0, 3, 2, 1)).astype(jnp.float32)
+
+
+def group_size(w_total_shape: Sequence[int]) -> int:
+  """r, the query heads per KV group, from mode 3's size 2r+2."""
+  t = int(w_total_shape[2])
+  if t < 4 or t % 2:
+    raise ValueError(f"mode 3 of W_total has size {t}; LeSTD's tensor has "
+                     "2r+2 slots (r >= 1 query heads per KV group)")
+  return (t - 2) // 2
 
 
 def unstack_attention(w_total: jax.Array) -> dict[str, jax.Array]:
-  """Inverse of `stack_attention`: `{q_dnh, k_dnh, v_dnh, o_nhd}`."""
-  w = jnp.transpose(w_total, (0, 3, 1, 2))  # [D, N, H, 4]
-  return {"q_dnh": w[..., 0], "k_dnh": w[..., 1], "v_dnh": w[..., 2],
-          "o_nhd": jnp.transpose(w[..., 3], (1, 2, 0))}
+  """Inverse of `stack_attention`: `{q_dnh, k_dnh, v_dnh, o_nhd}`.
+
+  `k_dnh` and `v_dnh` have the g KV heads (`[d_model, g, d_head]`).
+  """
+  r = group_size(w_total.shape)
+  w = jnp.transpose(w_total, (0, 3, 2, 1))  # [D, G, T, H]
+  d, g, _, h = w.shape
+  o = w[:, :, r + 2:].reshape(d, g * r, h)
+  return {"q_dnh": w[:, :, :r].reshape(d, g * r, h), "k_dnh": w[:, :, r],
+          "v_dnh": w[:, :, r + 1], "o_nhd": jnp.transpose(o, (1, 2, 0))}
 
 
 # --------------------------------------------------------------------------
@@ -356,19 +400,22 @@ def param_count(shape: Sequence[int], ranks: Sequence[int], nnz: int, *,
                 value_bits: int = 32) -> dict[str, float]:
   """Stored words of one compressed layer (spec P.5).
 
-  `shape` is `W_total`'s `(d_model, d_head, 4, h)` and `ranks` (R1, R2, R3)
-  (the head mode is not compressed: identity factor, not stored).
-  values = d_model·R1 + d_head·R2 + 4·R3 + nnz; indices as `index_words`;
-  original = 4·h·d_model·d_head.
+  `shape` is `W_total`'s `(d_model, d_head, T, g)` (MHA: T = 4, g = h;
+  grouped-query attention in "group" mode: T = 2r+2 slots, g KV groups of
+  r query heads) and `ranks` (R1, R2, R3) (the head mode is not
+  compressed: identity factor, not stored).
+  values = d_model·R1 + d_head·R2 + T·R3 + nnz; indices as `index_words`;
+  original = T·g·d_model·d_head, which is the attention's
+  (2h + 2g)·d_model·d_head (MHA: 4·h·d_model·d_head, spec P.5).
   """
-  d, dh, four, h = (int(s) for s in shape)
+  d, dh, t, g = (int(s) for s in shape)
   r1, r2, r3 = (int(r) for r in ranks[:3])
-  core_size = r1 * r2 * r3 * h
-  values = d * r1 + dh * r2 + four * r3 + int(nnz)
+  core_size = r1 * r2 * r3 * g
+  values = d * r1 + dh * r2 + t * r3 + int(nnz)
   idx = index_words(nnz, core_size, index_format=index_format,
                     index_bits=index_bits, value_bits=value_bits)
   return {"values": float(values), "indices": float(idx),
-          "total": float(values + idx), "original": float(four * h * d * dh),
+          "total": float(values + idx), "original": float(t * g * d * dh),
           "core_size": float(core_size)}
 
 
@@ -385,11 +432,11 @@ def max_nnz(shape: Sequence[int], ranks: Sequence[int], target_ratio: float,
 
   Capped at the core size (a dense core needs no index).
   """
-  d, dh, four, h = (int(s) for s in shape)
+  d, dh, t, g = (int(s) for s in shape)
   r1, r2, r3 = (int(r) for r in ranks[:3])
-  core_size = r1 * r2 * r3 * h
-  budget = float(target_ratio) * four * h * d * dh
-  fixed = d * r1 + dh * r2 + four * r3
+  core_size = r1 * r2 * r3 * g
+  budget = float(target_ratio) * t * g * d * dh
+  fixed = d * r1 + dh * r2 + t * r3
   if fixed + core_size <= budget + 1e-9:
     return core_size
   lo, hi = -1, core_size - 1  # ratio is monotone in nnz below the dense size
@@ -415,14 +462,14 @@ class LayerPlan:
 def rank_grid(shape: Sequence[int], cfg: LeSTDConfig
               ) -> list[tuple[int, int, int]]:
   """Candidate (R1, R2, R3) of the budget solver (`cfg.ranks` if set)."""
-  d, dh, four, _ = (int(s) for s in shape)
+  d, dh, t, _ = (int(s) for s in shape)
   if cfg.ranks is not None:
     return [cfg.ranks]
   r1s = sorted({max(1, min(d, int(round(f * d))))
                 for f in cfg.rank_fractions[0]})
   r2s = sorted({max(1, min(dh, int(round(f * dh))))
                 for f in cfg.rank_fractions[1]})
-  r3s = sorted({min(four, int(r)) for r in cfg.r3_values})
+  r3s = sorted({min(t, int(r)) for r in cfg.r3_values})
   return list(itertools.product(r1s, r2s, r3s))
 
 
@@ -438,7 +485,7 @@ def solve_budget(tensor: jax.Array, cfg: LeSTDConfig, *, sparse: bool = True,
   must fit. Data-free: only the weights are used.
 
   Args:
-    tensor: `W_total [d_model, d_head, 4, h]` of one layer.
+    tensor: `W_total [d_model, d_head, T, g]` of one layer.
     cfg: the options (target ratio, grid, index accounting, HOOI).
     sparse: LeSTD (True) or the dense-core Tucker baseline (False).
     cache: optional dict reused across calls on the same tensor (HOOI per
@@ -503,16 +550,19 @@ def solve_budget(tensor: jax.Array, cfg: LeSTDConfig, *, sparse: bool = True,
 
 
 class TuckerAttention(attn_lib.Attention):
-  """Multi-head attention computed from Tucker factors (spec P.4).
+  """Attention computed from Tucker factors (spec P.4), MHA or GQA.
 
   Params: `u1_dr [d_model, R1]`, `u2_hs [d_head, R2]` and
-  `m_ntrs [h, 4, R1, R2]` with M_{i,t} = Σ_{r3} G[:, :, r3, i] U⁽³⁾[t, r3]
-  (the sparse core folded with U⁽³⁾, stored dense-masked). Per token:
-  Y = x U⁽¹⁾ (shared by all heads and by Q, K, V), Q_i = Y M_{i,1} U⁽²⁾ᵀ
-  (K, V alike), and out = (Σ_i (O_i U⁽²⁾) M_{i,4}ᵀ) U⁽¹⁾ᵀ. Biases, RoPE
-  (applied after the projection, [inferred]), masks and the KV cache
-  (`[B, S, h, d_head]`) are those of `jaxlab.nn.attention.Attention`,
-  whose `__call__` and `attend` (kernel choice, splash, structured masks,
+  `m_gtrs [g, T, R1, R2]` with M_{k,t} = Σ_{r3} G[:, :, r3, k] U⁽³⁾[t, r3]
+  (the sparse core folded with U⁽³⁾, stored dense-masked), for g groups
+  and T = 2r+2 slots (`stack_attention`'s order: r query heads, K, V, r
+  output heads; MHA: g = h, T = 4). Per token: Y = x U⁽¹⁾ (shared by all
+  heads and by Q, K, V), Q_{kr+j} = Y M_{k,j} U⁽²⁾ᵀ, K_k = Y M_{k,r} U⁽²⁾ᵀ,
+  V_k = Y M_{k,r+1} U⁽²⁾ᵀ, and out = (Σ_i (O_i U⁽²⁾) M_{k(i),r+2+j(i)}ᵀ)
+  U⁽¹⁾ᵀ. Biases, RoPE (applied after the projection, [inferred]), masks
+  and the KV cache (`[B, S, g, d_head]`: g KV heads, as in the dense
+  layer) are those of `jaxlab.nn.attention.Attention`, whose `__call__`
+  and `attend` (kernel choice, the GQA repeat, splash, structured masks,
   the cached decode path) this module inherits, overriding only
   `project_qkv` and `project_out`; so it replaces `Block.attn` in a
   `Decoder`.
@@ -524,11 +574,13 @@ class TuckerAttention(attn_lib.Attention):
                attention_impl: str | None = None, nnz: int | None = None):
     core = jnp.asarray(core, jnp.float32)
     u1, u2, u3 = (jnp.asarray(f, jnp.float32) for f in factors[:3])
-    h = core.shape[3]
+    g = core.shape[3]
+    r = group_size((u1.shape[0], u2.shape[0], u3.shape[0], g))
     if len(factors) > 3:
       # the head-mode factor (identity in LeSTD) folds into the core
       core = linalg.mode_dot(core, jnp.asarray(factors[3], jnp.float32), 3)
-    self.num_heads = self.num_kv_heads = h
+    self.group = r
+    self.num_heads, self.num_kv_heads = g * r, g
     self.head_dim = u2.shape[0]
     self.dtype = dtype
     self.use_rope = use_rope
@@ -541,20 +593,24 @@ class TuckerAttention(attn_lib.Attention):
         int(nnz))
     self.u1_dr = nnx.Param(u1)
     self.u2_hs = nnx.Param(u2)
-    self.m_ntrs = nnx.Param(jnp.einsum("abci,tc->itab", core, u3))
+    self.m_gtrs = nnx.Param(jnp.einsum("abcg,tc->gtab", core, u3))
     biases = biases or {}
     self.q_bias_nh = (nnx.Param(biases["q"]) if "q" in biases else None)
     self.k_bias_kh = (nnx.Param(biases["k"]) if "k" in biases else None)
     self.v_bias_kh = (nnx.Param(biases["v"]) if "v" in biases else None)
 
   def project_qkv(self, x_btd: jax.Array, cos_btd, sin_btd):
-    """q, k, v `[B, T, h, d_head]` from the factors, RoPE on q and k."""
-    dt = self.dtype
+    """q `[B, T, h, d_head]`, k, v `[B, T, g, d_head]` from the factors,
+    RoPE on q and k."""
+    dt, r = self.dtype, self.group
     y_btr = x_btd.astype(dt) @ self.u1_dr[...].astype(dt)
-    m = self.m_ntrs[...].astype(dt)
-    z_btnjs = jnp.einsum("btr,njrs->btnjs", y_btr, m[:, :3])
-    qkv = jnp.einsum("btnjs,hs->jbtnh", z_btnjs, self.u2_hs[...].astype(dt))
-    q, k, v = qkv[0], qkv[1], qkv[2]
+    m = self.m_gtrs[...].astype(dt)
+    u2 = self.u2_hs[...].astype(dt)
+    z_btgjs = jnp.einsum("btr,gjrs->btgjs", y_btr, m[:, :r + 2])
+    qkv = jnp.einsum("btgjs,hs->btgjh", z_btgjs, u2)
+    b, t, g = qkv.shape[:3]
+    q = qkv[:, :, :, :r].reshape(b, t, g * r, -1)
+    k, v = qkv[:, :, :, r], qkv[:, :, :, r + 1]
     if self.q_bias_nh is not None:
       q = q + self.q_bias_nh[...].astype(dt)
       k = k + self.k_bias_kh[...].astype(dt)
@@ -565,25 +621,29 @@ class TuckerAttention(attn_lib.Attention):
     return q, k, v
 
   def project_out(self, out_btnh: jax.Array) -> jax.Array:
-    """(Σ_i (O_i U⁽²⁾) M_{i,4}ᵀ) U⁽¹⁾ᵀ: `[B, T, h, d_head]` -> `[B, T, D]`."""
-    dt = self.dtype
+    """(Σ_i (O_i U⁽²⁾) M_{k(i),r+2+j(i)}ᵀ) U⁽¹⁾ᵀ: `[B, T, h, d_head]` ->
+    `[B, T, D]`."""
+    dt, r = self.dtype, self.group
+    b, t, n, h = out_btnh.shape
     p = jnp.einsum("btnh,hs->btns", out_btnh.astype(dt),
-                   self.u2_hs[...].astype(dt))
-    c = jnp.einsum("btns,nrs->btr", p, self.m_ntrs[...].astype(dt)[:, 3])
+                   self.u2_hs[...].astype(dt)).reshape(b, t, n // r, r, -1)
+    c = jnp.einsum("btgjs,gjrs->btr", p,
+                   self.m_gtrs[...].astype(dt)[:, r + 2:])
     return c @ self.u1_dr[...].astype(dt).T
 
   def dense_weights(self) -> dict[str, jax.Array]:
-    """The dense `{q_dnh, k_dnh, v_dnh, o_nhd}` these factors represent."""
-    u1, u2, m = self.u1_dr[...], self.u2_hs[...], self.m_ntrs[...]
-    w = jnp.einsum("dr,ntrs,hs->dnht", u1, m, u2)  # [D, N, H, 4]
-    return {"q_dnh": w[..., 0], "k_dnh": w[..., 1], "v_dnh": w[..., 2],
-            "o_nhd": jnp.transpose(w[..., 3], (1, 2, 0))}
+    """The dense `{q_dnh, k_dnh, v_dnh, o_nhd}` these factors represent
+    (`k_dnh`, `v_dnh` with the g KV heads)."""
+    u1, u2, m = self.u1_dr[...], self.u2_hs[...], self.m_gtrs[...]
+    w = jnp.einsum("dr,gtrs,hs->dhtg", u1, m, u2)  # W_total [D, H, T, G]
+    return unstack_attention(w)
 
   def to_dense(self) -> attn_lib.Attention:
     """A plain `Attention` with the rebuilt weights (the test reference)."""
     w = self.dense_weights()
     d, n, h = w["q_dnh"].shape
-    out = attn_lib.Attention(d, n, n, h, rngs=nnx.Rngs(0),
+    g = w["k_dnh"].shape[1]
+    out = attn_lib.Attention(d, n, g, h, rngs=nnx.Rngs(0),
                              qkv_bias=self.q_bias_nh is not None,
                              dtype=self.dtype, use_rope=self.use_rope,
                              attention_impl=self.attention_impl)
@@ -626,7 +686,7 @@ def compress_layer(attn: attn_lib.Attention, cfg: LeSTDConfig, *,
                    sparse: bool = True, hooi_cache: dict | None = None
                    ) -> tuple[TuckerAttention, dict]:
   """One layer: tensorise, solve the budget, HOOI, Algorithm 1, factors."""
-  w = stack_attention(attn)
+  w = stack_attention(attn, cfg.gqa)
   plan, (core, factors) = solve_budget(w, cfg, sparse=sparse,
                                        cache=hooi_cache)
   if sparse and plan.nnz < core.size:
@@ -680,11 +740,13 @@ def svd_compress_decoder(model: nnx.Module, target_ratio: float
                          ) -> tuple[nnx.Module, list[dict]]:
   """Per-matrix truncated SVD baseline (data-free) at `target_ratio`.
 
-  Each of W_Q, W_K, W_V `[d_model, h·d_head]` and W_O `[h·d_head, d_model]`
-  is replaced by its best rank-r approximation, with r the largest rank
-  whose factors (r·(d_model + h·d_head) values per matrix) fit the ratio.
-  The copy holds the rebuilt dense weights (same function as the factored
-  form).
+  Each of W_Q `[d_model, h·d_head]`, W_K, W_V `[d_model, g·d_head]` (g KV
+  heads; g = h for MHA) and W_O `[h·d_head, d_model]` is replaced by its
+  best rank-r approximation, with r the largest rank whose factors
+  (r·(d_model + width) values per matrix) fit the ratio, so the original
+  is (2h + 2g)·d_model·d_head as in `param_count`. The copy holds the
+  rebuilt dense weights (same function as the factored form) and keeps
+  its g KV heads.
 
   Raises:
     ValueError: the ratio is below one rank's cost.
@@ -699,7 +761,7 @@ def svd_compress_decoder(model: nnx.Module, target_ratio: float
           "k_dnh": attn.k_dkh[...].reshape(d, nh),
           "v_dnh": attn.v_dkh[...].reshape(d, nh),
           "o_nhd": attn.o_nhd[...].reshape(n * h, d)}
-    stored, original, new = 0, 0, {}
+    stored, original, new, ranks = 0, 0, {}, {}
     for name, mat in ws.items():
       width = mat.shape[1] if name != "o_nhd" else mat.shape[0]
       r = svd_rank_for_ratio(d, width, target_ratio)
@@ -709,6 +771,7 @@ def svd_compress_decoder(model: nnx.Module, target_ratio: float
             f"per-matrix SVD: one rank of a {mat.shape} matrix needs ratio "
             f"{(d + width) / (d * width):.4f}")
       r = min(r, min(mat.shape))
+      ranks[name[0]] = r
       u, s, vh = linalg.truncated_svd(mat, r)
       new[name] = (u * s[..., None, :]) @ vh
       stored += r * (d + width)
@@ -719,7 +782,8 @@ def svd_compress_decoder(model: nnx.Module, target_ratio: float
     attn.o_nhd[...] = new["o_nhd"].reshape(n, h, d)
     infos.append({"layer": i, "ratio": stored / original,
                   "value_ratio": stored / original,
-                  "rank": svd_rank_for_ratio(d, n * h, target_ratio)})
+                  "rank": svd_rank_for_ratio(d, n * h, target_ratio),
+                  "ranks": ranks})
   return out, infos
 
 

@@ -263,7 +263,8 @@ def evaluate_retrieval(model, examples: Sequence[RetrievalExample], *,
 
 def chunked_perplexity(model, tokens, *, chunk_len: int,
                        stride: int | None = None, batch_size: int = 4,
-                       score_from: int = 0) -> dict[str, float]:
+                       score_from: int = 0, per_window: bool = False
+                       ) -> dict[str, Any]:
   """Perplexity of long token streams evaluated in windows of `chunk_len`.
 
   Args:
@@ -278,8 +279,13 @@ def chunked_perplexity(model, tokens, *, chunk_len: int,
       (e.g. the original training length, to score only extrapolated
       positions).
 
+    per_window: also return each window's summed NLL and scored-token
+      count (windows in order: row by row, by start), e.g. to pair two
+      models' perplexities window by window.
+
   Returns:
-    {"perplexity", "nll" (mean per token), "tokens" (number scored)}.
+    {"perplexity", "nll" (mean per token), "tokens" (number scored)}, and
+    with `per_window` "window_nll" and "window_tokens" (lists).
   """
   toks = np.asarray(tokens)
   if toks.ndim == 1:
@@ -304,7 +310,7 @@ def chunked_perplexity(model, tokens, *, chunk_len: int,
       masks.append(mask)
   windows = np.stack(windows)
   masks = np.stack(masks)
-  nll, count = 0.0, 0
+  nll, count, win_nll = 0.0, 0, []
   for s in range(0, len(windows), batch_size):
     # Pad the last batch (mask False) so every call has one shape.
     ids = _pad_rows(windows[s:s + batch_size], batch_size)
@@ -312,10 +318,17 @@ def chunked_perplexity(model, tokens, *, chunk_len: int,
     logp = jax.nn.log_softmax(model_logits(model, ids)[:, :-1], -1)
     tok_nll = -jnp.take_along_axis(logp, jnp.asarray(ids[:, 1:, None]),
                                    -1)[..., 0]
-    nll += float(jnp.sum(jnp.where(m, tok_nll, 0.0)))
+    rows_nll = np.asarray(jnp.sum(jnp.where(m, tok_nll, 0.0), -1),
+                          np.float64)
+    win_nll += rows_nll[:len(windows) - s].tolist()
+    nll += float(rows_nll.sum())
     count += int(m.sum())
   mean = nll / max(count, 1)
-  return {"perplexity": math.exp(mean), "nll": mean, "tokens": count}
+  out = {"perplexity": math.exp(mean), "nll": mean, "tokens": count}
+  if per_window:
+    out.update(window_nll=win_nll,
+               window_tokens=[int(c) for c in masks.sum(-1)])
+  return out
 
 
 # -- train short / test long ---------------------------------------------------

@@ -31,7 +31,16 @@ disjoint-window protocol of SVD-LLM / TensorLLM's WikiText-2 evaluation
 `compress.export_ratio` is exported as a HF checkpoint (`jaxlab.io.hf.save`,
 its Tucker factors rebuilt into dense projections) under
 `workdir/export`, reloaded through `pretrained.load`, and its logits are
-checked against the compressed model's.
+checked against the compressed model's. A grouped-query checkpoint
+(SmolLM2, Llama-3) is tensorised per KV group (`lestd.gqa="group"`, the
+[inferred] extension of `jaxlab.compression.lestd.stack_attention`).
+
+`ppl.max_windows` (0: all) keeps the first windows of the text, and
+`ppl.groups` > 1 splits the scored windows into that many disjoint,
+contiguous window sets: each set's perplexity is one "seed" of the tables
+(seed k = window set k), so the paired comparisons LeSTD − SVD and
+LeSTD − dense Tucker are paired by text chunk, each method scoring the same
+tokens. The pooled perplexity over all windows is the `pooled` table.
 """
 
 import os
@@ -185,17 +194,44 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
   tok = pretrained.tokenizer(config.init_from)
   ids, n_rows = wikitext_tokens(config, tok)
   seq, stride = _window(config, len(ids))
+  n_text = len(ids)
+  max_windows = int(config.ppl.get("max_windows", 0))
+  if max_windows > 0:
+    ids = ids[:(max_windows - 1) * stride + seq]
+  n_groups = max(1, int(config.ppl.get("groups", 1)))
+  n_windows = (len(ids) - seq) // stride + 1
+  if n_groups > n_windows:
+    raise ValueError(f"ppl.groups={n_groups} is more than the {n_windows} "
+                     "windows of the text (lower ppl.groups, or raise "
+                     "ppl.max_windows / data.max_rows)")
+  group_of = np.arange(n_windows) * n_groups // n_windows
   batch = int(config.ppl.batch_size)
+  what = config.ppl.get("text_name", "") or "WikiText-2 test"
 
-  def ppl_of(m) -> float:
-    return long_context.chunked_perplexity(
-        m, ids, chunk_len=seq, stride=stride, batch_size=batch)["perplexity"]
+  def ppl_of(m) -> tuple[float, list[float]]:
+    """(pooled perplexity, per-window-set perplexities)."""
+    out = long_context.chunked_perplexity(
+        m, ids, chunk_len=seq, stride=stride, batch_size=batch,
+        per_window=True)
+    nll = np.asarray(out["window_nll"])
+    cnt = np.asarray(out["window_tokens"])
+    per = [float(np.exp(nll[group_of == k].sum() / cnt[group_of == k].sum()))
+           for k in range(n_groups)]
+    return out["perplexity"], per
 
+  sets = (f"; seeds = {n_groups} disjoint sets of consecutive windows"
+          if n_groups > 1 else "")
   ppl = results_lib.Table(
-      "perplexity", f"WikiText-2 test perplexity ({len(ids)} tokens, window "
-      f"{seq}, stride {stride}) of {config.init_from} at each target MHA "
-      "compression ratio (stored words / original, indices counted)",
+      "perplexity", f"{what} perplexity ({len(ids)} tokens, window "
+      f"{seq}, stride {stride}{sets}) of {config.init_from} at each target "
+      "attention compression ratio (stored words / original, indices "
+      "counted)",
       row_label="method",
+      columns=[results_lib.Column(_key(r), f"ratio {r:g}", decimals=2)
+               for r in ratios])
+  pooled = results_lib.Table(
+      "pooled", f"{what} perplexity pooled over all {n_windows} windows "
+      f"({seq} tokens, stride {stride})", row_label="method",
       columns=[results_lib.Column(_key(r), f"ratio {r:g}", decimals=2)
                for r in ratios])
   achieved = results_lib.Table(
@@ -203,24 +239,36 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
       row_label="method",
       columns=[results_lib.Column(_key(r), f"target {r:g}", decimals=3)
                for r in ratios])
-  dense_ppl = ppl_of(model)
+  t0 = time.time()
+  dense_ppl, dense_per = ppl_of(model)
+  eval_s = time.time() - t0
   for r in ratios:
-    ppl.add("dense", _key(r), 0, dense_ppl)
-  rec = {"ppl_dense": dense_ppl, "ppl": {}}
+    pooled.add("dense", _key(r), None, dense_ppl)
+    for k, v in enumerate(dense_per):
+      ppl.add("dense", _key(r), k, v)
+  rec = {"ppl_dense": dense_ppl, "ppl": {}, "ppl_sets": {"dense": dense_per},
+         "seconds": {"dense_eval": eval_s}}
   plans, export = {}, None
   caches = [{} for _ in model.layers]
   er = float(config.compress.export_ratio)
   for m in methods:
     rec["ppl"][m] = {}
     for r in ratios:
+      t0 = time.time()
       cm, infos = compress(model, m, r, config, caches)
-      v = ppl_of(cm)
+      t1 = time.time()
+      v, per = ppl_of(cm)
+      rec["seconds"][f"{m}@{r:g}"] = {"compress": t1 - t0,
+                                      "eval": time.time() - t1}
       rec["ppl"][m][_key(r)] = v
-      ppl.add(METHODS[m], _key(r), 0, v)
-      achieved.add(METHODS[m], _key(r), 0,
+      rec["ppl_sets"][f"{m}@{r:g}"] = per
+      pooled.add(METHODS[m], _key(r), None, v)
+      for k, pv in enumerate(per):
+        ppl.add(METHODS[m], _key(r), k, pv)
+      achieved.add(METHODS[m], _key(r), None,
                    float(np.mean([i["ratio"] for i in infos])))
       if m == "lestd":
-        achieved.add("LeSTD (values only)", _key(r), 0,
+        achieved.add("LeSTD (values only)", _key(r), None,
                      float(np.mean([i["value_ratio"] for i in infos])))
       plans[f"{m}@{r:g}"] = infos
       if m == "lestd" and abs(r - er) < 1e-9:
@@ -229,12 +277,25 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
             ids[None, :seq], tok) | {"method": m, "ratio": r}
   rows_read = {config.data.get("eval_split", "") or config.data.split:
                n_rows}
+  comparisons = []
+  if n_groups >= 2:
+    for r in ratios:
+      for b in ("svd", "tucker"):
+        if "lestd" in methods and b in methods:
+          comparisons.append(results_lib.Comparison(
+              "perplexity", _key(r), METHODS["lestd"], METHODS[b]))
+  extra = {"per_seed": [rec], "plans": plans, "export": export,
+           "eval": {"tokens": int(len(ids)), "text_tokens": int(n_text),
+                    "window": seq, "stride": stride, "rows": n_rows,
+                    "windows": int(n_windows), "groups": n_groups}}
+  try:  # the machine's load while the run shared it (timings are noisy)
+    extra["load_average"] = list(os.getloadavg())
+  except OSError:
+    pass
   return results_lib.write(
-      workdir, "lestd", tables=[ppl, achieved],
-      extra={"per_seed": [rec], "plans": plans, "export": export,
-             "eval": {"tokens": int(len(ids)), "window": seq,
-                      "stride": stride, "rows": n_rows}},
-      config=config, start_time=t_start,
+      workdir, config.get("results_name", "") or "lestd",
+      tables=[ppl, pooled, achieved], comparisons=comparisons,
+      extra=extra, config=config, start_time=t_start,
       data=results_lib.data_provenance(config, rows=rows_read))
 
 

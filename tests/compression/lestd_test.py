@@ -196,12 +196,14 @@ class TuckerAttentionTest(absltest.TestCase):
     back = lestd.unstack_attention(w)
     np.testing.assert_array_equal(back["o_nhd"], attn.o_nhd[...])
 
-  def test_gqa_is_an_error(self):
+  def test_gqa_error_mode_rejects_gqa(self):
     # abstract (no weights computed): the check reads the head counts only
     gqa = nnx.eval_shape(lambda: attn_lib.Attention(32, 4, 2, 8,
                                                     rngs=nnx.Rngs(0)))
     with self.assertRaisesRegex(ValueError, r"num_kv_heads=2 < num_heads=4"):
-      lestd.stack_attention(gqa)
+      lestd.stack_attention(gqa, "error")
+    with self.assertRaisesRegex(ValueError, r"lestd.gqa='heads'"):
+      lestd.LeSTDConfig(gqa="heads")
 
   def test_svd_budget_that_cannot_be_met_is_an_error(self):
     with self.assertRaisesRegex(ValueError, "cannot be met by per-matrix SVD"):
@@ -270,6 +272,196 @@ class TuckerAttentionTest(absltest.TestCase):
     s = np.linalg.svd(q, compute_uv=False)
     np.testing.assert_allclose(np.sum((q - got) ** 2), np.sum(s[16:] ** 2),
                                rtol=1e-4)
+
+
+def _stack_mha_before_gqa(attn):
+  """`stack_attention` as it was before the GQA extension (MHA only): the
+  spec P.1 layout [Q, K, V, Oᵀ] per head, the reference of the r = 1
+  case."""
+  o_t = jnp.transpose(attn.o_nhd[...], (2, 0, 1))
+  w = jnp.stack([attn.q_dnh[...], attn.k_dkh[...], attn.v_dkh[...], o_t],
+                axis=-1)
+  return jnp.transpose(w, (0, 2, 3, 1)).astype(jnp.float32)
+
+
+def _qkv_before_gqa(u1, u2, m_ntrs, x):
+  """TuckerAttention's q, k, v (before RoPE) as computed before the GQA
+  extension (MHA, `m_ntrs [h, 4, R1, R2]`)."""
+  y = x @ u1
+  z = jnp.einsum("btr,njrs->btnjs", y, m_ntrs[:, :3])
+  qkv = jnp.einsum("btnjs,hs->jbtnh", z, u2)
+  return qkv[0], qkv[1], qkv[2]
+
+
+class GqaTest(absltest.TestCase):
+  """The [inferred] GQA extension ("group" mode): per KV group, mode 3
+  stacks the group's r query heads, K, V and its r output heads."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # h = 4 query heads, g = 2 KV groups (r = 2), d_head 8, d_model 32
+    cls.model = _tiny_decoder(num_kv_heads=2, layers=2)
+    cls.attn = cls.model.layers[0].attn
+
+  def test_stack_layout_per_group(self):
+    w = np.asarray(lestd.stack_attention(self.attn))
+    chex.assert_shape(w, (32, 8, 6, 2))  # [d_model, d_head, 2r+2, g]
+    q, k = self.attn.q_dnh[...], self.attn.k_dkh[...]
+    v, o = self.attn.v_dkh[...], self.attn.o_nhd[...]
+    for grp in range(2):
+      for j in range(2):  # query head 2·grp + j reads KV head grp
+        np.testing.assert_array_equal(w[:, :, j, grp], q[:, 2 * grp + j])
+        np.testing.assert_array_equal(w[:, :, 4 + j, grp],
+                                      o[2 * grp + j].T)
+      np.testing.assert_array_equal(w[:, :, 2, grp], k[:, grp])
+      np.testing.assert_array_equal(w[:, :, 3, grp], v[:, grp])
+    back = lestd.unstack_attention(w)
+    for name, ref in (("q_dnh", q), ("k_dnh", k), ("v_dnh", v),
+                      ("o_nhd", o)):
+      np.testing.assert_array_equal(back[name], ref)
+
+  def test_r1_is_the_mha_result_exactly(self):
+    # (i) MHA (r = 1): the tensor is bit-for-bit the spec's [Q, K, V, Oᵀ]
+    # stack, so HOOI, the plan and the sparse core are those of before; the
+    # compressed-domain q/k/v equal the pre-GQA einsums.
+    mha = _tiny_decoder()
+    attn = mha.layers[0].attn
+    w = lestd.stack_attention(attn)
+    np.testing.assert_array_equal(w, _stack_mha_before_gqa(attn))
+    cfg = lestd.LeSTDConfig(target_ratio=0.3, ranks=(16, 6, 3))
+    mod, info = lestd.compress_layer(attn, cfg)
+    plan, (core, factors) = lestd.solve_budget(_stack_mha_before_gqa(attn),
+                                               cfg)
+    self.assertEqual((info["ranks"], info["nnz"]), (plan.ranks, plan.nnz))
+    sparse, _ = lestd.sparsify_core(_stack_mha_before_gqa(attn), factors,
+                                    plan.nnz)
+    m_ntrs = jnp.einsum("abci,tc->itab", sparse, factors[2])
+    np.testing.assert_array_equal(mod.m_gtrs[...], m_ntrs)
+    self.assertEqual((mod.num_heads, mod.num_kv_heads, mod.group), (4, 4, 1))
+    x = jnp.asarray(np.random.default_rng(7).normal(size=(2, 5, 32)),
+                    jnp.float32)
+    mod.use_rope = False
+    got = mod.project_qkv(x, None, None)
+    want = _qkv_before_gqa(factors[0], factors[1], m_ntrs, x)
+    for a, b, name in zip(got, want, "qkv"):
+      # biases are added after the projection
+      bias = getattr(mod, f"{name}_bias_{'nh' if name == 'q' else 'kh'}")
+      np.testing.assert_allclose(a - bias[...], b, atol=1e-6, rtol=1e-6)
+
+  def test_compressed_domain_qkvo_equal_dense_rebuild(self):
+    # (ii) Q/K/V/O computed from the factors = the dense projections of the
+    # weights the factors represent. float32 with contractions of at most
+    # d_model + R1 + R2 = 54 terms of size ~1: |error| <~ 54·eps·|x|·|w|,
+    # so 1e-5 relative to the output's scale.
+    cfg = lestd.LeSTDConfig(target_ratio=0.35, ranks=(16, 6, 4))
+    mod, info = lestd.compress_layer(self.attn, cfg)
+    self.assertEqual((mod.num_heads, mod.num_kv_heads, mod.group), (4, 2, 2))
+    self.assertLess(info["nnz"], 16 * 6 * 4 * 2)  # sparsified
+    self.assertLessEqual(info["ratio"], 0.35)
+    dense = mod.to_dense()
+    rng = np.random.default_rng(8)
+    x = jnp.asarray(rng.normal(size=(2, 5, 32)), jnp.float32)
+    pos = jnp.broadcast_to(jnp.arange(5), (2, 5))
+    cos, sin = rope.cos_sin(pos, *self.model.cfg.rope_tables())
+    for a, b in zip(mod.project_qkv(x, cos, sin),
+                    dense.project_qkv(x, cos, sin)):
+      self.assertEqual(a.shape, b.shape)
+      np.testing.assert_allclose(a, b, atol=1e-5 * float(jnp.max(abs(b))))
+    self.assertEqual(mod.project_qkv(x, cos, sin)[1].shape, (2, 5, 2, 8))
+    o = jnp.asarray(rng.normal(size=(2, 5, 4, 8)), jnp.float32)
+    want = dense.project_out(o)
+    np.testing.assert_allclose(mod.project_out(o), want,
+                               atol=1e-5 * float(jnp.max(abs(want))))
+    # the rebuilt weights are the Tucker reconstruction of W_total
+    w = lestd.stack_attention(self.attn)
+    sparse, _ = lestd.sparsify_core(
+        w, lestd.solve_budget(w, cfg)[1][1], info["nnz"])
+    rebuilt = lestd.tucker_to_tensor(sparse, lestd.solve_budget(w, cfg)[1][1])
+    np.testing.assert_allclose(lestd.stack_attention(dense), rebuilt,
+                               atol=1e-5)
+    # with a GQA KV cache ([B, S, g, d_head]) and explicit probabilities
+    cache = (jnp.zeros((2, 8, 2, 8)), jnp.zeros((2, 8, 2, 8)))
+    mask = attn_lib.make_attention_mask(pos, jnp.concatenate(
+        [pos, -jnp.ones((2, 3), jnp.int32)], 1))
+    kw = dict(cos_btd=cos, sin_btd=sin, mask=mask, layer_cache=cache,
+              cache_index=jnp.array(0), output_attentions=True)
+    out_t, kv_t, p_t = mod(x, **kw)
+    out_d, kv_d, p_d = dense(x, **kw)
+    np.testing.assert_allclose(out_t, out_d, atol=1e-5)
+    np.testing.assert_allclose(kv_t[1], kv_d[1], atol=1e-5)
+    np.testing.assert_allclose(p_t, p_d, atol=1e-5)
+
+  def test_full_ranks_no_pruning_gives_the_dense_decoder(self):
+    # (iii) at full ranks the Tucker factors are orthogonal bases of each
+    # mode and the core is W in those bases: the decoder computes the same
+    # logits as the dense one (float32 rounding only).
+    out = nnx.clone(self.model)
+    for blk in out.layers:
+      w = lestd.stack_attention(blk.attn)
+      core, factors = lestd.hooi(w, w.shape, iters=2, skip_modes=(3,))
+      blk.attn = lestd.TuckerAttention(
+          core, factors, biases=lestd._attn_biases(blk.attn))  # pylint: disable=protected-access
+      self.assertEqual(blk.attn.nnz, int(np.prod(w.shape)))
+    ids = jnp.asarray(np.random.default_rng(9).integers(0, 48, (2, 7)))
+    want = self.model(ids)
+    np.testing.assert_allclose(out(ids), want,
+                               atol=1e-4 * float(jnp.max(abs(want))))
+
+  def test_ratio_accounting_by_hand(self):
+    # (iv) W_total of h = 4, g = 2 (r = 2), d_model 8, d_head 4:
+    # shape (8, 4, 2r+2 = 6, 2); original (2h + 2g)·d·d_head = 12·32 = 384
+    # = the four projections' sizes (q 128 + k 64 + v 64 + o 128).
+    attn = attn_lib.Attention(8, 4, 2, 4, rngs=nnx.Rngs(0))
+    shape = lestd.stack_attention(attn).shape
+    self.assertEqual(shape, (8, 4, 6, 2))
+    sizes = sum(p[...].size for p in (attn.q_dnh, attn.k_dkh, attn.v_dkh,
+                                      attn.o_nhd))
+    self.assertEqual(sizes, 384)
+    # ranks (4, 2, 3): factors 8·4 + 4·2 + 6·3 = 58; core 4·2·3·2 = 48
+    c = lestd.param_count(shape, (4, 2, 3), 5, index_format="coo")
+    self.assertEqual((c["values"], c["indices"], c["total"], c["original"],
+                      c["core_size"]), (63.0, 5.0, 68.0, 384.0, 48.0))
+    # a bitmap of 48 one-bit entries is 1.5 32-bit words (cheaper than COO)
+    self.assertEqual(lestd.compression_ratio(shape, (4, 2, 3), 5), 64.5 / 384)
+    self.assertEqual(lestd.compression_ratio(shape, (4, 2, 3), 5,
+                                             index_format="none"), 63 / 384)
+    # dense core, no index: 58 + 48 = 106
+    self.assertEqual(lestd.compression_ratio(shape, (4, 2, 3), 48), 106 / 384)
+    self.assertEqual(lestd.max_nnz(shape, (4, 2, 3), 64.5 / 384), 5)
+    # R3 candidates are cut to the 2r+2 = 6 slots
+    cfg = lestd.LeSTDConfig(rank_fractions=((0.5,), (0.5,)),
+                            r3_values=(4, 6, 9))
+    self.assertEqual(lestd.rank_grid(shape, cfg), [(4, 2, 4), (4, 2, 6)])
+
+  def test_svd_baseline_keeps_gqa_shapes(self):
+    svd_model, infos = lestd.svd_compress_decoder(self.model, 0.5)
+    # W_Q, W_O: 32x32 -> r·64 <= 512, r = 8; W_K, W_V: 32x16 -> r·48 <= 256,
+    # r = 5; stored 2·8·64 + 2·5·48 = 1504 of (2·4 + 2·2)·32·8 = 3072
+    self.assertEqual(infos[0]["ranks"], {"q": 8, "k": 5, "v": 5, "o": 8})
+    self.assertAlmostEqual(infos[0]["ratio"], 1504 / 3072)
+    a = svd_model.layers[0].attn
+    self.assertEqual(a.k_dkh[...].shape, (32, 2, 8))
+    k = np.asarray(self.attn.k_dkh[...]).reshape(32, 16)
+    got = np.asarray(a.k_dkh[...]).reshape(32, 16)
+    s = np.linalg.svd(k, compute_uv=False)
+    np.testing.assert_allclose(np.sum((k - got) ** 2), np.sum(s[5:] ** 2),
+                               rtol=1e-4)
+
+  def test_gqa_decoder_compresses_and_generates(self):
+    cfg = lestd.LeSTDConfig(target_ratio=0.4,
+                            rank_fractions=((0.5, 1.0), (0.75, 1.0)),
+                            r3_values=(4, 6))
+    comp, infos = lestd.compress_decoder(self.model, cfg)
+    for info in infos:
+      self.assertLessEqual(info["ratio"], 0.4)
+    ref = lestd.dense_decoder(comp, self.model)
+    self.assertEqual(ref.layers[0].attn.k_dkh[...].shape, (32, 2, 8))
+    ids = jnp.asarray([[1, 2, 3, 4, 5, 6, 7]])
+    np.testing.assert_allclose(comp(ids), ref(ids), atol=1e-4)
+    got = sampler.generate(comp, [[1, 2, 3, 4]], max_new_tokens=3)
+    want = sampler.generate(ref, [[1, 2, 3, 4]], max_new_tokens=3)
+    self.assertEqual(list(got.tokens[0]), list(want.tokens[0]))
 
 
 if __name__ == "__main__":
