@@ -6,9 +6,8 @@ lowered and compiled for `PAPER_TOPOLOGY` (v5e:2x2, FSDP over its 4
 chips) with `jaxlab.train.aot`, cut to 1 of its 12 identical blocks and
 a batch of 8; the preset's parameter count is ViT-B's (86.6M:
 transformers' `DeiTForImageClassification` of the released config), the
-compiled state
-is 3 fp32 copies (param, Adam mu and nu) sharded 4 ways, and it fits the
-chip. Skipped without libtpu (the `tpu` extra).
+compiled state is 3 fp32 copies (param, Adam mu and nu) sharded 4 ways,
+and it fits the chip. Skipped without libtpu (the `tpu` extra).
 """
 
 import unittest
