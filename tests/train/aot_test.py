@@ -20,7 +20,6 @@ import math
 import os
 import re
 import tempfile
-import time
 import unittest
 
 from jaxlab.train import aot
@@ -186,9 +185,7 @@ class TpuCompileTest(absltest.TestCase):
 
   def test_argument_bytes_are_state_plus_batch_plus_key(self):
     config = _config()
-    t = time.perf_counter()
     rep = aot.compile_train_step(config, self.devices)
-    seconds = time.perf_counter() - t
     ts = rep["_train_state"]
     # Independently: each leaf's shard shape from its NamedSharding.
     state_bytes, n_scalars = 0, 0
@@ -228,7 +225,6 @@ class TpuCompileTest(absltest.TestCase):
         rep["flops_per_chip"] * 4,
         ts.spec.flops_per_token(128) * 8 * 128)
     self.assertGreater(rep["roofline"]["step_lower_bound_s"], 0)
-    self.assertLess(seconds, 300)
 
   def test_out_of_memory_is_one_message(self):
     config = _config(batch_size=256, seq_len=4096)
@@ -315,9 +311,7 @@ class TpuCompileTest(absltest.TestCase):
     config.model.prefix.image_size = (224, 224)  # 16 x 16 patches
     config.train.update(batch_size=8, seq_len=128)
     config.optim.grad_accum = 1
-    t = time.perf_counter()
     rep = aot.compile_train_step(config, self.devices)
-    seconds = time.perf_counter() - t
     m = 4 * dv                                 # merged unit width
     lm_sharded = 2 * v * d + layers * (2 * d * h * hd + 2 * d * k * hd
                                        + 3 * d * f)
@@ -373,7 +367,6 @@ class TpuCompileTest(absltest.TestCase):
                  + 64 * (m * m + m * d)) + 4 * dv * (256 ** 2 + 4 * 64 ** 2)
     self.assertAlmostEqual(rep["flops_per_token"],
                            (lm + 3 * tower) / 128, delta=1.0)
-    self.assertLess(seconds, 60)
 
   def test_multislice_mesh_puts_data_across_slices(self):
     devices = aot.topology_devices("v5e:2x2", num_slices=2)
