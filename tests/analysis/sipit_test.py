@@ -203,9 +203,12 @@ SMOL = "smollm2-135m-instruct"
 @absltest.skipIf(pretrained.skip_reason(SMOL), pretrained.skip_reason(SMOL))
 class SmolLM2InversionTest(absltest.TestCase):
   """SipIt with its defaults on a real checkpoint's states (issue 31): a
-  12-token sentence from the middle layer (15 of 30) of SmolLM2-135M, the
-  chat-start token `<|im_start|>` given as the known prefix (spec Q: a BOS
-  is known), so the search starts after the attention sink."""
+  5-token sentence ("The quick brown fox jumps") from the middle layer (15
+  of 30) of SmolLM2-135M, the chat-start token `<|im_start|>` given as the
+  known prefix (spec Q: a BOS is known), so the search starts after the
+  attention sink. (Each proposal costs a gradient step and a verification
+  on 15 layers: these 5 tokens take ~110 proposals, the 12 tokens the test
+  used before ~920; issue 46: a shorter sentence, same must-show.)"""
 
   LAYER = 15
 
@@ -220,7 +223,7 @@ class SmolLM2InversionTest(absltest.TestCase):
     assert len(bos) == 1, bos
     cls.ids = np.array(bos + tok.encode(
         "The quick brown fox jumps over the lazy dog near the river bank."
-    )[:12], np.int32)
+    )[:5], np.int32)
 
   def test_truncation_keeps_the_states(self):
     self.assertEqual(self.model.cfg.num_layers, self.LAYER)

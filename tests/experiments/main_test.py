@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from unittest import mock
 
@@ -50,6 +51,71 @@ def launch(workdir, *extra, wait=True):
     return proc
   out, err = proc.communicate(timeout=600)
   return proc.returncode, out, err
+
+
+# One interpreter for many launcher runs: it imports jaxlab.main (and the
+# modules its main() imports on every run) once, then forks a child per argv
+# (before any JAX computation, so no backend threads are forked); each child
+# runs the `python -m jaxlab.main` entry with that argv, its stdout / stderr
+# in files and its exit status as the process's, what a user's separate
+# launch would give, without the imports per case. No loss module beyond
+# the trainer's is loaded before the fork (the unknown-loss case lists those
+# the launcher imports itself).
+_FORK_DRIVER = textwrap.dedent("""\
+    import json, os, sys, traceback
+    from jaxlab import main
+    from jaxlab.parallel import distributed
+    from jaxlab.train import trainer
+    assert "jaxlab.objectives.unlearning" not in sys.modules
+    outdir, runs = sys.argv[1], json.loads(sys.argv[2])
+    codes = []
+    for i, argv in enumerate(runs):
+      sys.stdout.flush(); sys.stderr.flush()
+      pid = os.fork()
+      if pid == 0:
+        for fd, ext in ((1, "out"), (2, "err")):
+          f = os.open(f"{outdir}/{i}.{ext}", os.O_WRONLY | os.O_CREAT, 0o644)
+          os.dup2(f, fd)
+          os.close(f)
+        sys.argv = [main.__file__, *argv]
+        code = 0
+        try:
+          main._entry()
+        except SystemExit as e:  # as the interpreter maps it at exit
+          if e.code is None:
+            code = 0
+          elif isinstance(e.code, int):
+            code = e.code
+          else:
+            print(e.code, file=sys.stderr)
+            code = 1
+        except BaseException:  # an uncaught error: traceback, status 1
+          traceback.print_exc()
+          code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+      codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    print(json.dumps(codes))
+    """)
+
+
+def launch_many(runs):
+  """[(returncode, stdout, stderr)] of `python -m jaxlab.main *argv` for each
+  argv in `runs` (RUN_FLAGS not added), in one interpreter (_FORK_DRIVER)."""
+  outdir = tempfile.mkdtemp()
+  try:
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORK_DRIVER, outdir, json.dumps(runs)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = []
+    for i, code in enumerate(codes):
+      with open(f"{outdir}/{i}.out") as f, open(f"{outdir}/{i}.err") as g:
+        got.append((code, f.read(), g.read()))
+    return got
+  finally:
+    shutil.rmtree(outdir, ignore_errors=True)
 
 
 def assert_provenance(test, res, experiment, config):
@@ -203,75 +269,80 @@ class MainTest(absltest.TestCase):
     self.assertIn("0 of 1 cells moved", text)
 
   def test_bad_inputs_give_one_clear_error(self):
+    """Each bad input: a non-zero exit and one clear message on stderr, no
+    traceback. The cases run through the launcher's entry in forked
+    children of one interpreter (launch_many); one of them also as its own
+    `python -m jaxlab.main` process (the CLI's exit status and line)."""
     tmp = self._tmp()
-    cases = [
-        (["--config.train.stepz=3"], "stepz"),
-        (["--config.train.steps=abc"], "train.steps"),
-    ]
-    for extra, needle in cases:
-      rc, _, err = launch(f"{tmp}/w", *extra)
-      self.assertNotEqual(rc, 0)
-      self.assertIn(needle, err)
-      self.assertNotIn("Traceback", err)
-
-    # An unknown loss name: one line listing every registered loss, including
-    # those of modules no experiment imported (objectives.unlearning).
-    rc, _, err = launch(f"{tmp}/l", "--config.loss.name=nope")
-    self.assertNotEqual(rc, 0)
-    self.assertIn("config.loss.name='nope' is not a registered loss; valid: ",
-                  err)
-    self.assertIn("unlearn_pmc", err)
-    self.assertNotIn("Traceback", err)
-    self.assertLen(err.strip().splitlines(), 1)
-
-    # A batch of no examples: one line naming the field (exit 2).
-    for extra, msg in [
-        ("--config.train.batch_size=0",
-         "error: train.batch_size=0 must be at least 1 (examples per "
-         "optimizer step)"),
-        ("--config.optim.grad_accum=0",
-         "error: optim.grad_accum=0 must be at least 1")]:
-      rc, _, err = launch(f"{tmp}/b", extra)
-      self.assertEqual(rc, 2, err)
-      self.assertEqual(err.strip(), msg)
-
-    # An unknown preset of the config file: one line naming the valid ones.
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxlab.main",
-         "--config=jaxlab/configs/lm_tiny.py:tinny", f"--workdir={tmp}/p"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertEqual(
-        proc.stderr.strip(),
-        "error: flag --config=jaxlab/configs/lm_tiny.py:tinny: unknown preset "
-        "'tinny' (in config arg 'tinny'); valid presets: tiny; valid "
-        "key=value args: none")
-
     locked = os.path.join(tmp, "ro")
     os.makedirs(locked)
     os.chmod(locked, 0o500)
     self.addCleanup(os.chmod, locked, 0o700)
     if os.access(locked, os.W_OK):  # running as root: permissions ignored
       locked = "/proc/jaxlab_no_such_dir"
-    rc, _, err = launch(f"{locked}/run")
-    self.assertNotEqual(rc, 0)
-    self.assertIn("is not writable", err)
-    self.assertNotIn("Traceback", err)
     a_file = os.path.join(tmp, "a_file")
     with open(a_file, "w") as f:
       f.write("x")
-    rc, _, err = launch(a_file)
-    self.assertNotEqual(rc, 0)
-    self.assertIn("is a file, not a directory", err)
-
     bad = os.path.join(tmp, "bad.jsonl")
     with open(bad, "w") as f:
       f.write('{"text": "fine"}\n{"text": "fine too"}\n{"text": oops}\n')
-    rc, _, err = launch(f"{tmp}/j", "--config.data.source=jsonl",
-                        f"--config.data.path={bad}")
-    self.assertNotEqual(rc, 0)
-    self.assertIn(f"{bad}:3: invalid JSON", err)
-    self.assertNotIn("Traceback", err)
+
+    flags = lambda wd, *extra: [*RUN_FLAGS, f"--workdir={wd}", *extra]  # pylint: disable=g-long-lambda
+    batch_zero = ("--config.train.batch_size=0",
+                  "error: train.batch_size=0 must be at least 1 (examples "
+                  "per optimizer step)")
+    runs = {
+        "stepz": flags(f"{tmp}/w", "--config.train.stepz=3"),
+        "steps": flags(f"{tmp}/w", "--config.train.steps=abc"),
+        "loss": flags(f"{tmp}/l", "--config.loss.name=nope"),
+        "batch": flags(f"{tmp}/b", batch_zero[0]),
+        "accum": flags(f"{tmp}/b", "--config.optim.grad_accum=0"),
+        "preset": ["--config=jaxlab/configs/lm_tiny.py:tinny",
+                   f"--workdir={tmp}/p"],
+        "locked": flags(f"{locked}/run"),
+        "file": flags(a_file),
+        "jsonl": flags(f"{tmp}/j", "--config.data.source=jsonl",
+                       f"--config.data.path={bad}"),
+    }
+    got = dict(zip(runs, launch_many(list(runs.values()))))
+    for name, (rc, _, err) in got.items():
+      with self.subTest(name):
+        self.assertNotEqual(rc, 0, err)
+        self.assertNotIn("Traceback", err)
+
+    for name, needle in (("stepz", "stepz"), ("steps", "train.steps")):
+      self.assertIn(needle, got[name][2])
+
+    # An unknown loss name: one line listing every registered loss, including
+    # those of modules no experiment imported (objectives.unlearning).
+    err = got["loss"][2]
+    self.assertIn("config.loss.name='nope' is not a registered loss; valid: ",
+                  err)
+    self.assertIn("unlearn_pmc", err)
+    self.assertLen(err.strip().splitlines(), 1)
+
+    # A batch of no examples: one line naming the field (exit 2).
+    for name, msg in [
+        ("batch", batch_zero[1]),
+        ("accum", "error: optim.grad_accum=0 must be at least 1")]:
+      rc, _, err = got[name]
+      self.assertEqual(rc, 2, err)
+      self.assertEqual(err.strip(), msg)
+    # The same through its own interpreter: the CLI's status and one line.
+    rc, _, err = launch(f"{tmp}/b", batch_zero[0])
+    self.assertEqual(rc, 2, err)
+    self.assertEqual(err.strip(), batch_zero[1])
+
+    # An unknown preset of the config file: one line naming the valid ones.
+    self.assertEqual(
+        got["preset"][2].strip(),
+        "error: flag --config=jaxlab/configs/lm_tiny.py:tinny: unknown preset "
+        "'tinny' (in config arg 'tinny'); valid presets: tiny; valid "
+        "key=value args: none")
+
+    self.assertIn("is not writable", got["locked"][2])
+    self.assertIn("is a file, not a directory", got["file"][2])
+    self.assertIn(f"{bad}:3: invalid JSON", got["jsonl"][2])
 
   def test_loss_found_without_importing_its_module(self):
     # A fresh interpreter: the launcher imports the module registering
