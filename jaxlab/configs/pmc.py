@@ -13,10 +13,11 @@ min on 2 shared CPU cores) is the first docs table; `small` is in between;
 `tiny` is the colab's version; `tiny,smoke` the colab test's (seconds of
 plumbing: PMC alone, a few steps, short generations; not a result).
 Unlearning lr/steps are [inferred] for a tiny model (the spec's lr 1e-5 is
-for a 1.3B model); every method gets the same lr, steps, warm-up and lam. Spec defaults kept in the default
-preset: warm-up of one epoch over the forget set (`unlearn.warmup_epochs`),
-200-token generations (`unlearn.max_new_tokens`, `ref_max_new_tokens`,
-`eval.max_new_tokens`); smaller presets shrink them.
+for a 1.3B model); every method gets the same lr, steps, warm-up and lam.
+Spec defaults kept in the default preset: warm-up of one epoch over the
+forget set (`unlearn.warmup_epochs`), 200-token generations
+(`unlearn.max_new_tokens`, `ref_max_new_tokens`, `eval.max_new_tokens`);
+smaller presets shrink them.
 
 `paper`: Llama-3.2-3B-Instruct from `init_from`
 (`meta-llama/Llama-3.2-3B-Instruct`) on TOFU as released
