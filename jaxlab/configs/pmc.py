@@ -10,12 +10,14 @@ The default preset is the full miniature (3 seeds, 7 methods, 40 people);
 `spec` is the spec's size (200 people, 10 % forgotten, 3 seeds; table id
 `unlearning_spec`); `table` (10 people, 2 forgotten, shorter training; ~15
 min on 2 shared CPU cores) is the first docs table; `small` is in between;
-`tiny` is the test/colab version. Unlearning lr/steps are [inferred]
-for a tiny model (the spec's lr 1e-5 is for a 1.3B model); every method gets
-the same lr, steps, warm-up and lam. Spec defaults kept in the default
-preset: warm-up of one epoch over the forget set (`unlearn.warmup_epochs`),
-200-token generations (`unlearn.max_new_tokens`, `ref_max_new_tokens`,
-`eval.max_new_tokens`); smaller presets shrink them.
+`tiny` is the colab's version; `tiny,smoke` the colab test's (seconds of
+plumbing: PMC alone, a few steps, short generations; not a result).
+Unlearning lr/steps are [inferred] for a tiny model (the spec's lr 1e-5 is
+for a 1.3B model); every method gets the same lr, steps, warm-up and lam.
+Spec defaults kept in the default preset: warm-up of one epoch over the
+forget set (`unlearn.warmup_epochs`), 200-token generations
+(`unlearn.max_new_tokens`, `ref_max_new_tokens`, `eval.max_new_tokens`);
+smaller presets shrink them.
 
 `paper`: Llama-3.2-3B-Instruct from `init_from`
 (`meta-llama/Llama-3.2-3B-Instruct`) on TOFU as released
@@ -50,7 +52,7 @@ PAPER = dict(shape="llama3_2_3b", topology="v5e:2x4", seq_len=512,
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           small=False, table=False,
-                          spec=False, fit=False, short=False)
+                          spec=False, fit=False, short=False, smoke=False)
   tiny, small, table, spec = args.tiny, args.small, args.table, args.spec
   fit = args.fit
   c = common.base_config()
@@ -148,6 +150,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                      ref_max_new_tokens=48, batch_size=4)
     c.eval.update(max_new_tokens=48, leak_samples=2, retain_limit=8)
     c.probes.update(max_len=64)
+  if args.smoke:  # seconds-long plumbing check (colab test); not a result
+    c.seeds = (0,)
+    c.methods = "pmc"
+    c.lottery.update(rounds=10, seeds=(0,))
+    c.pretrain.update(steps=10, batch_size=8, warmup_steps=2)
+    c.unlearn.update(steps=1, num_samples=2, max_new_tokens=8,
+                     ref_max_new_tokens=8, batch_size=4)
+    c.eval.update(max_new_tokens=8, leak_samples=1, retain_limit=4)
   if args.paper:
     scale.preset(c, PAPER)
     scale.paper_run(c, init_from="meta-llama/Llama-3.2-3B-Instruct",
