@@ -152,8 +152,11 @@ def pytest_sessionfinish(session, exitstatus):
     return
   scratch = os.environ[_SCRATCH_ENV]
   # pytest's own tmp_path directories live under pytest-of-<user>.
+  # jaxlab-pretrained-fixtures: the shipped GGUF converted once per run on
+  # purpose (jaxlab.testing.pretrained_fixtures), not a leak.
   left = sorted(n for n in os.listdir(scratch)
-                if not n.startswith("pytest-of-") and n != _LOCKS)
+                if not n.startswith("pytest-of-")
+                and n not in (_LOCKS, "jaxlab-pretrained-fixtures"))
   if left:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

@@ -17,6 +17,7 @@ from jaxlab.analysis import frequency_entropy as fe
 from jaxlab.io import pretrained
 from jaxlab.models import decoder as decoder_lib
 from jaxlab.nn import rope
+from jaxlab.testing import pretrained_fixtures
 
 
 def _model(nope_layers=(1,), qkv_bias=False):
@@ -385,7 +386,8 @@ class SmolLM2Test(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.model, cls.cfg = pretrained.load(NAME, cache=True)
+    # pretrained.load(NAME), converted once per test session.
+    cls.model, cls.cfg = pretrained_fixtures.load(NAME)
     cls.ids = np.asarray([SMOL_IDS])
     cls.qk = fe.capture_qk(cls.model, cls.ids)
 

@@ -45,6 +45,7 @@ from jaxlab.decoding import sampler
 from jaxlab.io import gguf as gguf_io
 from jaxlab.io import hf
 from jaxlab.testing import hf_fixtures as hfx
+from jaxlab.testing import pretrained_fixtures
 
 try:
   import gguf  # pylint: disable=g-import-not-at-top
@@ -446,20 +447,23 @@ class SmolLM2Test(absltest.TestCase):
     # transformers' 4 x 16-token greedy loop ~10x slower.
     cls.torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # gguf_io.load(SMOLLM2), converted once per test session (shared with
+    # the other modules that load the shipped file).
     start = time.perf_counter()
-    cls.model, cls.cfg = gguf_io.load(SMOLLM2)
+    cls.model, cls.cfg = pretrained_fixtures.load()
     cls.load_s = time.perf_counter() - start
     folder, name = os.path.split(SMOLLM2)
     cls.ref = transformers.AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=name, dtype=torch.float32,
         attn_implementation="eager").eval()
-    cls.ref_tok = transformers.AutoTokenizer.from_pretrained(folder,
-                                                             gguf_file=name)
+    # AutoTokenizer.from_pretrained(folder, gguf_file=name), once a process.
+    cls.ref_tok = pretrained_fixtures.hf_gguf_tokenizer()
     cls.tok = gguf_io.tokenizer(SMOLLM2, os.path.join(cls.root, "tok"))
     cls.prompts = [cls.ref_tok.apply_chat_template(
         [{"role": "user", "content": p}], tokenize=True, return_dict=False,
         add_generation_prompt=True) for p in PROMPTS]
-    print(f"\n[gguf] SmolLM2 Q4_1 load: {cls.load_s:.1f} s", file=sys.stderr)
+    print(f"\n[gguf] SmolLM2 Q4_1 load (or the session's copy): "
+          f"{cls.load_s:.1f} s", file=sys.stderr)
 
   @classmethod
   def tearDownClass(cls):

@@ -29,6 +29,7 @@ from jaxlab.experiments import results as results_lib
 from jaxlab.io import gguf as gguf_io
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures as hfx
+from jaxlab.testing import pretrained_fixtures
 
 
 def _gguf_test_module():
@@ -219,7 +220,8 @@ class ShippedTest(absltest.TestCase):
     path = pretrained.path(SMOL)
     self.assertEqual(pretrained.kind(SMOL), "gguf")
     a, _ = pretrained.load(SMOL, cache=True)
-    b, _ = gguf_io.load(path)
+    b, _ = pretrained_fixtures.load(SMOL)  # gguf_io.load(path), per session
+    self.assertTrue(path.endswith(".gguf") and os.path.isfile(path))
     ids = jnp.asarray([[1, 9690, 198, 2683, 359]])
     np.testing.assert_allclose(np.asarray(a(ids)), np.asarray(b(ids)),
                                atol=1e-4, rtol=0)
@@ -246,8 +248,8 @@ class ShippedTest(absltest.TestCase):
                           text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     ours = json.loads(proc.stdout.strip().splitlines()[-1])
-    ref_tok = transformers.AutoTokenizer.from_pretrained(
-        os.path.dirname(path), gguf_file=os.path.basename(path))
+    # AutoTokenizer.from_pretrained(dir, gguf_file=file), once a process.
+    ref_tok = pretrained_fixtures.hf_gguf_tokenizer(SMOL)
     ref = [ref_tok(s)["input_ids"] for s in texts]
     ref.append(list(ref_tok.apply_chat_template(
         chat, add_generation_prompt=True, tokenize=True, return_dict=False)))

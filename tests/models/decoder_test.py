@@ -14,6 +14,7 @@ from flax import nnx
 from jaxlab.decoding import sampler
 from jaxlab.io import pretrained
 from jaxlab.models import decoder as decoder_lib
+from jaxlab.testing import pretrained_fixtures
 
 RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"),
          ("mlp", "tensor"), ("heads", "tensor"), ("kv_heads", "tensor"),
@@ -313,7 +314,8 @@ class RealModelBf16Test(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.model, _ = pretrained.load(SMOLLM2, dtype="bfloat16", cache=True)
+    # pretrained.load(SMOLLM2, dtype="bfloat16"), converted once per session.
+    cls.model, _ = pretrained_fixtures.load(SMOLLM2, dtype="bfloat16")
     tok = pretrained.tokenizer(SMOLLM2)
     cls.prompts = [
         list(tok.apply_chat_template([{"role": "user", "content": q}],

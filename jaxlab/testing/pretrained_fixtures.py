@@ -1,0 +1,133 @@
+"""The shipped SmolLM2 GGUF, converted once per test session.
+
+`jaxlab.io.gguf.load` of the shipped SmolLM2-135M-Instruct Q4_1 file takes
+~5 s on the 2-core CI machine (~2.3 s parsing the metadata with its 49152
+token vocabulary, the rest dequantising), and `pretrained.load(...,
+cache=True)` is no faster (it parses the metadata again and reads a 0.5 GB
+npz into a zero-filled model). Several test modules load the same file
+(tests/io/gguf_test.py, tests/io/pretrained_test.py,
+tests/models/decoder_test.py, tests/analysis/frequency_entropy_test.py).
+`load(name, dtype)` converts it once per session:
+
+* the arrays and the config are written once to the run's scratch
+  directory `$JAXLAB_TEST_SCRATCH` (one .npy per leaf) under an `fcntl`
+  lock, so the other xdist worker and every later module read that
+  conversion (~1 s) instead of converting again. Nothing stays in memory
+  between modules (0.5 GB per dtype per worker would, for the rest of the
+  run); each call returns its own model.
+* without `$JAXLAB_TEST_SCRATCH` (a test module run by hand) the
+  conversion is kept in the process (`functools.cache`) and each call
+  merges a fresh model over the same immutable jax arrays.
+
+What is cached is exactly what `gguf.load(path, dtype=dtype)` returned, so
+the tests check the same weights they checked before.
+"""
+
+import fcntl
+import functools
+import os
+import pickle
+from typing import Any
+
+_SCRATCH_ENV = "JAXLAB_TEST_SCRATCH"
+
+
+def _state_dir(name: str, dtype: str) -> str | None:
+  root = os.environ.get(_SCRATCH_ENV)
+  if not root:
+    return None
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  src = pretrained.path(name)
+  st = os.stat(src)
+  return os.path.join(root, "jaxlab-pretrained-fixtures",
+                      f"{os.path.basename(src)}.{st.st_size}."
+                      f"{int(st.st_mtime)}.{dtype}")
+
+
+def _write(out: str, cfg: Any, leaves: list[Any]) -> None:
+  """One .npy per leaf, as unsigned ints of its width (numpy cannot save
+  bfloat16 as itself), and the config with the leaves' dtypes."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  tmp = f"{out}.tmp{os.getpid()}"
+  os.makedirs(tmp)
+  dtypes = []
+  for i, leaf in enumerate(leaves):
+    a = np.asarray(leaf)
+    dtypes.append(a.dtype.name)
+    np.save(os.path.join(tmp, f"{i}.npy"), a.view(f"u{a.itemsize}"))
+  with open(os.path.join(tmp, "cfg.pkl"), "wb") as fh:
+    pickle.dump((cfg, dtypes), fh)
+  os.replace(tmp, out)  # complete or absent
+
+
+def _read(out: str) -> tuple[Any, list[Any]]:
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(out, "cfg.pkl"), "rb") as fh:
+    cfg, dtypes = pickle.load(fh)
+  return cfg, [np.load(os.path.join(out, f"{i}.npy"), mmap_mode="r").view(
+      jnp.dtype(d)) for i, d in enumerate(dtypes)]
+
+
+def _convert(name: str, dtype: str):
+  """(cfg, graphdef, state) of `gguf.load(path(name), dtype=dtype)`."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import gguf  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  model, cfg = gguf.load(pretrained.path(name), dtype=dtype)
+  graphdef, state = nnx.split(model)
+  return cfg, graphdef, state
+
+
+_convert_here = functools.cache(_convert)
+
+
+def _converted(name: str, dtype: str):
+  """`_convert`'s value, from the scratch directory when it has it."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import decoder as decoder_lib  # pylint: disable=g-import-not-at-top
+  out = _state_dir(name, dtype)
+  if out is None:
+    return _convert_here(name, dtype)
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with open(f"{out}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one converts, the other waits
+    if not os.path.isdir(out):
+      cfg, graphdef, state = _convert(name, dtype)
+      _write(out, cfg, jax.tree.leaves(state))
+      return cfg, graphdef, state
+  cfg, leaves = _read(out)
+  graphdef, abstract = nnx.split(nnx.eval_shape(
+      lambda: decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0))))
+  treedef = jax.tree.structure(abstract)
+  if treedef.num_leaves != len(leaves):
+    raise ValueError(f"{out}: {len(leaves)} arrays, the model of its config "
+                     f"has {treedef.num_leaves}")
+  arrays = []
+  for want, got in zip(jax.tree.leaves(abstract), leaves):
+    if (tuple(want.shape), want.dtype) != (got.shape, got.dtype):
+      raise ValueError(f"{out}: an array {got.shape} {got.dtype} where the "
+                       f"model has {want.shape} {want.dtype}")
+    arrays.append(jax.numpy.asarray(got))
+  return cfg, graphdef, jax.tree.unflatten(treedef, arrays)
+
+
+def load(name: str = "smollm2-135m-instruct", dtype: str = "float32"):
+  """(model, cfg) as `gguf.load(pretrained.path(name), dtype=dtype)` gives
+  them, converted once per session (see the module docstring); each call
+  returns a new model object over the same arrays."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  cfg, graphdef, state = _converted(name, dtype)
+  return nnx.merge(graphdef, state, copy=True), cfg
+
+
+@functools.cache
+def hf_gguf_tokenizer(name: str = "smollm2-135m-instruct"):
+  """transformers' `AutoTokenizer.from_pretrained(dir, gguf_file=...)` of
+  the shipped GGUF (~3 s: it parses the file's metadata), once per
+  process. The reference the tokenizer tests compare with; read only."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  folder, file = os.path.split(pretrained.path(name))
+  return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file)
