@@ -8,7 +8,8 @@ xdist worker, which inherits the environment set here):
   the xdist workers and by the processes tests start (notebook kernels,
   multi-process launches): the colabs and the experiment tests compile many
   of the same programs. `JAX_COMPILATION_CACHE_DIR=` (empty) turns it off.
-* One scratch directory for the whole run (`TMPDIR`, `tempfile.tempdir`),
+* One scratch directory for the whole run (`TMPDIR`, `tempfile.tempdir`,
+  `JAXLAB_CACHE`),
   removed when the run ends: the system temp directory is left as it was
   found, whatever a test, a notebook or a subprocess forgot to delete. What
   was left there is listed at the end of the run, so a leak is seen.
@@ -67,6 +68,12 @@ if _SCRATCH_ENV not in os.environ:  # pytest's main process
 else:  # an xdist worker, or a pytest run started by a test
   _OWNS_SCRATCH = False
 os.environ["TMPDIR"] = os.environ[_SCRATCH_ENV]
+# jaxlab's own cache (`jaxlab.io.pretrained`: dequantised GGUF weights, 0.5 GB
+# for SmolLM2, and tokenizers) in the scratch dir too, not the user's
+# ~/.cache/jaxlab: its keys hold the file's mtime, so every fresh clone's
+# run would add another copy there.
+os.environ["JAXLAB_CACHE"] = os.path.join(os.environ[_SCRATCH_ENV],
+                                          "jaxlab-cache")
 tempfile.tempdir = os.environ[_SCRATCH_ENV]
 
 
@@ -156,7 +163,8 @@ def pytest_sessionfinish(session, exitstatus):
   # purpose (jaxlab.testing.pretrained_fixtures), not a leak.
   left = sorted(n for n in os.listdir(scratch)
                 if not n.startswith("pytest-of-")
-                and n not in (_LOCKS, "jaxlab-pretrained-fixtures"))
+                and n not in (_LOCKS, "jaxlab-pretrained-fixtures",
+                              "jaxlab-cache"))
   if left:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
