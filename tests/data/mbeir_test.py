@@ -1,17 +1,11 @@
 """M-BEIR's per-task query instructions, picked as UniIR picks them.
 
-The instruction table is written here in the released layout
-(`instructions/query_instructions.tsv` of TIGER-Lab/M-BEIR: header
-`query_modality, cand_modality, dataset_name, dataset_id, prompt_1 ..
-prompt_4`, tab separated; the columns as in the copy at
-KedarnathKC/Modality-Aware-MLLM-Retriever `datasetUtils/
-query_instructions.tsv`, commit c5cd0918), with prompts of our own. The
-reference below is UniIR's code ported (see `_uniir_*`).
+The instruction table is written in the released layout and the reference
+is UniIR's code ported (`jaxlab.testing.mbeir_reference`).
 """
 
 import json
 import os
-import random
 import shutil
 import tempfile
 
@@ -20,63 +14,10 @@ from absl.testing import absltest
 
 from jaxlab.data import mbeir
 from jaxlab.data import retrieval_jsonl
+from jaxlab.testing import mbeir_reference as ref_lib
+from jaxlab.testing.mbeir_reference import TABLE, write_table
 
 
-# -- reference: TIGER-AI-Lab/UniIR, commit 98dc570c2645fec8e1fd42c7d4ac9853f
-# 46051fd: `src/data/preprocessing/utils.py` format_string and
-# `src/data/mbeir_dataset.py` MBEIRDatasetBase._load_query_instructions,
-# _get_random_query_prompt and MBEIRMainDataset.__getitem__ (Mode.EVAL,
-# shuffle_cand=True as in its configs), the global `random` seeded once.
-
-def _uniir_format_string(s):
-  s = (s or "").replace("\r", "").strip().strip('"')
-  if s:
-    s = s[0].upper() + s[1:]
-    s = s + "." if s[-1] not in [".", "?", "!"] else s
-  return s
-
-
-def _uniir_load_query_instructions(path):
-  prompts_dict = {}
-  with open(path, "r") as f:
-    next(f)
-    for line in f.readlines():
-      parts = line.strip().split("\t")
-      key = f"{parts[3]}, {parts[0]}, {parts[1]}"
-      prompts_dict[key] = [p for p in parts[4:] if p]
-  return prompts_dict
-
-
-def uniir_query_txts(entries, cand_pool, instructions, seed):
-  """qid -> (query_prompt, query_txt_with_prompt) for each entry in order."""
-  random.seed(seed)
-  out = {}
-  for e in entries:
-    query_txt = e.get("query_txt") or ""
-    qid = e.get("qid", None)
-    query_dataset_id = qid.split(":")[0] if qid else None
-    pos_cand_list = [d for d in e.get("pos_cand_list", [])
-                     if d.split(":")[0] == query_dataset_id]
-    pos_cand = cand_pool.get(random.choice(pos_cand_list))
-    key = f"{query_dataset_id}, {e['query_modality']}, {pos_cand['modality']}"
-    prompt = _uniir_format_string(random.choice(instructions[key]))
-    out[qid] = (prompt, _uniir_format_string(f"{prompt} {query_txt}"))
-  return out
-
-# -- end of the reference.
-
-
-TABLE = [
-    ("query_modality", "cand_modality", "dataset_name", "dataset_id",
-     "prompt_1", "prompt_2", "prompt_3", "prompt_4"),
-    ("text", "text", "WebQA", "2", "find the passage answering this",
-     "Which snippet answers the question?", '"Quoted prompt"',
-     "  retrieve a wiki paragraph!  "),
-    ("text", "image", "MSCOCO", "9", "show an image for the caption",
-     "Pick the photo.", "", ""),
-    ("image", "text", "MSCOCO", "9", "caption this image", "Describe it",
-     "Which caption fits?", "A caption for the scene"),
-]
 
 
 def _write_jsonl(path, rows):
@@ -84,13 +25,6 @@ def _write_jsonl(path, rows):
   with open(path, "w") as f:
     for r in rows:
       f.write(json.dumps(r) + "\n")
-
-
-def write_table(path, rows=TABLE):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as f:
-    for r in rows:
-      f.write("\t".join(r) + "\n")
 
 
 def write_dataset(root):
@@ -139,18 +73,19 @@ class MbeirInstructionsTest(absltest.TestCase):
   def test_format_string_matches_uniir(self):
     for s in ["find it", "Find it.", "why?", '"q"', " a\r b ", "", None,
               "wow!"]:
-      self.assertEqual(mbeir.format_string(s), _uniir_format_string(s))
+      self.assertEqual(mbeir.format_string(s),
+                       ref_lib.uniir_format_string(s))
 
   def test_table_read_as_uniir(self):
     self.assertEqual(mbeir.read_instructions(self.tsv),
-                     _uniir_load_query_instructions(self.tsv))
+                     ref_lib.uniir_load_query_instructions(self.tsv))
     self.assertEqual(mbeir.read_instructions(self.tsv)["9, text, image"],
                      ["show an image for the caption", "Pick the photo."])
 
   def test_eval_pick_equals_uniir(self):
     for seed in (0, 2023):
-      ref = uniir_query_txts(self.rows, self.pool,
-                             _uniir_load_query_instructions(self.tsv), seed)
+      table = ref_lib.uniir_load_query_instructions(self.tsv)
+      ref = ref_lib.uniir_query_txts(self.rows, self.pool, table, seed)
       groups, n = mbeir.read_split(self.root, "test", instructions="uniir",
                                    seed=seed)
       self.assertEqual(n, len(self.rows))
@@ -172,8 +107,8 @@ class MbeirInstructionsTest(absltest.TestCase):
       self.assertGreater(len({g["instruction"] for g in groups}), 1)
 
   def test_image_rows_pick_by_candidate_modality(self):
-    ref = uniir_query_txts(self.rows, self.pool,
-                           _uniir_load_query_instructions(self.tsv), 7)
+    table = ref_lib.uniir_load_query_instructions(self.tsv)
+    ref = ref_lib.uniir_query_txts(self.rows, self.pool, table, 7)
     im = os.path.join(self.root, "im")
     os.makedirs(im)
     for i in range(3):
