@@ -87,9 +87,9 @@ def read_instructions(path: str) -> dict[str, list[str]]:
   {cand_modality}"` -> the row's non-empty prompts (its columns 3, 0, 1 and
   4 on; the header line skipped), as `_load_query_instructions` reads it."""
   if not os.path.isfile(path):
-    raise ValueError(f"no M-BEIR instruction table at {path} "
-                            f"(expected {INSTRUCTIONS_FILE} under the "
-                            "dataset directory)")
+    raise ValueError(f"no M-BEIR instruction table at {path} (expected "
+                     f"{INSTRUCTIONS_FILE} under the dataset directory, or "
+                     "mbeir.instructions_file)")
   table = {}
   with open(path, encoding="utf-8") as f:
     next(f, None)
