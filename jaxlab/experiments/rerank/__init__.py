@@ -260,7 +260,11 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
   cell trained with LoRA on the `data.split` queries (one positive and
   `task.num_negatives` negatives a group), then nDCG@k per task and their
   average (the paper's table) on the `data.eval_split` queries, each
-  reranking `task.eval_candidates` documents.
+  reranking `task.eval_candidates` documents. Each query's instruction is
+  M-BEIR's per-task one as UniIR picks it (`mbeir.instructions`, see
+  `jaxlab.data.mbeir`; "auto": when `instructions/query_instructions.tsv`
+  is in `data.path`), recorded in results.json (`extra.instructions`, and
+  `extra.eval_instructions` per test query).
 
   A text LM `init_from` reads text queries and text candidates (prompts
   `config.prompt.template` as plain text); a Qwen2.5-VL / Qwen2-VL one
@@ -320,15 +324,23 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
     build = make_vl_model
   max_rows = int(d.max_rows)
   pool = mbeir.read_pool(d.path)
-  train, n_train = mbeir.read_split(d.path, d.split, max_rows=max_rows,
-                                    pool=pool, images=not text)
-  test, n_test = mbeir.read_split(d.path, d.eval_split, max_rows=max_rows,
-                                  pool=pool, images=not text)
+  t = config.task
+  # Per-task query instructions (`mbeir.instructions`: UniIR's table pick
+  # when "uniir", or "auto" and the dataset has the table).
+  m = config.get("mbeir") or {}
+  ins_file = m.get("instructions_file", "")
+  ins_mode = mbeir.instruction_mode(d.path, m.get("instructions", "auto"),
+                                    ins_file)
+  read = dict(max_rows=max_rows, pool=pool, images=not text,
+              instructions=ins_mode, instructions_file=ins_file)
+  train, n_train = mbeir.read_split(d.path, d.split, seed=int(t.data_seed),
+                                    **read)
+  test, n_test = mbeir.read_split(d.path, d.eval_split,
+                                  seed=int(t.eval_seed), **read)
   kind = "text query with a text positive" if text else "query"
   if not train or not test:
     raise ValueError(f"{d.path}: no {kind} in {d.split!r} ({len(train)}) or "
                      f"{d.eval_split!r} ({len(test)})")
-  t = config.task
   triples, labels, tasks = mbeir.eval_lists(test, int(t.eval_candidates),
                                             int(t.eval_seed))
   batch = collate(triples)
@@ -380,6 +392,8 @@ def run_mbeir(config, workdir: str, t0: float) -> dict:
       extra={"table": table, "runs": runs, "cells": cells,
              "tasks": sorted(set(tasks.tolist())),
              "labels": labels.tolist(), "eval_tasks": tasks.tolist(),
+             "instructions": ins_mode,
+             "eval_instructions": [x[0] for x in triples],
              "seeds": list(config.seeds)},
       config=config, start_time=t0,
       data=results_lib.data_provenance(
