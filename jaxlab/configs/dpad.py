@@ -95,7 +95,10 @@ TASKS = {
 # ("-m=instruct" raises "not supported"); dream/eval.py's
 # apply_chat_template defaults to False and run.py does not set it (a
 # plain prompt, `add_bos_token=true`). Without a task: long_seq.sh's
-# gen_len 1024 GSM8K 1-shot, -w=128 -k=3 -sc=2.3.
+# gen_len 1024 GSM8K 1-shot, -w=128 -k=3 -sc=2.3. Not matched: run.py's
+# Dream vanilla orders unmasking by `alg=entropy` (threshold runs by
+# `confidence_threshold`); `jaxlab.decoding.diffusion.generate` ranks by
+# the top-1 probability (LLaDA's low-confidence remasking) for both.
 DREAM_INIT_FROM = "Dream-org/Dream-v0-Base-7B"
 DREAM_DPAD = {
     "gsm8k": dict(window=256, k=4.0, a=1.6),
