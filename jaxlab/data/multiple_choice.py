@@ -4,9 +4,9 @@ One reader per released schema (rows from `pipeline.read_split`), each
 building the prompt and the choices exactly as EleutherAI's
 lm-evaluation-harness task does (github.com/EleutherAI/lm-evaluation-harness
 at commit 4e7e0d47f33bc71070c1d38394bafbb52b117163), zero- or k-shot
-(below). The harness
-scores each choice as the continuation `target_delimiter + choice` (" " +
-choice, `lm_eval/config/task.py` `target_delimiter: str = " "`,
+(below). The harness scores each choice as the continuation
+`target_delimiter + choice` (" " + choice, `lm_eval/config/task.py`
+`target_delimiter: str = " "`,
 `lm_eval/api/task.py` `construct_requests`) after the context `description
 + shots + doc_to_text(doc)` (`fewshot_context`); `jaxlab.evals.
 multiple_choice` scores them.
