@@ -40,6 +40,12 @@ post-processed as its postprocess_code.py does (`eval.code_postprocess`
 "dpad"; "harness" is lm-eval's own). Scored with the harness's metrics
 (`jaxlab.experiments.dpad.run_hf`).
 
+`paper,task=T,model=dream`: the same tasks on Dream-v0-Base-7B with the
+settings of DPad's dream/scripts/main_base.sh (`DREAM_DPAD`; plain prompts,
+no chat template, as its dream/eval.py); `paper,model=dream`: its
+long_seq.sh (gen_len 1024, W 128, k 3, a 2.3). `model=llada` (default)
+is the LLaDA presets above.
+
 `paper`: LLaDA-8B-Instruct from `init_from` (`GSAI-ML/LLaDA-8B-Instruct`;
 any LLaDA / Dream checkpoint) decoding GSM8K as released
 (`data.path=openai/gsm8k`, `data.subset=main`, test split, 1-shot from
@@ -82,6 +88,27 @@ TASKS = {
                  gen_len=512, window=128, k=3.0, a=2.3),
 }
 
+# Dream-7B (`model=dream`): DPad's dream/scripts/main_base.sh (Sitaoooo/
+# DPad at 44c7b5bda97654caaae394a727b1b4121be85ddb; the "+DPad" lines'
+# -w / -k / -sc, the same -s and -l as LLaDA's) for
+# Dream-org/Dream-v0-Base-7B, the only Dream model its dream/run.py runs
+# ("-m=instruct" raises "not supported"); dream/eval.py's
+# apply_chat_template defaults to False and run.py does not set it (a
+# plain prompt, `add_bos_token=true`). Without a task: long_seq.sh's
+# gen_len 1024 GSM8K 1-shot, -w=128 -k=3 -sc=2.3. Not matched: run.py's
+# Dream vanilla orders unmasking by `alg=entropy` (threshold runs by
+# `confidence_threshold`); `jaxlab.decoding.diffusion.generate` ranks by
+# the top-1 probability (LLaDA's low-confidence remasking) for both.
+DREAM_INIT_FROM = "Dream-org/Dream-v0-Base-7B"
+DREAM_DPAD = {
+    "gsm8k": dict(window=256, k=4.0, a=1.6),
+    "minerva_math": dict(window=128, k=4.0, a=1.6),
+    "humaneval": dict(window=128, k=3.0, a=2.3),
+    "mbpp": dict(window=128, k=3.0, a=1.6),
+}
+DREAM_LONG = dict(window=128, k=3.0, a=2.3)
+MODELS = ("llada", "dream")
+
 # Paper scale (spec L): LLaDA-8B-Instruct decoding gen_len 1024 after a
 # GSM8K 1-shot prompt (~256 tokens [inferred]); DPad is training-free, so the
 # program is the bidirectional forward every denoising step runs.
@@ -93,7 +120,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           smoke=False, seeds=0, steps=0,
                           prompts=0, kind="", init_from="", short=False,
-                          task="")
+                          task="", model="")
   c = common.base_config()
   c.experiment = "dpad"
   c.seeds = (0, 1, 2)
@@ -178,9 +205,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.init_from = args.init_from
   if args.prompts:
     c.decode.prompts = c.decode.batch = args.prompts
+  if args.model and args.model not in MODELS:
+    raise ValueError(f"dpad: unknown model={args.model!r}; valid: "
+                     f"{', '.join(MODELS)}")
+  if args.model and not args.paper:
+    raise ValueError("dpad: model= selects a paper preset's checkpoint; "
+                     "use it with `paper`")
+  dream = args.model == "dream"
+  ckpt = DREAM_INIT_FROM if dream else "GSAI-ML/LLaDA-8B-Instruct"
   if args.paper:
     scale.preset(c, PAPER)
-    scale.paper_run(c, init_from="GSAI-ML/LLaDA-8B-Instruct",
+    scale.paper_run(c, init_from=ckpt,
                     path="openai/gsm8k", subset="main", split="train",
                     eval_split="test")
     # Spec L's long setting: gen_len 1024, GSM8K 1-shot, block 32, DPad
@@ -191,21 +226,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                     variants=("vanilla", "+early stop", "+DPad",
                               "+threshold+prefix cache", "+all"))
     c.decode.dpad.update(window=256, k=3.0, a=1.6)
+    if dream:
+      c.decode.dpad.update(**DREAM_LONG)
     c.eval.num_fewshot = 1
     if args.task:
       if args.task not in TASKS:
         raise ValueError(f"dpad: unknown task={args.task!r}; valid: "
                          f"{', '.join(TASKS)}")
       t = TASKS[args.task]
-      scale.paper_run(c, init_from="GSAI-ML/LLaDA-8B-Instruct",
+      scale.paper_run(c, init_from=ckpt,
                       path=t["path"], subset=t["subset"], split=t["split"],
                       eval_split=t["eval_split"])
       c.decode.update(gen_lens=(t["gen_len"],),
                       variants=("vanilla", "+DPad", "+threshold",
                                 "+threshold+DPad"))
-      c.decode.dpad.update(window=t["window"], k=t["k"], a=t["a"])
+      c.decode.dpad.update(**(DREAM_DPAD[args.task] if dream else dict(
+          window=t["window"], k=t["k"], a=t["a"])))
       c.eval.update(task=args.task, num_fewshot=t["num_fewshot"],
-                    chat_template=True,
+                    chat_template=not dream,
                     code_postprocess=("dpad" if args.task == "humaneval"
                                       else "harness"))
   if args.short:

@@ -43,7 +43,8 @@ on HellaSwag (`Rowan/hellaswag` validation), TruthfulQA MC1 / MC2
 (`truthfulqa/truthful_qa` `multiple_choice`) and MMLU (`cais/mmlu` `all`
 test), each choice scored by its log-likelihood as lm-evaluation-harness
 does (`--config.downstream.tasks.NAME.path=DIR` for a local copy, `""`
-to skip one). `short`: the same run with its budget cut
+to skip one; `--config.downstream.num_fewshot=5` for the harness's k-shot
+contexts). `short`: the same run with its budget cut
 (`jaxlab.configs._scale.short`).
 """
 
@@ -51,6 +52,7 @@ import ml_collections
 
 from jaxlab.configs import _scale as scale
 from jaxlab.configs import common
+from jaxlab.data import multiple_choice as mc_data
 
 
 # Paper scale (spec C): FE of q/k and the attenuation's perplexity on
@@ -116,13 +118,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # empty = skipped) in its released layout `format`
   # (`jaxlab.data.multiple_choice.FORMATS`), `subset` / `split` as
   # released; `max_rows` (0 = all) caps the questions of each.
+  # `num_fewshot` shots precede each question as the harness's
+  # `fewshot_context` builds them (`jaxlab.data.multiple_choice.items`):
+  # MMLU the first k `dev` rows of the subject, HellaSwag k `train` rows
+  # drawn by `random.Random(fewshot_seed)` (the harness's 1234); TruthfulQA
+  # stays zero-shot (its yaml's num_fewshot: 0). A task's `fewshot_split`
+  # is read whole when k > 0 (`max_rows` caps only the questions).
   c.downstream = ml_collections.ConfigDict({
       "rule": "a+b",
       "alpha": 0.1,
       "max_rows": 0,
+      "num_fewshot": 0,
+      "fewshot_seed": 1234,
       "tasks": ml_collections.ConfigDict({
-          name: ml_collections.ConfigDict({"format": fmt, "path": "",
-                                           "subset": sub, "split": split})
+          name: ml_collections.ConfigDict({
+              "format": fmt, "path": "", "subset": sub, "split": split,
+              "fewshot_split": mc_data.FEWSHOT_SPLITS[fmt] or ""})
           for name, fmt, sub, split in DOWNSTREAM_TASKS}),
   })
   if args.spec:  # the default model at a budget 2 shared CPU cores can run

@@ -197,7 +197,19 @@ def read_downstream(config) -> tuple[dict[str, list], dict[str, int]]:
     rows = hf_source.load_rows(t.path, subset=t.get("subset", ""),
                                split=t.split, max_rows=int(d.max_rows),
                                cache_dir=cache)
-    items[name] = mc_data.items(rows, t.format, subset=t.get("subset", ""))
+    k, pool = int(d.get("num_fewshot", 0)), None
+    fs_split = t.get("fewshot_split", "")
+    if k and mc_data.FEWSHOT_SPLITS[t.format] is not None:
+      if not fs_split:
+        raise ValueError(f"downstream.num_fewshot={k} but downstream.tasks."
+                         f"{name}.fewshot_split is empty; the harness reads "
+                         f"{mc_data.FEWSHOT_SPLITS[t.format]!r}")
+      pool = hf_source.load_rows(t.path, subset=t.get("subset", ""),
+                                 split=fs_split, cache_dir=cache)
+      rows_read[f"{name}:{fs_split}"] = len(pool)
+    items[name] = mc_data.items(rows, t.format, subset=t.get("subset", ""),
+                                num_fewshot=k, fewshot_rows=pool,
+                                seed=int(d.get("fewshot_seed", 1234)))
     rows_read[f"{name}:{t.split}"] = len(rows)
   return items, rows_read
 
@@ -324,6 +336,8 @@ def run_pretrained(config, workdir: str) -> dict[str, Any]:
                                                  mc_items)
     tables.append(table)
     comparisons += comps
+    out["downstream"]["num_fewshot"] = int(config.downstream.get(
+        "num_fewshot", 0))
     out["downstream"]["paths"] = {n: t.path for n, t in downstream_tasks(
         config).items()}
   data = (None if rows_read is None and not mc_rows else

@@ -11,9 +11,18 @@ _default_template_yaml` + `_generate_configs.py` (description),
 `lm_eval/api/task.py` (`process_results`, multiple_choice). It runs on
 transformers' model of a tiny random checkpoint; jaxlab's scores of the
 same rows (written in each dataset's released layout) must match it.
+
+Few-shot: `ConfigurableTask.fewshot_context` / `build_qa_turn`
+(`lm_eval/api/task.py`), `Message`, `maybe_delimit` (`lm_eval/api/
+utils.py`), `ContextSampler` / `FirstNSampler` (`lm_eval/api/samplers.py`),
+the docs' jinja rendering (`lm_eval/utils.py` `apply_template`, jinja2
+with `keep_trailing_newline=True`) of the yaml fields, and the seed
+(`lm_eval/defaults.py` DEFAULT_OTHER_SEED = 1234, `set_fewshot_seed`),
+same commit.
 """
 
 import os
+import random
 import re
 import shutil
 import tempfile
@@ -113,6 +122,136 @@ def ref_process_results_mc2(lls, labels):
   return np.sum(probs_norm[np.array(labels) == 1])
 
 
+# --- the harness's few-shot context, ported (text rendering, no chat) -----
+
+
+class RefContextSampler:
+  """`lm_eval/api/samplers.py` ContextSampler (set_rnd(1234) applied)."""
+
+  def __init__(self, df, rnd):
+    self.rnd = random.Random(rnd)
+    self.df = df
+
+  def fewshot_docs(self):
+    return list(self.df)
+
+  @staticmethod
+  def rm_eval_doc(doc, _iter, n=None):
+    return ([x for x in _iter if x != doc] if n is None
+            else [x for x in _iter if x != doc][:n])
+
+  def sample(self, n, eval_doc=None):
+    if n == 0:
+      return []
+    return (self.rnd.sample(self.fewshot_docs(), n) if not eval_doc
+            else self.rm_eval_doc(
+                eval_doc, self.rnd.sample(self.fewshot_docs(), n + 1), n))
+
+
+class RefFirstNSampler(RefContextSampler):
+
+  def sample(self, n, eval_doc=None):
+    pool = (self.rm_eval_doc(eval_doc, self.df) if eval_doc is not None
+            else self.df)
+    assert n <= len(pool)
+    return pool[:n]
+
+
+def ref_apply_template(template, doc):
+  import jinja2  # pylint: disable=g-import-not-at-top
+  env = jinja2.Environment(loader=jinja2.BaseLoader,
+                           undefined=jinja2.StrictUndefined,
+                           keep_trailing_newline=True)
+  return env.from_string(template).render(**doc)
+
+
+def ref_maybe_delimit(prefix, suffix, delimiter=" "):
+  if not prefix:
+    return suffix or ""
+  if not suffix:
+    return prefix or ""
+  return (prefix + delimiter + suffix
+          if not (prefix[-1].isspace() or suffix[0].isspace())
+          else prefix + suffix)
+
+
+def ref_build_qa_turn(q, c=None, a=None, tgt_delim=" ", few_delim="\n\n"):
+  """`build_qa_turn` as (content, delimiter) messages (gen_prefix None)."""
+  has_answer = a is not None and a != ""
+  msgs = [(q, tgt_delim if has_answer else "")]
+  if has_answer:
+    answer = c[a] if (c and isinstance(a, int)) else a
+    msgs.append((ref_maybe_delimit(None, answer, " "), few_delim))
+  return msgs
+
+
+class RefTask:
+  """`ConfigurableTask` of one yaml: doc_to_text/choice/target + context."""
+
+  def __init__(self, doc_to_text, doc_to_choice, doc_to_target, sampler,
+               fewshot_docs, features, description="", fewshot_split=None,
+               test_split=None):
+    self.text, self.choice, self.target = (doc_to_text, doc_to_choice,
+                                           doc_to_target)
+    self.features, self.description = features, description
+    self.fewshot_split, self.test_split = fewshot_split, test_split
+    self.sampler = sampler(list(fewshot_docs), 1234)
+
+  def doc_to_text(self, doc):
+    return ref_apply_template(self.text, doc)
+
+  def doc_to_choice(self, doc):
+    if isinstance(self.choice, list):
+      return self.choice
+    return doc[self.choice]  # a feature name in both yamls here
+
+  def doc_to_target(self, doc):
+    if self.target in self.features:
+      return doc[self.target]
+    s = ref_apply_template(self.target, doc)
+    return int(s) if s.isdigit() else s
+
+  def fewshot_context(self, doc, num_fewshot):
+    messages = []
+    description = (ref_apply_template(self.description, doc)
+                   if self.description else "")
+    system = ref_maybe_delimit(None, description, "\n\n")
+    if system:
+      messages.append((system, ""))
+    if num_fewshot > 0:
+      for fs in self.sampler.sample(
+          n=num_fewshot,
+          eval_doc=doc if self.fewshot_split == self.test_split else None):
+        messages += ref_build_qa_turn(self.doc_to_text(fs),
+                                      self.doc_to_choice(fs),
+                                      self.doc_to_target(fs), " ", "\n\n")
+    messages += ref_build_qa_turn(self.doc_to_text(doc),
+                                  self.doc_to_choice(doc), None, " ", "")
+    return "".join(m + d for m, d in messages)
+
+  def requests(self, doc, ctx):  # construct_requests, multiple_choice
+    return [(ctx, " " + c) for c in self.doc_to_choice(doc)]
+
+
+def ref_hellaswag_processed(doc):
+  """`process_docs`' dataset.map: the row plus query, choices, gold."""
+  return {**doc, **ref_hellaswag_doc(doc)}
+
+
+# hellaswag.yaml / mmlu `_default_template_yaml` + mmlu_<subject>.yaml.
+REF_HELLASWAG_YAML = dict(doc_to_text="{{query}}", doc_to_choice="choices",
+                          doc_to_target="{{label}}")
+REF_MMLU_YAML = dict(
+    doc_to_text="{{question.strip()}}\nA. {{choices[0]}}\nB. {{choices[1]}}"
+    "\nC. {{choices[2]}}\nD. {{choices[3]}}\nAnswer:",
+    doc_to_choice=["A", "B", "C", "D"], doc_to_target="answer")
+
+
+def ref_mmlu_yaml_description(subject):
+  return ("The following are multiple choice questions (with answers) about "
+          f"{' '.join(subject.split('_'))}.\n\n")
+
+
 # --- rows in the released layouts ---------------------------------------------
 
 # Rowan/hellaswag (dataset card features: ind, activity_label, ctx_a, ctx_b,
@@ -161,6 +300,126 @@ MMLU = [
      "subject": "abstract_algebra", "choices": ["0", "4", "2", "6"],
      "answer": 2},
 ]
+
+
+# Rowan/hellaswag `train` rows (same features; the label is a string).
+ACTS = ("Washing dishes", "Home and Garden", "Playing guitar",
+        "Personal Care and Style")
+HELLASWAG_TRAIN = [
+    {"ind": 100 + i, "activity_label": ACTS[i % 4],
+     "ctx_a": f"A person stands at step {i} [title] and looks around.",
+     "ctx_b": ["then", "she", "[step] they", "he"][i % 4], "ctx": "",
+     "endings": [f"picks up item {i}.", f"walks away [substeps] {i}.",
+                 f"sits down {i}  times.", f"waves {i}."],
+     "source_id": f"activitynet~v_{i}", "split": "train",
+     "split_type": "indomain", "label": str(i % 4)}
+    for i in range(12)]
+
+
+def _mmlu_row(subject, i, q=None):
+  return {"question": q or f" Question {i} about {subject}? ",
+          "subject": subject,
+          "choices": [f"{subject} {i}{c}" for c in "wxyz"], "answer": i % 4}
+
+
+# cais/mmlu `dev` (5 rows per subject; 6 for anatomy to check the first 5
+# are taken) in the released (subject-sorted) order, then `test` rows.
+MMLU_DEV = ([_mmlu_row("abstract_algebra", i) for i in range(5)]
+            + [_mmlu_row("anatomy", i) for i in range(6)]
+            + [_mmlu_row("college_computer_science", i) for i in range(5)])
+MMLU_TEST = MMLU + [_mmlu_row("college_computer_science", 7,
+                              "Which of these sorts is stable?")]
+
+
+class FewshotTest(absltest.TestCase):
+  """jaxlab's contexts and requests == the ported harness's, k > 0."""
+
+  def _same(self, got, ref_task, docs, k):
+    for item, doc in zip(got, docs):
+      ctx = ref_task.fewshot_context(doc, k)
+      self.assertEqual(item.context, ctx)
+      self.assertEqual([(item.context, c) for c in item.continuations],
+                       ref_task.requests(doc, ctx))
+
+  def test_mmlu_5shot_first_dev_rows_of_the_subject(self):
+    got = mc_data.items(MMLU_TEST, "mmlu", subset="all", num_fewshot=5,
+                        fewshot_rows=MMLU_DEV)
+    for item, doc in zip(got, MMLU_TEST):
+      # One harness task per subject: its own dev split, its description.
+      task = RefTask(**REF_MMLU_YAML, sampler=RefFirstNSampler,
+                     fewshot_docs=[d for d in MMLU_DEV
+                                   if d["subject"] == doc["subject"]],
+                     features=list(doc),
+                     description=ref_mmlu_yaml_description(doc["subject"]),
+                     fewshot_split="dev", test_split="test")
+      self._same([item], task, [doc], 5)
+    # By hand: description, the first shot with its letter, "\n\n".
+    self.assertTrue(got[1].context.startswith(
+        "The following are multiple choice questions (with answers) about "
+        "abstract algebra.\n\nQuestion 0 about abstract_algebra?\nA. "
+        "abstract_algebra 0w\nB. "))
+    self.assertIn("D. anatomy 4z\nAnswer: A\n\nWhat is", got[0].context)
+    self.assertNotIn("anatomy 5w", got[0].context)  # 6th dev row unused
+    self.assertEqual(got[0].context.count("\n\n"), 6)
+
+  def test_hellaswag_kshot_seeded_sampler(self):
+    processed_train = [ref_hellaswag_processed(r) for r in HELLASWAG_TRAIN]
+    features = list(processed_train[0])
+    for k in (1, 3):
+      got = mc_data.items(HELLASWAG, "hellaswag", num_fewshot=k,
+                          fewshot_rows=HELLASWAG_TRAIN)
+      # Fresh generator per task (set_fewshot_seed(1234)), shared by the
+      # eval docs in order; fewshot split None == test_split None, so the
+      # eval doc is passed and k + 1 are drawn.
+      task = RefTask(**REF_HELLASWAG_YAML, sampler=RefContextSampler,
+                     fewshot_docs=processed_train, features=features)
+      self._same(got, task, [ref_hellaswag_processed(r) for r in HELLASWAG],
+                 k)
+      self.assertEqual(got[0].context.count("\n\n"), k)
+    # By hand, k=1: the first draw of Random(1234) over 12 train rows.
+    j = random.Random(1234).sample(range(12), 2)[0]
+    t = HELLASWAG_TRAIN[j]
+    (first,) = mc_data.items(HELLASWAG[:1], "hellaswag", num_fewshot=1,
+                             fewshot_rows=HELLASWAG_TRAIN)
+    shot = ref_hellaswag_doc(t)
+    self.assertEqual(first.context, shot["query"] + " " + shot["choices"][
+        shot["gold"]] + "\n\n" + ref_hellaswag_doc(HELLASWAG[0])["query"])
+    # Evaluating the train rows themselves: a drawn copy of the eval doc is
+    # dropped (rm_eval_doc), as in the harness.
+    evals = HELLASWAG_TRAIN[:8]
+    got = mc_data.items(evals, "hellaswag", num_fewshot=2,
+                        fewshot_rows=HELLASWAG_TRAIN, seed=1234)
+    task = RefTask(**REF_HELLASWAG_YAML, sampler=RefContextSampler,
+                   fewshot_docs=processed_train, features=features)
+    self._same(got, task, [ref_hellaswag_processed(r) for r in evals], 2)
+    for item, row in zip(got, evals):
+      q = ref_hellaswag_doc(row)["query"]
+      self.assertEqual(item.context.count(q), 1, item.context)
+
+  def test_zero_shot_unchanged_and_truthfulqa_ignores_k(self):
+    for fmt, rows, pool in (("mmlu", MMLU, MMLU_DEV),
+                            ("hellaswag", HELLASWAG, HELLASWAG_TRAIN)):
+      self.assertEqual(
+          mc_data.items(rows, fmt, num_fewshot=0, fewshot_rows=pool),
+          mc_data.items(rows, fmt))
+    self.assertEqual(mc_data.items(MMLU, "mmlu")[0].context,
+                     ref_mmlu_context(MMLU[0], "anatomy"))
+    # truthfulqa_mc1.yaml: num_fewshot: 0, which simple_evaluate keeps.
+    self.assertEqual(mc_data.items(TRUTHFULQA, "truthfulqa_mc1",
+                                   num_fewshot=5),
+                     mc_data.items(TRUTHFULQA, "truthfulqa_mc1"))
+
+  def test_errors(self):
+    with self.assertRaisesRegex(ValueError, "few-shot split 'dev'"):
+      mc_data.items(MMLU, "mmlu", num_fewshot=5)
+    with self.assertRaisesRegex(ValueError, "has 0 rows of subject"):
+      mc_data.items(MMLU_TEST, "mmlu", num_fewshot=1,
+                    fewshot_rows=MMLU_DEV[:5])
+    with self.assertRaisesRegex(ValueError, "at least 13"):
+      mc_data.items(HELLASWAG, "hellaswag", num_fewshot=12,
+                    fewshot_rows=HELLASWAG_TRAIN)
+    with self.assertRaisesRegex(ValueError, ">= 0"):
+      mc_data.items(MMLU, "mmlu", num_fewshot=-1)
 
 
 class ReadersTest(absltest.TestCase):
@@ -284,6 +543,12 @@ class LoglikParityTest(absltest.TestCase):
     self._check(mc_data.items(HELLASWAG, "hellaswag")
                 + mc_data.items(TRUTHFULQA, "truthfulqa_mc2")
                 + mc_data.items(MMLU, "mmlu"))
+
+  def test_fewshot_loglik_matches_transformers_and_harness(self):
+    self._check(mc_data.items(MMLU, "mmlu", num_fewshot=2,
+                              fewshot_rows=MMLU_DEV)
+                + mc_data.items(HELLASWAG, "hellaswag", num_fewshot=2,
+                                fewshot_rows=HELLASWAG_TRAIN))
 
   def test_trailing_space_and_truncation(self):
     item = mc_data.MCItem("The cat sat on the ", ("mat", "hat  ok"), 0)

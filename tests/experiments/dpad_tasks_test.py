@@ -143,6 +143,8 @@ class DpadTasksTest(absltest.TestCase):
     cls.eos = hf_tokenizer.HFTokenizer(tok_dir).eos_id
     cls.llada = diffusion_fixtures.make_llada(
         os.path.join(cls.root, "llada"), cls.eos)
+    cls.dream = diffusion_fixtures.make_dream(
+        os.path.join(cls.root, "dream"), cls.eos)
     cls.env = mock.patch.dict(os.environ, {
         "MPLCONFIGDIR": os.path.join(cls.root, "mpl")})
     cls.env.start()
@@ -154,9 +156,9 @@ class DpadTasksTest(absltest.TestCase):
     cls.cleanup()
     super().tearDownClass()
 
-  def _config(self, task, path, **eval_kw):
-    c = dpad_cfg.get_config(f"paper,short,task={task}")
-    c.init_from = self.llada
+  def _config(self, task, path, model="llada", **eval_kw):
+    c = dpad_cfg.get_config(f"paper,short,task={task},model={model}")
+    c.init_from = self.dream if model == "dream" else self.llada
     c.data.path = path
     c.data.cache_dir = os.path.join(self.root, "hf_cache")
     c.decode.update(gen_lens=(32,), block_len=16, batch=3, dtype="float32")
@@ -304,6 +306,31 @@ class DpadTasksTest(absltest.TestCase):
         self.assertAlmostEqual(m[key], want, msg=(name, key))
       self.assertBetween(m["nfe"], 1.0, 32.0)
 
+  def test_dream_task_path_decodes_and_scores_as_the_harness(self):
+    """`dpad:paper,short,task=minerva_math,model=dream` on a tiny Dream."""
+    c = self._config("minerva_math", self.math, model="dream")
+    self.assertFalse(c.eval.chat_template)  # dream/eval.py: plain prompts
+    c.data.subset = "algebra,prealgebra"
+    c.decode.variants = ("vanilla", "+threshold+DPad")
+    c.eval.num_fewshot = 1  # the tiny checkpoint's 512 positions
+    wd = os.path.join(self.root, "dream_math_run")
+    res = dpad.run(c, wd)
+    with open(os.path.join(wd, "completions.jsonl")) as f:
+      records = [json.loads(line) for line in f]
+    rows = MATH["algebra"] + MATH["prealgebra"]
+    self.assertEqual([x["problem"] for x in records],
+                     [r["problem"] for r in rows])
+    _, parse = minerva_math._parser()  # pylint: disable=protected-access
+    for name, m in res["per_seed"][0]["decode"]["32"].items():
+      texts = [x["completions"][f"seed0/32/{name}"] for x in records]
+      for key in ("exact_match", "math_verify"):
+        want = np.mean([ref_process_results(r, [t], parse)[key]
+                        for r, t in zip(rows, texts)])
+        self.assertAlmostEqual(m[key], want, msg=(name, key))
+      self.assertBetween(m["nfe"], 1.0, 32.0)
+      if name == "vanilla":
+        self.assertEqual(m["nfe"], 32.0)
+
   def test_math_on_chosen_completions(self):
     chosen = ["Final Answer: The final answer is $\\frac{1}{2}$. I hope it "
               "is correct.\n\nProblem: next",
@@ -331,6 +358,52 @@ class DpadTasksTest(absltest.TestCase):
       dpad.run(c, os.path.join(self.root, "bad2"))
     with self.assertRaisesRegex(ValueError, "unknown task='arc'"):
       dpad_cfg.get_config("paper,task=arc")
+    with self.assertRaisesRegex(ValueError, "unknown model='mistral'"):
+      dpad_cfg.get_config("paper,task=gsm8k,model=mistral")
+    with self.assertRaisesRegex(ValueError, "use it with `paper`"):
+      dpad_cfg.get_config("tiny,model=dream")
+
+
+class DpadPresetsTest(absltest.TestCase):
+  """The paper presets against DPad's scripts (Sitaoooo/DPad at 44c7b5b)."""
+
+  def test_dream_presets_are_main_base_sh(self):
+    # dream/scripts/main_base.sh, "+DPad" lines: (-s, -l, -w, -k, -sc).
+    want = {"gsm8k": (4, 256, 256, 4.0, 1.6),
+            "minerva_math": (4, 256, 128, 4.0, 1.6),
+            "humaneval": (0, 512, 128, 3.0, 2.3),
+            "mbpp": (3, 512, 128, 3.0, 1.6)}
+    for task, (shots, gen_len, w, k, a) in want.items():
+      c = dpad_cfg.get_config(f"paper,task={task},model=dream")
+      # dream/run.py: -m=base is Dream-org/Dream-v0-Base-7B (instruct is
+      # refused); eval.py apply_chat_template defaults to False.
+      self.assertEqual(c.init_from, "Dream-org/Dream-v0-Base-7B")
+      self.assertFalse(c.eval.chat_template)
+      self.assertEqual((c.eval.task, c.eval.num_fewshot, c.decode.gen_lens,
+                        c.decode.block_len, c.decode.threshold),
+                       (task, shots, (gen_len,), 32, 0.9))
+      self.assertEqual((c.decode.dpad.window, c.decode.dpad.k,
+                        c.decode.dpad.a), (w, k, a), task)
+    # long_seq.sh: gsm8k -s=1 -l=1024 -w=128 -k=3 -sc=2.3.
+    c = dpad_cfg.get_config("paper,model=dream")
+    self.assertEqual((c.init_from, c.eval.num_fewshot, c.decode.gen_lens,
+                      c.decode.dpad.window, c.decode.dpad.k, c.decode.dpad.a),
+                     ("Dream-org/Dream-v0-Base-7B", 1, (1024,), 128, 3.0, 2.3))
+
+  def test_llada_presets_unchanged(self):
+    # llada/scripts/main_instruct.sh "+DPad" lines: (-w, -k, -sc).
+    want = {"gsm8k": (256, 4.0, 2.0), "minerva_math": (256, 4.0, 2.0),
+            "humaneval": (512, 3.0, 2.3), "mbpp": (128, 3.0, 2.3)}
+    for task, (w, k, a) in want.items():
+      for arg in (f"paper,task={task}", f"paper,task={task},model=llada"):
+        c = dpad_cfg.get_config(arg)
+        self.assertEqual(c.init_from, "GSAI-ML/LLaDA-8B-Instruct")
+        self.assertTrue(c.eval.chat_template)
+        self.assertEqual((c.decode.dpad.window, c.decode.dpad.k,
+                          c.decode.dpad.a), (w, k, a))
+    c = dpad_cfg.get_config("paper")
+    self.assertEqual((c.decode.dpad.window, c.decode.dpad.k,
+                      c.decode.dpad.a), (256, 3.0, 1.6))
 
 
 if __name__ == "__main__":

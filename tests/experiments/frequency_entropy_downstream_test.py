@@ -95,6 +95,22 @@ MMLU = {
 }
 
 
+HELLASWAG_TRAIN = {
+    k: [v[i % 3] + (f" {i}" if k == "ctx_a" else "") if isinstance(
+        v[0], str) else v[i % 3] for i in range(6)]
+    for k, v in HELLASWAG.items()}
+HELLASWAG_TRAIN.update(split=["train"] * 6, ind=list(range(20, 26)))
+MMLU_DEV = {
+    "question": [f"Dev question {i} on {s}?" for s in (
+        "abstract_algebra", "anatomy", "elementary_mathematics")
+                 for i in range(5)],
+    "subject": [s for s in ("abstract_algebra", "anatomy",
+                            "elementary_mathematics") for _ in range(5)],
+    "choices": [[f"c{i}{x}" for x in "abcd"] for i in range(15)],
+    "answer": [i % 4 for i in range(15)],
+}
+
+
 def _write(d, rel, columns):
   path = os.path.join(d, rel)
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -151,6 +167,18 @@ class FrequencyEntropyDownstreamTest(absltest.TestCase):
            TRUTHFULQA)
     cls.mmlu = os.path.join(cls.root, "mmlu")
     _write(cls.mmlu, "all/test-00000-of-00001.parquet", MMLU)
+    # The few-shot splits: Rowan/hellaswag `data/train-*.parquet`, cais/mmlu
+    # `all/dev-*.parquet` (5 rows per subject, subject-sorted). "dev" is not
+    # a split name `datasets` infers from file names: cais/mmlu's dataset
+    # card declares it (README.md `configs:`, config_name all, data_files
+    # split test -> all/test-*, validation, dev -> all/dev-*,
+    # auxiliary_train), as written here.
+    _write(cls.hs, "data/train-00000-of-00001.parquet", HELLASWAG_TRAIN)
+    _write(cls.mmlu, "all/dev-00000-of-00001.parquet", MMLU_DEV)
+    with open(os.path.join(cls.mmlu, "README.md"), "w") as f:
+      f.write("---\nconfigs:\n- config_name: all\n  data_files:\n"
+              "  - split: test\n    path: all/test-*\n"
+              "  - split: dev\n    path: all/dev-*\n---\n")
 
   @classmethod
   def tearDownClass(cls):
@@ -171,6 +199,38 @@ class FrequencyEntropyDownstreamTest(absltest.TestCase):
     t.mmlu.path = self.mmlu
     c.downstream.max_rows = 2           # `short` caps it at 8; fewer here
     return c
+
+  def test_num_fewshot_reads_the_fewshot_splits(self):
+    c = self._config()
+    self.assertEqual((c.downstream.num_fewshot, c.downstream.fewshot_seed),
+                     (0, 1234))
+    self.assertEqual({n: t.fewshot_split for n, t in
+                      c.downstream.tasks.items()},
+                     {"hellaswag": "train", "truthfulqa_mc1": "",
+                      "truthfulqa_mc2": "", "mmlu": "dev"})
+    c.downstream.num_fewshot = 2
+    items, rows = fe_exp.read_downstream(c)
+    self.assertEqual(rows, {"hellaswag:train": 6, "hellaswag:validation": 2,
+                            "truthfulqa_mc2:validation": 1, "mmlu:dev": 15,
+                            "mmlu:test": 2})
+    rec = lambda cols: [{k: v[i] for k, v in cols.items()}
+                        for i in range(len(next(iter(cols.values()))))]
+    mmlu = rec(MMLU)[:2]
+    self.assertEqual(items["mmlu"], fe_exp.mc_data.items(
+        mmlu, "mmlu", subset="all", num_fewshot=2,
+        fewshot_rows=rec(MMLU_DEV)))
+    self.assertIn("Dev question 1 on elementary_mathematics?\nA. c11a\n"
+                  "B. c11b\nC. c11c\nD. c11d\nAnswer: D\n\nWhat is 2 + 2?",
+                  items["mmlu"][0].context)
+    self.assertEqual(items["hellaswag"], fe_exp.mc_data.items(
+        rec(HELLASWAG)[:2], "hellaswag", num_fewshot=2,
+        fewshot_rows=rec(HELLASWAG_TRAIN), seed=1234))
+    self.assertEqual(items["hellaswag"][0].context.count("\n\n"), 2)
+    self.assertEqual(items["truthfulqa_mc2"], fe_exp.mc_data.items(
+        rec(TRUTHFULQA), "truthfulqa_mc2"))  # zero-shot, as the harness
+    c.downstream.tasks.mmlu.fewshot_split = ""
+    with self.assertRaisesRegex(ValueError, "fewshot_split is empty"):
+      fe_exp.read_downstream(c)
 
   def test_paper_short_runs_and_reports_recomputable_accuracy(self):
     c = self._config()
