@@ -8,7 +8,6 @@ import unittest
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx

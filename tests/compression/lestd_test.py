@@ -3,7 +3,6 @@ parity, compressed-domain attention vs the dense rebuild, accounting by
 hand, and one clear error per bad input."""
 
 import chex
-import jax
 import jax.numpy as jnp
 import numpy as np
 import tensorly as tl
