@@ -18,7 +18,6 @@ aot.configure_host_env()
 
 from absl.testing import absltest  # pylint: disable=g-import-not-at-top
 import jax  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
 
 from jaxlab.configs import vulcan as vulcan_config  # pylint: disable=g-import-not-at-top
 from jaxlab.models import vit_classifier as vc  # pylint: disable=g-import-not-at-top
