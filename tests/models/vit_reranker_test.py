@@ -99,9 +99,12 @@ class RerankerTest(absltest.TestCase):
     n = int(b1["answer_index"][0, 0]) + 1
     self.assertEqual(tok.decode(ids[:n]), "I:find\nQ:red circle\nD:red circle"
                      " 3\nA:")
-    h1 = model.score_heads({k: jnp.asarray(v) for k, v in b1.items()})
-    h2 = model.score_heads({k: jnp.asarray(v) for k, v in b2.items()})
-    logits = model.decoder(jnp.asarray(ids[None, :n]))
+    # Compiled: one program per shape instead of op-by-op dispatch.
+    heads = nnx.jit(lambda m, b: m.score_heads(b))
+    h1 = heads(model, {k: jnp.asarray(v) for k, v in b1.items()})
+    h2 = heads(model, {k: jnp.asarray(v) for k, v in b2.items()})
+    logits = nnx.jit(lambda m, x: m.decoder(x))(model,
+                                                jnp.asarray(ids[None, :n]))
     self.assertAlmostEqual(float(h1.z_yes[0, 0]),
                            float(logits[0, -1, cfg.yes_id]), places=4)
     self.assertAlmostEqual(float(h1.z_no[0, 0]),
