@@ -124,12 +124,13 @@ class RerankerTest(absltest.TestCase):
     tok, cfg, model = _build()
     rng = np.random.default_rng(0)
     im1, im2 = rng.random((2, 8, 8, 3)).astype(np.float32)
+    score = nnx.jit(lambda m, b: m.score_heads(b))  # one compile, same shapes
 
     def heads(image):
       docs = [{"text": "red", "image": image}, {"text": "red", "image": None}]
       b = rr.collate_groups([("find", "circle", docs)], tok, cfg, TEMPLATE,
                             max_len=48)
-      return model.score_heads({k: jnp.asarray(v) for k, v in b.items()})
+      return score(model, {k: jnp.asarray(v) for k, v in b.items()})
 
     a, b = heads(im1), heads(im2)
     self.assertGreater(abs(float(a.z_yes[0, 0] - b.z_yes[0, 0])), 1e-4)
