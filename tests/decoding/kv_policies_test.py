@@ -3,6 +3,7 @@ observation attentions and slot selection."""
 
 from absl.testing import absltest
 import chex
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -87,16 +88,22 @@ class SamplerHookTest(absltest.TestCase):
     # Reference for row 0, by masking instead of gathering: prefill the
     # whole prompt, then decode with its first 4 slots denied.
     prompt = PROMPTS[0]
-    model = self.model
-    cache = model.forward(jnp.asarray([prompt]),
-                          cache=model.init_cache(1, 12)).cache
-    evicted = jnp.ones((1, 1, 1, 12), bool).at[..., :4].set(False)
-    toks = [got.tokens[0][0]]
-    for _ in range(4):
-      out = model.forward(jnp.asarray([[toks[-1]]]), cache=cache,
-                          extra_mask=evicted)
-      cache = out.cache
-      toks.append(int(jnp.argmax(out.logits[0, -1])))
+
+    @nnx.jit  # the reference compiled once, not op by op
+    def reference(model, first):
+      cache = model.forward(jnp.asarray([prompt]),
+                            cache=model.init_cache(1, 12)).cache
+      evicted = jnp.ones((1, 1, 1, 12), bool).at[..., :4].set(False)
+      toks = [first]
+      for _ in range(4):
+        out = model.forward(toks[-1].reshape(1, 1), cache=cache,
+                            extra_mask=evicted)
+        cache = out.cache
+        toks.append(jnp.argmax(out.logits[0, -1]).astype(first.dtype))
+      return jnp.stack(toks)
+
+    toks = [int(t) for t in reference(
+        self.model, jnp.asarray(got.tokens[0][0], jnp.int32))]
     self.assertEqual(got.tokens[0], toks)
     self.assertNotEqual(got.tokens, base.tokens)
 
@@ -111,21 +118,29 @@ class ObservationTest(absltest.TestCase):
   def test_observation_attentions_equal_forward(self):
     model = _model(1)
     ids, mask = sampler.left_pad(PROMPTS, 8)
-    cache = model.init_cache(3, 10)
-    positions = model.default_positions(jnp.asarray(mask))
-    out = model.forward(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
-                        cache=cache, output_hidden_states=True,
-                        output_attentions=True)
-    info = kv_policies.PrefillInfo(
-        hidden_states=out.hidden_states, positions=positions,
-        attention_mask=jnp.asarray(mask), start=cache.index)
-    obs = kv_policies.observation_attentions(model, out.cache, info, window=2)
+
+    # Forward and observation compiled together, not op by op.
+    @nnx.jit(static_argnames="window")
+    def run(model, window):
+      cache = model.init_cache(3, 10)
+      positions = model.default_positions(jnp.asarray(mask))
+      out = model.forward(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                          cache=cache, output_hidden_states=True,
+                          output_attentions=True)
+      info = kv_policies.PrefillInfo(
+          hidden_states=out.hidden_states, positions=positions,
+          attention_mask=jnp.asarray(mask), start=cache.index)
+      return (kv_policies.observation_attentions(model, out.cache, info,
+                                                 window=window),
+              out.attentions)
+
+    obs, attentions = run(model, 2)
     self.assertLen(obs, 2)
-    for o, full in zip(obs, out.attentions):
+    for o, full in zip(obs, attentions):
       chex.assert_shape(o, (3, 4, 2, 10))
       np.testing.assert_allclose(o, full[:, :, -2:], atol=1e-6)
     with self.assertRaisesRegex(ValueError, "window"):
-      kv_policies.observation_attentions(model, out.cache, info, window=9)
+      run(model, 9)
 
   def test_top_slots(self):
     c = _model().init_cache(1, 5)
