@@ -86,6 +86,24 @@ def _export_roundtrip(test, model, cfg, hf_cls, ids, inputs, want=None,
   np.testing.assert_allclose(theirs, ours, rtol=0, atol=_tol(ours))
 
 
+def _jit_logits(model, ids, inputs, attention_mask=None):
+  """`model(ids, attention_mask=, **inputs)` as one compiled call (op-by-op
+  dispatch of the tower and decoder is the slow part of these tests): the
+  grids are closed over (static) and the M-RoPE positions come from
+  `rope_index` outside, as `forward` asks under jit."""
+  kw = dict(inputs)
+  grids = {k: kw.pop(k) for k in ("image_grid_thw", "video_grid_thw")
+           if k in kw}
+  pos, _ = qwen2_vl.rope_index(
+      ids, model.cfg, second_per_grid_ts=kw.pop("second_per_grid_ts", None),
+      attention_mask=attention_mask, **grids)
+  if attention_mask is not None:
+    kw["attention_mask"] = attention_mask
+  run = nnx.jit(lambda m, ids, kw, pos: m(ids, positions_3bt=pos, **kw,
+                                           **grids))
+  return np.asarray(run(model, ids, kw, pos))
+
+
 def _text_config():
   return dict(
       vocab_size=128, hidden_size=64, intermediate_size=96,
@@ -316,7 +334,10 @@ class Qwen25VLTest(chex.TestCase):
       g = np.array(grids)
       n = int(np.prod(g, 1).sum())
       pv = self.rng.standard_normal((n, PATCH_DIM)).astype(np.float32)
-      want = np.asarray(self.model.visual(pv, g))
+      # (The eager unscanned tower is checked against transformers on these
+      # grids in test_vision_tower_matches_transformers; here it is jitted.)
+      want = np.asarray(nnx.jit(lambda m, x, g=g: m(x, g))(self.model.visual,
+                                                           pv))
       got = np.asarray(model.visual(pv, g))
       np.testing.assert_allclose(got, want, rtol=0, atol=_tol(want))
       jitted = np.asarray(nnx.jit(lambda m, x, g=g: m(x, g))(model.visual,
@@ -484,7 +505,7 @@ class Qwen25VLTest(chex.TestCase):
         video_grid_thw=np.array([[2, 8, 8]] * 2),
         second_per_grid_ts=[1.5, 0.5])
     ref = self._ref_logits(ids, inputs, mask)
-    got = np.asarray(self.model(ids, attention_mask=mask, **inputs))
+    got = _jit_logits(self.model, ids, inputs, mask)
     real = mask.astype(bool)
     np.testing.assert_allclose(got[real], ref[real], rtol=0,
                                atol=_tol(ref[real]))
@@ -494,7 +515,7 @@ class Qwen25VLTest(chex.TestCase):
     positions index + delta (`decode_positions`), through the KV cache."""
     ids = np.array([_prompt()])
     inputs = self._inputs()
-    full = np.asarray(self.model(ids, **inputs))
+    full = _jit_logits(self.model, ids, inputs)
     _, delta = qwen2_vl.rope_index(
         ids, self.cfg, inputs["image_grid_thw"], inputs["video_grid_thw"],
         inputs["second_per_grid_ts"])
@@ -587,8 +608,8 @@ class Qwen25VLTest(chex.TestCase):
     self.assertEqual(kernel.dtype, jax.numpy.bfloat16)
     ids = np.array([_prompt()])
     inputs = self._inputs()
-    got = np.asarray(model(ids, **inputs))
-    want = np.asarray(self.model(ids, **inputs))
+    got = _jit_logits(model, ids, inputs)
+    want = _jit_logits(self.model, ids, inputs)
     self.assertEqual(got.dtype, np.float32)
     # bfloat16 (eps 2^-8) rounding through ~8 stages: a few eps of the scale.
     self.assertLess(np.abs(got - want).max(),
