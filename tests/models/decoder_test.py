@@ -101,23 +101,31 @@ class DecoderTest(parameterized.TestCase):
 
   def test_left_padded_batch_equals_unpadded_rows(self):
     model = _model()
+    # Jitted (one compile per shape) rather than eager op-by-op dispatch;
+    # the same forwards and comparisons.
+    fwd = jax.jit(lambda m, x, mask=None, cache=None: m.forward(
+        x, attention_mask=mask, cache=cache))
     long, short = _ids(1, 7, seed=1)[0], _ids(1, 4, seed=2)[0]
     pad = 0
     batch = jnp.stack([long, jnp.concatenate([jnp.full((3,), pad), short])])
     mask = jnp.asarray([[1] * 7, [0] * 3 + [1] * 4], bool)
-    out = model(batch, attention_mask=mask)
-    np.testing.assert_allclose(out[0], model(long[None])[0], atol=1e-5)
-    np.testing.assert_allclose(out[1, 3:], model(short[None])[0], atol=1e-5)
+    out = fwd(model, batch, mask).logits
+    np.testing.assert_allclose(out[0], fwd(model, long[None]).logits[0],
+                               atol=1e-5)
+    np.testing.assert_allclose(out[1, 3:], fwd(model, short[None]).logits[0],
+                               atol=1e-5)
     # And one cached decode step after a padded prefill.
     cache = model.init_cache(2, 10)
-    o = model.forward(batch, attention_mask=mask, cache=cache)
+    o = fwd(model, batch, mask, cache)
     nxt = jnp.asarray([[5], [9]])
-    step = model.forward(nxt, cache=o.cache).logits
+    step = fwd(model, nxt, cache=o.cache).logits
     np.testing.assert_allclose(
-        step[1, 0], model(jnp.concatenate([short, nxt[1]])[None])[0, -1],
+        step[1, 0],
+        fwd(model, jnp.concatenate([short, nxt[1]])[None]).logits[0, -1],
         atol=1e-5)
     np.testing.assert_allclose(
-        step[0, 0], model(jnp.concatenate([long, nxt[0]])[None])[0, -1],
+        step[0, 0],
+        fwd(model, jnp.concatenate([long, nxt[0]])[None]).logits[0, -1],
         atol=1e-5)
 
   def test_bidirectional(self):
@@ -343,8 +351,10 @@ class RealModelBf16Test(absltest.TestCase):
       j = diff[0]
       # Both choices, scored without padding after the common prefix, must
       # be within bf16's step 2^-8 of the top logit of each other.
-      logits = np.asarray(self.model(
-          jnp.asarray([prompt + runs[0][:j]]))[0, -1])
+      # Jitted like `generate` itself (eager op-by-op dispatch of the
+      # 30-layer model is slower than one compile).
+      logits = np.asarray(jax.jit(lambda m, x: m(x))(
+          self.model, jnp.asarray([prompt + runs[0][:j]]))[0, -1])
       gap = abs(logits[runs[0][j]] - logits[runs[1][j]])
       self.assertLess(gap, 2.0**-8 * np.abs(logits).max(),
                       f"prompt {prompt[-8:]} step {j}: greedy tokens "
