@@ -126,17 +126,12 @@ class GenerateTest(absltest.TestCase):
         pending.append(sum(not a.is_ready() for a in arrays))
         return real.lower(*args, **kw)
 
-    # Empty the executable cache so every block compiles here; the other
-    # tests' executables are put back afterwards (recompiling them in later
-    # tests only cost time).
-    saved = dict(diffusion._EXECUTABLES)  # pylint: disable=protected-access
     diffusion._EXECUTABLES.clear()  # pylint: disable=protected-access
     diffusion._decode_block = Checked()  # pylint: disable=protected-access
     try:
       out = self._gen(cache="prefix", threshold=0.9)
     finally:
       diffusion._decode_block = real  # pylint: disable=protected-access
-      diffusion._EXECUTABLES.update(saved)  # pylint: disable=protected-access
     self.assertEqual(len(pending), GEN // BLOCK)  # one compile per block
     self.assertEqual(pending, [0] * len(pending))
     self.assertGreater(out.compile_s, 0.0)
