@@ -101,6 +101,19 @@ def tearDownModule():
   shutil.rmtree(ROOT, ignore_errors=True)
 
 
+# Jitted forwards: op-by-op eager dispatch of every layer (and of every
+# prefill / decode step) was most of these tests' time; the computation
+# checked is the same function of the same parameters.
+_logits = nnx.jit(lambda m, ids, mask: m(ids, attention_mask=mask))
+_forward = nnx.jit(lambda m, ids, cache: m.forward(ids, cache=cache))
+
+
+def _fwd(model, ids, mask=None):
+  """`model(ids, attention_mask=mask)` through one compiled function."""
+  return _logits(model, jnp.asarray(ids),
+                 None if mask is None else jnp.asarray(mask))
+
+
 def _max_err(a, b):
   return float(np.abs(np.asarray(a) - np.asarray(b)).max())
 
@@ -165,7 +178,7 @@ class Gemma3ConfigTest(absltest.TestCase):
     self.assertTrue(any("attn_logit_softcapping" in str(w.message)
                         for w in caught))
     self.assertIsNone(cfg.attn_logit_softcap)
-    self.assertLess(_max_err(model(jnp.asarray(_ids())), ref), TOL)
+    self.assertLess(_max_err(_fwd(model, _ids()), ref), TOL)
 
   def test_defaults_leave_other_models_unchanged(self):
     cfg = decoder_lib.DecoderConfig(vocab_size=64, dim=32, num_layers=1)
@@ -184,7 +197,7 @@ class Gemma3ParityTest(parameterized.TestCase):
     model, _ = hf.load(PATHS[name])
     ids = _ids()
     ref = _hf_logits(HF_MODELS[name], ids)
-    self.assertLess(_max_err(model(jnp.asarray(ids)), ref), TOL)
+    self.assertLess(_max_err(_fwd(model, ids), ref), TOL)
     # The reference is not degenerate: logits vary along the sequence.
     self.assertGreater(np.abs(ref[:, 1:] - ref[:, :-1]).mean(), 0.05)
 
@@ -197,7 +210,7 @@ class Gemma3ParityTest(parameterized.TestCase):
     for change in (dict(sliding_window=64), dict(sliding_rope_theta=None),
                    dict(final_logit_softcap=None)):
       other, _ = hf.load(PATHS[name], **change)
-      self.assertGreater(_max_err(other(jnp.asarray(_ids())), ref), 100 * TOL,
+      self.assertGreater(_max_err(_fwd(other, _ids()), ref), 100 * TOL,
                          change)
     del model, cfg
 
@@ -205,8 +218,8 @@ class Gemma3ParityTest(parameterized.TestCase):
     name = "pattern3_scaled_softcap"
     model, _ = hf.load(PATHS[name])
     uncapped, _ = hf.load(PATHS[name], final_logit_softcap=None)
-    out = np.asarray(model(jnp.asarray(_ids())))
-    raw = np.asarray(uncapped(jnp.asarray(_ids())))
+    out = np.asarray(_fwd(model, _ids()))
+    raw = np.asarray(_fwd(uncapped, _ids()))
     self.assertGreater(np.abs(raw).max(), 0.6)   # the cap bites
     self.assertLess(np.abs(out).max(), 0.6)
     np.testing.assert_allclose(out, 0.6 * np.tanh(raw / 0.6), atol=TOL)
@@ -219,7 +232,7 @@ class Gemma3ParityTest(parameterized.TestCase):
     model, _ = hf.load(PATHS[name], attn_logit_softcap=cap)
     ids = _ids()
     ref = _hf_logits(HF_MODELS[name], ids, softcap=cap)
-    self.assertLess(_max_err(model(jnp.asarray(ids)), ref), TOL)
+    self.assertLess(_max_err(_fwd(model, ids), ref), TOL)
     plain = _hf_logits(HF_MODELS[name], ids)
     self.assertGreater(_max_err(ref, plain), 100 * TOL)
 
@@ -233,11 +246,11 @@ class Gemma3ParityTest(parameterized.TestCase):
     ref = _hf_logits(HF_MODELS[name], ids,
                      attention_mask=torch.as_tensor(mask),
                      position_ids=torch.as_tensor(positions))
-    out = np.asarray(model(jnp.asarray(ids), attention_mask=jnp.asarray(mask)))
+    out = np.asarray(_fwd(model, ids, mask))
     real = mask.astype(bool)
     self.assertLess(_max_err(out[real], ref[real]), TOL)
     # Row 1's real tokens equal the unpadded prompt's logits.
-    alone = np.asarray(model(jnp.asarray(ids[1:, 5:])))
+    alone = np.asarray(_fwd(model, ids[1:, 5:]))
     self.assertLess(_max_err(out[1, 5:], alone[0]), TOL)
 
   @parameterized.named_parameters(*[(n, n) for n in CONFIGS])
@@ -245,15 +258,15 @@ class Gemma3ParityTest(parameterized.TestCase):
     model, _ = hf.load(PATHS[name])
     steps = 3
     ids = _ids(t=T + steps, seed=1)
-    full = np.asarray(model(jnp.asarray(ids)))
+    full = np.asarray(_fwd(model, ids))
     ref = _hf_logits(HF_MODELS[name], ids)
     self.assertLess(_max_err(full, ref), TOL)
     cache = model.init_cache(batch=2, max_len=T + steps + 2)
-    out = model.forward(jnp.asarray(ids[:, :T]), cache=cache)
+    out = _forward(model, jnp.asarray(ids[:, :T]), cache)
     got = [np.asarray(out.logits)]
     cache = out.cache
     for s in range(steps):
-      out = model.forward(jnp.asarray(ids[:, T + s:T + s + 1]), cache=cache)
+      out = _forward(model, jnp.asarray(ids[:, T + s:T + s + 1]), cache)
       cache = out.cache
       got.append(np.asarray(out.logits))
     got = np.concatenate(got, axis=1)
@@ -268,15 +281,16 @@ class Gemma3ParityTest(parameterized.TestCase):
       scanned, cfg = hf.load(PATHS[name], scan_layers=True)
     self.assertTrue(cfg.scan_layers)
     ids = jnp.asarray(_ids())
-    self.assertLess(_max_err(scanned(ids), model(ids)), TOL)
+    want = _fwd(model, ids)
+    self.assertLess(_max_err(_fwd(scanned, ids), want), TOL)
     # With a cache as well.
     cache = scanned.init_cache(batch=2, max_len=T + 1)
-    out = scanned.forward(ids[:, :T - 1], cache=cache)
-    out = scanned.forward(ids[:, T - 1:], cache=out.cache)
-    self.assertLess(_max_err(out.logits, model(ids)[:, T - 1:]), TOL)
+    out = _forward(scanned, ids[:, :T - 1], cache)
+    out = _forward(scanned, ids[:, T - 1:], out.cache)
+    self.assertLess(_max_err(out.logits, want[:, T - 1:]), TOL)
     # Stacking the unrolled model gives the same function.
-    self.assertLess(_max_err(decoder_lib.stack_layers(model)(ids),
-                             model(ids)), TOL)
+    self.assertLess(_max_err(_fwd(decoder_lib.stack_layers(model), ids),
+                             want), TOL)
 
   @parameterized.named_parameters(*[(n, n) for n in CONFIGS])
   def test_export_then_transformers_agrees(self, name):
@@ -299,7 +313,7 @@ class Gemma3ParityTest(parameterized.TestCase):
     ids = _ids(seed=2)
     ref = _hf_logits(HF_MODELS[name], ids)
     np.testing.assert_array_equal(_hf_logits(reloaded, ids), ref)
-    self.assertLess(_max_err(model(jnp.asarray(ids)), ref), TOL)
+    self.assertLess(_max_err(_fwd(model, ids), ref), TOL)
 
   def test_export_of_a_scanned_native_model(self):
     """A model built in jaxlab (scanned, random (1 + w) norms) exports to a
@@ -319,7 +333,7 @@ class Gemma3ParityTest(parameterized.TestCase):
     reloaded = Gemma3ForCausalLM.from_pretrained(
         out_dir, attn_implementation="eager").eval()
     ids = _ids(seed=4)
-    self.assertLess(_max_err(model(jnp.asarray(ids)),
+    self.assertLess(_max_err(_fwd(model, ids),
                              _hf_logits(reloaded, ids)), TOL)
 
 
@@ -372,7 +386,7 @@ class Gemma3MultimodalCheckpointTest(absltest.TestCase):
     self.assertEqual(cfg.rope_scaling["factor"], 2.0)
     ids = np.minimum(_ids(seed=4), VOCAB - 4)  # no image / boi / eoi ids
     want = _hf_logits(self.ref, ids)
-    self.assertLess(_max_err(model(jnp.asarray(ids)), want), TOL)
+    self.assertLess(_max_err(_fwd(model, ids), want), TOL)
 
   def test_hub_tensor_names_load_the_same(self):
     # The Hub's transformers-4 files: language_model.model.*, vision_tower.*
@@ -395,7 +409,8 @@ class Gemma3MultimodalCheckpointTest(absltest.TestCase):
       a, _ = hf.load(self.dir)
       b, _ = hf.load(old)
     ids = jnp.asarray(np.minimum(_ids(seed=5), VOCAB - 4))
-    np.testing.assert_array_equal(np.asarray(a(ids)), np.asarray(b(ids)))
+    np.testing.assert_array_equal(np.asarray(_fwd(a, ids)),
+                                  np.asarray(_fwd(b, ids)))
     os.remove(os.path.join(old, "model.safetensors"))
     stn.save_file({"x": np.zeros(2, np.float32)},
                   os.path.join(old, "model.safetensors"))
