@@ -182,6 +182,25 @@ class DpadTasksTest(absltest.TestCase):
                "flops": 1.0, "compile_s": 0.0})
     return mock.patch.object(dpad.diffusion_decode, "decode_prompts", fake)
 
+  def _assert_math_scored_as_the_harness(self, res, wd):
+    """The run's per-variant exact_match / math_verify equal the harness's
+    `process_results` (ported) on its saved completions, in row order;
+    returns the per-variant metrics."""
+    with open(os.path.join(wd, "completions.jsonl")) as f:
+      records = [json.loads(line) for line in f]
+    rows = MATH["algebra"] + MATH["prealgebra"]
+    self.assertEqual([x["problem"] for x in records],
+                     [r["problem"] for r in rows])
+    _, parse = minerva_math._parser()  # pylint: disable=protected-access
+    for name, m in res["per_seed"][0]["decode"]["32"].items():
+      texts = [x["completions"][f"seed0/32/{name}"] for x in records]
+      for key in ("exact_match", "math_verify"):
+        want = np.mean([ref_process_results(r, [t], parse)[key]
+                        for r, t in zip(rows, texts)])
+        self.assertAlmostEqual(m[key], want, msg=(name, key))
+      self.assertBetween(m["nfe"], 1.0, 32.0)
+    return res["per_seed"][0]["decode"]["32"]
+
   def test_humaneval_through_main(self):
     """`python -m jaxlab.main --config=dpad:paper,short,task=humaneval`."""
     wd = os.path.join(self.root, "he_main")
@@ -292,19 +311,7 @@ class DpadTasksTest(absltest.TestCase):
       saved = json.load(f)
     self.assertEqual(saved["data"]["rows"], {"test": 3})
     self.assertEqual(res["num_fewshot"], 1)
-    with open(os.path.join(wd, "completions.jsonl")) as f:
-      records = [json.loads(line) for line in f]
-    rows = MATH["algebra"] + MATH["prealgebra"]
-    self.assertEqual([x["problem"] for x in records],
-                     [r["problem"] for r in rows])
-    _, parse = minerva_math._parser()  # pylint: disable=protected-access
-    for name, m in res["per_seed"][0]["decode"]["32"].items():
-      texts = [x["completions"][f"seed0/32/{name}"] for x in records]
-      for key in ("exact_match", "math_verify"):
-        want = np.mean([ref_process_results(r, [t], parse)[key]
-                        for r, t in zip(rows, texts)])
-        self.assertAlmostEqual(m[key], want, msg=(name, key))
-      self.assertBetween(m["nfe"], 1.0, 32.0)
+    self._assert_math_scored_as_the_harness(res, wd)
 
   def test_dream_task_path_decodes_and_scores_as_the_harness(self):
     """`dpad:paper,short,task=minerva_math,model=dream` on a tiny Dream."""
@@ -315,19 +322,7 @@ class DpadTasksTest(absltest.TestCase):
     c.eval.num_fewshot = 1  # the tiny checkpoint's 512 positions
     wd = os.path.join(self.root, "dream_math_run")
     res = dpad.run(c, wd)
-    with open(os.path.join(wd, "completions.jsonl")) as f:
-      records = [json.loads(line) for line in f]
-    rows = MATH["algebra"] + MATH["prealgebra"]
-    self.assertEqual([x["problem"] for x in records],
-                     [r["problem"] for r in rows])
-    _, parse = minerva_math._parser()  # pylint: disable=protected-access
-    for name, m in res["per_seed"][0]["decode"]["32"].items():
-      texts = [x["completions"][f"seed0/32/{name}"] for x in records]
-      for key in ("exact_match", "math_verify"):
-        want = np.mean([ref_process_results(r, [t], parse)[key]
-                        for r, t in zip(rows, texts)])
-        self.assertAlmostEqual(m[key], want, msg=(name, key))
-      self.assertBetween(m["nfe"], 1.0, 32.0)
+    for name, m in self._assert_math_scored_as_the_harness(res, wd).items():
       if name == "vanilla":
         self.assertEqual(m["nfe"], 32.0)
 
