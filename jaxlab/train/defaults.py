@@ -135,6 +135,9 @@ def base_config() -> ml_collections.ConfigDict:
       "workers": 0,
       "read_threads": 0,
       "pack_bins": 0,
+      # batches computed ahead of the step (train and eval iterators), on
+      # `read_threads` threads (0: min(prefetch, 4))
+      "prefetch": 4,
       # byte | sentencepiece (tokenizer_path: .model) | auto (the init_from
       # checkpoint's own tokenizer.json) | hf (a checkpoint dir at
       # tokenizer_path)

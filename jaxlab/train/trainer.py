@@ -468,7 +468,7 @@ def train(config, workdir: str, *, model: Any = None,
       axis=1 if grad_accum > 1 else 0)
   rows = [a * micro + r for a in range(grad_accum) for r in rows]
   train_ds = _pipeline_dataset(train_source, batch_size, seed, train=True,
-                               local_rows=rows)
+                               local_rows=rows, data_cfg=config.data)
   data_iter = iter(train_ds)
   base_key = jax.random.key(seed)
 
@@ -506,7 +506,8 @@ def train(config, workdir: str, *, model: Any = None,
     eval_batch = int(_field(config, "train.eval_batch_size"))
     eval_ds = (_pipeline_dataset(
         eval_source, eval_batch, seed, train=False,
-        local_rows=parallel.mesh.process_batch_rows(eval_sh, (eval_batch,)))
+        local_rows=parallel.mesh.process_batch_rows(eval_sh, (eval_batch,)),
+        data_cfg=config.data)
                if eval_source is not None else None)
     max_eval = int(_field(config, "train.eval_batches"))
 
@@ -604,11 +605,13 @@ def train(config, workdir: str, *, model: Any = None,
 
 
 def _pipeline_dataset(source, batch: int, seed: int, *, train: bool,
-                      local_rows=None):
+                      local_rows=None, data_cfg=None):
   from jaxlab.data import pipeline  # pylint: disable=g-import-not-at-top
-  return pipeline.batched_dataset(source, global_batch=batch, seed=seed,
-                                  shuffle=train, repeat=train,
-                                  local_rows=local_rows)
+  data_cfg = data_cfg if data_cfg is not None else {}
+  return pipeline.batched_dataset(
+      source, global_batch=batch, seed=seed, shuffle=train, repeat=train,
+      local_rows=local_rows, prefetch=int(data_cfg.get("prefetch", 4) or 4),
+      read_threads=int(data_cfg.get("read_threads", 0) or 0))
 
 
 def _seek(data_iter, step: int) -> None:
