@@ -4,6 +4,7 @@ JSONL errors, TFDS through `tfds.data_source` on a dataset prepared here."""
 import os
 import shutil
 import tempfile
+import threading
 
 from absl.testing import absltest
 import numpy as np
@@ -81,6 +82,35 @@ class BatchingTest(absltest.TestCase):
     resumed.set_state(state)
     for want in expected:
       np.testing.assert_array_equal(next(resumed)["x"], want)
+
+  def test_iterator_reads_at_most_prefetch_batches_ahead(self):
+    # Rows pass `transform` when read. After the first batch of a repeated
+    # stream, at most 1 + prefetch batches (3 x 4 rows) have been read:
+    # grain's default (500 elements ahead) would read 500 batches here.
+    lock, seen = threading.Lock(), []
+    full = threading.Event()
+
+    def count(row):
+      with lock:
+        seen.append(int(row["x"][0]))
+        if len(seen) >= 12:
+          full.set()
+      return row
+
+    ds = pipeline.batched_dataset(self._examples(), global_batch=4, seed=0,
+                                  shuffle=False, transform=count, prefetch=2,
+                                  read_threads=1)
+    it = iter(ds)
+    np.testing.assert_array_equal(next(it)["x"][:, 0], [0, 1, 2, 3])
+    # The buffer refills in the background: wait on it (an event, not a
+    # sleep), then check that nothing beyond it was read.
+    self.assertTrue(full.wait(timeout=120))
+    with lock:
+      self.assertLessEqual(len(seen), 12)
+      self.assertEqual(sorted(seen), list(range(12)))
+    with self.assertRaisesRegex(ValueError, "data.prefetch=0"):
+      pipeline.batched_dataset(self._examples(), global_batch=4, seed=0,
+                               prefetch=0)
 
   def test_batch_errors(self):
     with self.assertRaisesRegex(ValueError, "fewer than one batch"):
