@@ -4,8 +4,9 @@
 
 The notebooks launch the experiments (`jaxlab.main.run_experiment`, the
 launcher's entry) and use library modules only, on a preset chosen by the
-JAXLAB_COLAB_PRESET environment variable ("tiny" by default, what the test
-suite executes, further shrunk so CI stays fast; "" for the full preset).
+JAXLAB_COLAB_PRESET environment variable ("tiny" by default, further
+shrunk so CI stays fast; the test suite executes chart-to-code's "tiny" and
+Trust-GRPO's "tiny,smoke"; "" for the full preset).
 """
 
 import os

@@ -27,12 +27,13 @@ import string
 import unicodedata
 from collections.abc import Sequence
 
-from nltk.stem import porter
 from rapidfuzz.distance import LCSseq
 from rapidfuzz.distance import Levenshtein
-from rouge_score import rouge_scorer
-from rouge_score import tokenize as rouge_tokenize_lib
-from rouge_score import tokenizers
+
+# rouge_score (and NLTK, which it imports) load on the first ROUGE call, not
+# with this module: NLTK's import takes seconds, and every process that
+# registers the trainer losses imports this module (via the PMC objective),
+# ROUGE or not.
 
 # rouge_score accepts "rouge1" ... "rouge9" (and "rougeL", "rougeLsum").
 _MAX_ROUGE_N = 9
@@ -46,27 +47,35 @@ class _MemoStemmer:
   """
 
   def __init__(self):
+    from nltk.stem import porter  # pylint: disable=g-import-not-at-top
     self.stem = functools.lru_cache(maxsize=1 << 16)(
         porter.PorterStemmer().stem)
 
 
-class _Tokenizer(tokenizers.Tokenizer):
-  """`rouge_score.tokenize.tokenize` (its default tokenizer's function)."""
-
-  def __init__(self, use_stemmer: bool):
-    self._stemmer = _MemoStemmer() if use_stemmer else None
-
-  def tokenize(self, text: str) -> list[str]:
-    return rouge_tokenize_lib.tokenize(text, self._stemmer)
-
-
 @functools.lru_cache(maxsize=2)
-def _tokenizer(use_stemmer: bool) -> _Tokenizer:
-  return _Tokenizer(use_stemmer)
+def _tokenizer(use_stemmer: bool):
+  """A `rouge_score.tokenizers.Tokenizer` running `rouge_score.tokenize.
+  tokenize` (its default tokenizer's function), with the memoised stemmer."""
+  # pylint: disable=g-import-not-at-top
+  from rouge_score import tokenize as rouge_tokenize_lib
+  from rouge_score import tokenizers
+  # pylint: enable=g-import-not-at-top
+
+  class _Tokenizer(tokenizers.Tokenizer):
+
+    def __init__(self):
+      self._stemmer = _MemoStemmer() if use_stemmer else None
+
+    def tokenize(self, text: str) -> list[str]:
+      return rouge_tokenize_lib.tokenize(text, self._stemmer)
+
+  return _Tokenizer()
 
 
 @functools.lru_cache(maxsize=None)
-def _scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
+def _scorer(rouge_type: str, use_stemmer: bool):
+  """`rouge_score.rouge_scorer.RougeScorer` of one type, our tokenizer."""
+  from rouge_score import rouge_scorer  # pylint: disable=g-import-not-at-top
   return rouge_scorer.RougeScorer([rouge_type],
                                   tokenizer=_tokenizer(use_stemmer))
 
