@@ -453,11 +453,14 @@ class SmolLM2Test(absltest.TestCase):
     cls.model, cls.cfg = pretrained_fixtures.load()
     cls.load_s = time.perf_counter() - start
     folder, name = os.path.split(SMOLLM2)
-    cls.ref = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=torch.float32,
-        attn_implementation="eager").eval()
-    # AutoTokenizer.from_pretrained(folder, gguf_file=name), once a process.
-    cls.ref_tok = pretrained_fixtures.hf_gguf_tokenizer()
+    # transformers' GGUF loaders, the file's metadata parsed once for both.
+    with pretrained_fixtures.gguf_parsed_once():
+      cls.ref = transformers.AutoModelForCausalLM.from_pretrained(
+          folder, gguf_file=name, dtype=torch.float32,
+          attn_implementation="eager").eval()
+      # AutoTokenizer.from_pretrained(folder, gguf_file=name), once a
+      # process.
+      cls.ref_tok = pretrained_fixtures.hf_gguf_tokenizer()
     cls.tok = gguf_io.tokenizer(SMOLLM2, os.path.join(cls.root, "tok"))
     cls.prompts = [cls.ref_tok.apply_chat_template(
         [{"role": "user", "content": p}], tokenize=True, return_dict=False,
@@ -507,19 +510,29 @@ class SmolLM2Test(absltest.TestCase):
     self.assertLess(diff, 2e-4)
 
   def test_greedy_tokens_match_transformers(self):
-    import torch  # pylint: disable=g-import-not-at-top
+    # transformers' greedy decoding (`generate(do_sample=False)`) emits, at
+    # each step, the argmax of its logits given the prompt and the tokens
+    # it emitted before. So it emits our 16 tokens exactly when, for every
+    # step k, its argmax after the prompt and our tokens 0..k-1 is our
+    # token k (induction on k): one teacher-forced forward of the 4
+    # prompts + our tokens (right-padded, causal) checks all 4 x 16 steps,
+    # instead of 64 incremental `generate` steps.
     new = 16
     ours = sampler.generate(self.model, self.prompts, max_new_tokens=new)
-    for i, ids in enumerate(self.prompts):
-      # The prompt holds <|im_end|> = the pad id 2: without an explicit mask
-      # transformers would mask those tokens out.
-      with torch.no_grad():
-        ref = self.ref.generate(
-            torch.tensor([ids], dtype=torch.long),
-            attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
-            max_new_tokens=new, do_sample=False, pad_token_id=2,
-            eos_token_id=None)
-      self.assertEqual(list(ours.tokens[i][:new]), ref[0, len(ids):].tolist(),
+    seqs = [list(p) + list(ours.tokens[i][:new])
+            for i, p in enumerate(self.prompts)]
+    for i, p in enumerate(self.prompts):
+      self.assertLen(seqs[i], len(p) + new)
+    ids = np.full((len(seqs), max(len(s) for s in seqs)), 2, np.int32)
+    for i, s in enumerate(seqs):
+      ids[i, :len(s)] = s
+    # The prompts hold <|im_end|> = the pad id 2: no mask (all ones), as
+    # the explicit mask `generate` needed; padding is after every token.
+    greedy = hfx.hf_logits(self.ref, ids).argmax(-1)
+    for i, p in enumerate(self.prompts):
+      n = len(p)
+      self.assertEqual(greedy[i, n - 1:n - 1 + new].tolist(),
+                       list(ours.tokens[i][:new]),
                        msg=f"prompt {i}: {self.tok.decode(ours.tokens[i])!r}")
 
   def test_tokenizer_equals_transformers(self):
