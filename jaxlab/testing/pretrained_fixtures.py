@@ -136,16 +136,18 @@ def hf_gguf_tokenizer(name: str = "smollm2-135m-instruct"):
 
 @contextlib.contextmanager
 def gguf_parsed_once():
-  """Within the block, transformers' GGUF loaders parse each file once.
+  """Within the block, each GGUF file's metadata is parsed once.
 
-  `from_pretrained(..., gguf_file=...)` reads the file's metadata (a 49152
-  token vocabulary for SmolLM2) several times: for the config, the
-  generation config, the tokenizer and the weights, each a new
-  `gguf.GGUFReader` and a new `load_gguf_checkpoint(path,
-  return_tensors=False)`. Here both are memoised per path (the reader is a
-  read-only memmap; each caller gets its own deep copy of the parsed
-  metadata), so the references the tests build are what transformers
-  builds, from one parse.
+  gguf-py's `GGUFReader` of the shipped SmolLM2 file takes ~2 s (its
+  49152-token vocabulary), and one test class builds several:
+  `jaxlab.io.gguf` makes one per `load` / `GGUFCheckpoint` /
+  `save_tokenizer` / `to_hf`, transformers' `from_pretrained(...,
+  gguf_file=...)` one each for the config, the generation config, the
+  tokenizer and the weights, with a `load_gguf_checkpoint(path,
+  return_tensors=False)` conversion of the metadata each time. Here both
+  are memoised per path: the reader is a read-only memmap that every caller
+  may share, and each caller gets its own deep copy of the converted
+  metadata. What the code under test computes is unchanged.
   """
   import copy  # pylint: disable=g-import-not-at-top
   from unittest import mock  # pylint: disable=g-import-not-at-top

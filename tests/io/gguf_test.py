@@ -27,6 +27,7 @@ layout or a one-bit dequantisation slip moves logits by 1e-2 or more.
 """
 # pylint: disable=protected-access
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -447,20 +448,23 @@ class SmolLM2Test(absltest.TestCase):
     # transformers' 4 x 16-token greedy loop ~10x slower.
     cls.torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # The file's metadata parsed once for the class (gguf-py's reader and
+    # transformers' conversion of it, shared by every loader below and in
+    # the tests; see gguf_parsed_once).
+    parsed_once = contextlib.ExitStack()
+    cls.addClassCleanup(parsed_once.close)  # also if setUpClass fails
+    parsed_once.enter_context(pretrained_fixtures.gguf_parsed_once())
     # gguf_io.load(SMOLLM2), converted once per test session (shared with
     # the other modules that load the shipped file).
     start = time.perf_counter()
     cls.model, cls.cfg = pretrained_fixtures.load()
     cls.load_s = time.perf_counter() - start
     folder, name = os.path.split(SMOLLM2)
-    # transformers' GGUF loaders, the file's metadata parsed once for both.
-    with pretrained_fixtures.gguf_parsed_once():
-      cls.ref = transformers.AutoModelForCausalLM.from_pretrained(
-          folder, gguf_file=name, dtype=torch.float32,
-          attn_implementation="eager").eval()
-      # AutoTokenizer.from_pretrained(folder, gguf_file=name), once a
-      # process.
-      cls.ref_tok = pretrained_fixtures.hf_gguf_tokenizer()
+    cls.ref = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32,
+        attn_implementation="eager").eval()
+    # AutoTokenizer.from_pretrained(folder, gguf_file=name), once a process.
+    cls.ref_tok = pretrained_fixtures.hf_gguf_tokenizer()
     cls.tok = gguf_io.tokenizer(SMOLLM2, os.path.join(cls.root, "tok"))
     cls.prompts = [cls.ref_tok.apply_chat_template(
         [{"role": "user", "content": p}], tokenize=True, return_dict=False,
