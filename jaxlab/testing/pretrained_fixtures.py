@@ -23,6 +23,7 @@ What is cached is exactly what `gguf.load(path, dtype=dtype)` returned, so
 the tests check the same weights they checked before.
 """
 
+import contextlib
 import fcntl
 import functools
 import os
@@ -131,3 +132,46 @@ def hf_gguf_tokenizer(name: str = "smollm2-135m-instruct"):
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
   folder, file = os.path.split(pretrained.path(name))
   return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file)
+
+
+@contextlib.contextmanager
+def gguf_parsed_once():
+  """Within the block, each GGUF file's metadata is parsed once.
+
+  gguf-py's `GGUFReader` of the shipped SmolLM2 file takes ~2 s (its
+  49152-token vocabulary), and one test class builds several:
+  `jaxlab.io.gguf` makes one per `load` / `GGUFCheckpoint` /
+  `save_tokenizer` / `to_hf`, transformers' `from_pretrained(...,
+  gguf_file=...)` one each for the config, the generation config, the
+  tokenizer and the weights, with a `load_gguf_checkpoint(path,
+  return_tensors=False)` conversion of the metadata each time. Here both
+  are memoised per path: the reader is a read-only memmap that every caller
+  may share, and each caller gets its own deep copy of the converted
+  metadata. What the code under test computes is unchanged.
+  """
+  import copy  # pylint: disable=g-import-not-at-top
+  from unittest import mock  # pylint: disable=g-import-not-at-top
+  import gguf as gguf_py  # pylint: disable=g-import-not-at-top
+  from transformers import modeling_gguf_pytorch_utils as hf_gguf  # pylint: disable=g-import-not-at-top
+  real_reader, real_load = gguf_py.GGUFReader, hf_gguf.load_gguf_checkpoint
+  readers, parsed = {}, {}
+
+  def reader(path, mode="r"):
+    key = (os.path.realpath(path), mode)
+    if mode != "r":
+      return real_reader(path, mode)
+    if key not in readers:
+      readers[key] = real_reader(path, mode)
+    return readers[key]
+
+  def load(path, return_tensors=False, **kwargs):
+    if return_tensors or kwargs:
+      return real_load(path, return_tensors=return_tensors, **kwargs)
+    key = os.path.realpath(path)
+    if key not in parsed:
+      parsed[key] = real_load(path, return_tensors=False)
+    return copy.deepcopy(parsed[key])
+
+  with mock.patch.object(gguf_py, "GGUFReader", reader), \
+       mock.patch.object(hf_gguf, "load_gguf_checkpoint", load):
+    yield

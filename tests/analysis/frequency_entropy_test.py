@@ -19,6 +19,12 @@ from jaxlab.nn import rope
 from jaxlab.testing import pretrained_fixtures
 
 
+# One sequence length for every tiny-model test: the library's forwards run
+# op by op, each primitive compiled once per shape (~2 s a forward for a new
+# shape on the 2-core machine, ~ms for a seen one), so the tests share them.
+T = 64
+
+
 def _model(nope_layers=(1,), qkv_bias=False):
   cfg = decoder_lib.DecoderConfig(
       vocab_size=64, dim=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -97,15 +103,15 @@ class CaptureTest(absltest.TestCase):
 
   def test_capture_matches_manual_projection_and_rotation(self):
     model = _model()
-    ids = np.random.default_rng(0).integers(0, 64, (2, 48))
+    ids = np.random.default_rng(0).integers(0, 64, (2, T))
     (q0, k0), (q1, k1) = fe.capture_qk(model, ids)
-    self.assertEqual(q0.shape, (2, 48, 4, 8))
-    self.assertEqual(k1.shape, (2, 48, 2, 8))
+    self.assertEqual(q0.shape, (2, T, 4, 8))
+    self.assertEqual(k1.shape, (2, T, 2, 8))
     blk = model.layers[0]
     x = np.asarray(blk.attn_norm(model.embed(jnp.asarray(ids))))
     q_raw = np.einsum("btd,dnh->btnh", x, np.asarray(blk.attn.q_dnh[...]))
     inv, _ = rope.inv_freq("default", head_dim=8, base=1e4)
-    ang = np.arange(48)[:, None] * inv.astype(np.float64)  # [T, 4]
+    ang = np.arange(T)[:, None] * inv.astype(np.float64)  # [T, 4]
     c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
     a, b = q_raw[..., :4], q_raw[..., 4:]
     want = np.concatenate([a * c - b * s, b * c + a * s], -1)
@@ -118,7 +124,7 @@ class CaptureTest(absltest.TestCase):
 
   def test_fe_maps_shapes_and_nope_flags(self):
     model = _model()
-    ids = np.random.default_rng(0).integers(0, 64, (2, 64))
+    ids = np.random.default_rng(0).integers(0, 64, (2, T))
     maps = fe.fe_maps(model, ids, frame=16, hop=8)
     self.assertEqual(maps["spectrum"].shape, (2, 4, 4))
     self.assertEqual(maps["sequence"].shape, (2, 4, 4))
@@ -168,7 +174,7 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
   @parameterized.parameters("magnitude", "angle")
   def test_alpha_one_is_bit_identical(self, mode):
     model = _model(qkv_bias=True)
-    ids = np.random.default_rng(2).integers(0, 64, (2, 40))
+    ids = np.random.default_rng(2).integers(0, 64, (2, T))
     base = np.asarray(model(jnp.asarray(ids)))
     alpha = fe.alpha_table(np.ones((2, 4, 4), bool), 1.0)
     got = np.asarray(fe.attenuated_forward(model, ids, alpha, mode).logits)
@@ -182,7 +188,7 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
 
   def test_magnitude_mode_scales_pair_logit_terms(self):
     model = _model(qkv_bias=True)
-    ids = np.random.default_rng(3).integers(0, 64, (1, 32))
+    ids = np.random.default_rng(3).integers(0, 64, (1, T))
     sel = np.zeros((2, 4, 4), bool)
     sel[0, 1, 2] = True  # layer 0, head 1, pair 2
     weighted = fe.weighted_rope_model(model, fe.alpha_table(sel, 0.3))
@@ -218,7 +224,7 @@ class SelectionAndAttenuationTest(parameterized.TestCase):
 
   def test_perplexity_hand_value_and_sweep(self):
     model = _model()
-    ids = np.random.default_rng(4).integers(0, 64, (3, 20))
+    ids = np.random.default_rng(4).integers(0, 64, (3, T))
     logits = np.asarray(model(jnp.asarray(ids)), np.float64)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(logp[:, :-1], ids[:, 1:, None], -1).mean()
@@ -260,7 +266,7 @@ class LibraryPiecesTest(parameterized.TestCase):
 
   def test_next_token_scores_hand_values(self):
     model = _model()
-    ids = np.random.default_rng(5).integers(0, 64, (3, 24))
+    ids = np.random.default_rng(5).integers(0, 64, (3, T))
     logits = np.asarray(model(jnp.asarray(ids)), np.float64)[:, :-1]
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(logp, ids[:, 1:, None], -1)[..., 0].mean(-1)
@@ -268,7 +274,7 @@ class LibraryPiecesTest(parameterized.TestCase):
     got = fe.next_token_scores(model, ids, batch_size=2)
     np.testing.assert_allclose(got["nll"], nll, rtol=1e-5)
     np.testing.assert_array_equal(got["accuracy"], acc)
-    self.assertEqual(got["tokens"], 23)
+    self.assertEqual(got["tokens"], T - 1)
     self.assertAlmostEqual(fe.perplexity(model, ids), math.exp(nll.mean()),
                            places=4)
     # One table per row = each row scored alone under its own table.
@@ -326,7 +332,7 @@ class LibraryPiecesTest(parameterized.TestCase):
 
   def test_maps_from_qk_and_group_means(self):
     model = _model()
-    ids = np.random.default_rng(6).integers(0, 64, (3, 64))
+    ids = np.random.default_rng(6).integers(0, 64, (3, T))
     qk = fe.capture_qk(model, ids)
     per = fe.maps_from_qk(qk, which="k", frame=16, hop=8,
                           nope_layers=(1,), per_sequence=True)

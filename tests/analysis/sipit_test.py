@@ -15,6 +15,7 @@ from jaxlab.io import pretrained
 from jaxlab.models import decoder
 from jaxlab.models import early_exit
 from jaxlab.testing import hf_fixtures
+from jaxlab.testing import pretrained_fixtures
 from jaxlab.train import runner
 
 V = 64
@@ -215,7 +216,9 @@ class SmolLM2InversionTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    model, _ = pretrained.load(SMOL, cache=True)
+    # gguf.load(pretrained.path(SMOL)), converted once per test session
+    # (the arrays `pretrained.load(SMOL, cache=True)` keeps).
+    model, _ = pretrained_fixtures.load(SMOL)
     # Layer l's states need only the first l blocks (causal, same arrays).
     cls.model = early_exit.first_layers(model, cls.LAYER, share=True)
     tok = pretrained.tokenizer(SMOL)

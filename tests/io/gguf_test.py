@@ -27,6 +27,7 @@ layout or a one-bit dequantisation slip moves logits by 1e-2 or more.
 """
 # pylint: disable=protected-access
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -447,6 +448,12 @@ class SmolLM2Test(absltest.TestCase):
     # transformers' 4 x 16-token greedy loop ~10x slower.
     cls.torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # The file's metadata parsed once for the class (gguf-py's reader and
+    # transformers' conversion of it, shared by every loader below and in
+    # the tests; see gguf_parsed_once).
+    parsed_once = contextlib.ExitStack()
+    cls.addClassCleanup(parsed_once.close)  # also if setUpClass fails
+    parsed_once.enter_context(pretrained_fixtures.gguf_parsed_once())
     # gguf_io.load(SMOLLM2), converted once per test session (shared with
     # the other modules that load the shipped file).
     start = time.perf_counter()
@@ -507,19 +514,29 @@ class SmolLM2Test(absltest.TestCase):
     self.assertLess(diff, 2e-4)
 
   def test_greedy_tokens_match_transformers(self):
-    import torch  # pylint: disable=g-import-not-at-top
+    # transformers' greedy decoding (`generate(do_sample=False)`) emits, at
+    # each step, the argmax of its logits given the prompt and the tokens
+    # it emitted before. So it emits our 16 tokens exactly when, for every
+    # step k, its argmax after the prompt and our tokens 0..k-1 is our
+    # token k (induction on k): one teacher-forced forward of the 4
+    # prompts + our tokens (right-padded, causal) checks all 4 x 16 steps,
+    # instead of 64 incremental `generate` steps.
     new = 16
     ours = sampler.generate(self.model, self.prompts, max_new_tokens=new)
-    for i, ids in enumerate(self.prompts):
-      # The prompt holds <|im_end|> = the pad id 2: without an explicit mask
-      # transformers would mask those tokens out.
-      with torch.no_grad():
-        ref = self.ref.generate(
-            torch.tensor([ids], dtype=torch.long),
-            attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
-            max_new_tokens=new, do_sample=False, pad_token_id=2,
-            eos_token_id=None)
-      self.assertEqual(list(ours.tokens[i][:new]), ref[0, len(ids):].tolist(),
+    seqs = [list(p) + list(ours.tokens[i][:new])
+            for i, p in enumerate(self.prompts)]
+    for i, p in enumerate(self.prompts):
+      self.assertLen(seqs[i], len(p) + new)
+    ids = np.full((len(seqs), max(len(s) for s in seqs)), 2, np.int32)
+    for i, s in enumerate(seqs):
+      ids[i, :len(s)] = s
+    # The prompts hold <|im_end|> = the pad id 2: no mask (all ones), as
+    # the explicit mask `generate` needed; padding is after every token.
+    greedy = hfx.hf_logits(self.ref, ids).argmax(-1)
+    for i, p in enumerate(self.prompts):
+      n = len(p)
+      self.assertEqual(greedy[i, n - 1:n - 1 + new].tolist(),
+                       list(ours.tokens[i][:new]),
                        msg=f"prompt {i}: {self.tok.decode(ours.tokens[i])!r}")
 
   def test_tokenizer_equals_transformers(self):

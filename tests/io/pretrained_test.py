@@ -8,6 +8,7 @@ without. Also: a Hub id offline is one clear error, `results.json`'s
 tokenizer conversion without torch.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -215,6 +216,15 @@ class OldNamesTest(absltest.TestCase):
 
 @absltest.skipUnless(pretrained.available(SMOL), pretrained.skip_reason(SMOL))
 class ShippedTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # The shipped file's metadata parsed once for the class (by
+    # pretrained.load and transformers' tokenizer; see gguf_parsed_once).
+    parsed_once = contextlib.ExitStack()
+    cls.addClassCleanup(parsed_once.close)
+    parsed_once.enter_context(pretrained_fixtures.gguf_parsed_once())
 
   def test_shipped_name_is_its_gguf(self):
     path = pretrained.path(SMOL)
