@@ -5,6 +5,7 @@ import shutil
 import tempfile
 
 from absl.testing import absltest
+from flax import nnx
 import numpy as np
 
 from jaxlab.configs import chart_to_code as c2c_configs
@@ -16,7 +17,8 @@ class VLPresetTest(absltest.TestCase):
 
   def test_tiny_vl_runs_all_phases(self):
     config = c2c_configs.get_config("tiny,vl")
-    policy = c2c.make_policy(config, seed=0)
+    # Built abstractly (shapes only): the run builds the real one.
+    policy = nnx.eval_shape(lambda: c2c.make_policy(config, seed=0))
     self.assertIsInstance(policy, qwen2_vl_prefix.Qwen2VLPrefixLM)
     # 32x32 chart, patch 4, 2x2 merge: 16 vision tokens + start / end.
     self.assertEqual(policy.num_prefix, 18)

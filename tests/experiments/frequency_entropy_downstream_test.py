@@ -18,7 +18,8 @@ What `python -m jaxlab.main --config=frequency_entropy:paper,short
 
 `results.json`'s `data.rows` must count what was read, and each reported
 accuracy equal a recomputation here: every choice's log-likelihood from a
-plain unbatched forward of its own tokens (no padding), the tokens cut as
+plain unbatched forward of its own tokens (followed by pads only, which a
+causal model does not see), the tokens cut as
 lm-evaluation-harness's `_encode_pair` does, under the model the
 experiment's selection (rules a+b on the native query FE, RoPE layers
 only) attenuates by alpha 0.1.
@@ -30,6 +31,7 @@ import shutil
 import tempfile
 
 import datasets
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -127,12 +129,26 @@ def _ref_pair(hf_tok, context, continuation):
   return ctx, whole[len(ctx):]
 
 
+@nnx.jit
+def _forward_logits(model, ids):
+  return model.forward(ids).logits
+
+
 def _ref_loglik(model, hf_tok, context, continuation, max_length=256):
   """Sum of log p(continuation tokens); the input cut to the model's
-  window as `HFLM._loglikelihood_tokens`: (ctx + cont)[-(max + 1):][:-1]."""
+  window as `HFLM._loglikelihood_tokens`: (ctx + cont)[-(max + 1):][:-1].
+
+  One unbatched forward of the input alone, jitted at one length: the input
+  is followed by pad tokens up to `max_length`, which a causal model's
+  logits at the input's positions do not see (no attention mask is
+  passed, nothing precedes the input), so they are its logits unpadded
+  (an eager forward per input compiled every op at each new length).
+  """
   ctx, cont = _ref_pair(hf_tok, context, continuation)
   inp = (ctx + cont)[-(max_length + 1):][:-1]
-  logits = model.forward(jnp.asarray([inp])).logits[0]
+  ids = np.zeros((1, max_length), np.int32)
+  ids[0, :len(inp)] = inp
+  logits = _forward_logits(model, jnp.asarray(ids))[0, :len(inp)]
   logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)))
   logp = logp[len(inp) - len(cont):]
   return float(sum(logp[i, t] for i, t in enumerate(cont)))

@@ -77,6 +77,12 @@ class SipitPaperTest(absltest.TestCase):
     c.init_from = cls.ckpt
     c.data.path = cls.data
     c.data.cache_dir = os.path.join(cls.root, "hf_cache")
+    # `short` inverts 8 rows (num_prompts 100 -> 8; checked in
+    # test_rows_read_and_prompts_inverted); 4 here, half the inversion and
+    # noise-sweep time (the sweep takes the inverted prompts, at most
+    # noise.num_prompts 8), the same checks on each.
+    cls.short_num_prompts = c.sipit.num_prompts
+    c.sipit.num_prompts = 4
     cls.config = c
     cls.work = os.path.join(cls.root, "work")
     cls.out = sipit_exp.run(c, cls.work)
@@ -93,6 +99,7 @@ class SipitPaperTest(absltest.TestCase):
   def test_rows_read_and_prompts_inverted(self):
     c = self.config
     self.assertEqual((c.data.subset, c.data.max_rows), ("20231101.en", 8))
+    self.assertEqual(self.short_num_prompts, 8)  # num_prompts 100 (short)
     self.assertEqual(self.res["data"]["rows"], {"train": 8})
     self.assertEqual(self.res["data"]["source"], "hf")
     self.assertLen(self.res["data"]["digest"], 64)
@@ -100,8 +107,8 @@ class SipitPaperTest(absltest.TestCase):
     streams = [self.tok.encode(t) for t in TEXTS[:8]]
     eligible = [s for s in streams if len(s) >= 20]
     self.assertLen(eligible, 8)
-    self.assertLen(rec["rows"], 8)  # num_prompts 100 -> 8 (short)
-    self.assertLen(set(rec["rows"]), 8)
+    self.assertLen(rec["rows"], 4)  # sipit.num_prompts (setUpClass)
+    self.assertLen(set(rec["rows"]), 4)
     # Every layer 0..2, the BOS given: every token recovered exactly.
     self.assertEqual(self.out["layers"], [0, 1, 2])
     inv = rec["pretrained"]["inversion"]

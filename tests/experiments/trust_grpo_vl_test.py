@@ -10,6 +10,7 @@ import shutil
 import tempfile
 
 from absl.testing import absltest
+from flax import nnx
 import numpy as np
 
 from jaxlab.configs import trust_grpo as trust_configs
@@ -71,7 +72,9 @@ class VLPresetTest(absltest.TestCase):
     config.variants = ("trust",)
     config.rl.prompts_per_step = 5
     config.grpo.group_size = 4
-    policy = registry.get_spec(config.model, vocab_size=24, seed=0).factory()
+    # Built abstractly (shapes only): the run builds the real one.
+    policy = nnx.eval_shape(registry.get_spec(config.model, vocab_size=24,
+                                              seed=0).factory)
     self.assertIsInstance(policy, qwen2_vl_prefix.Qwen2VLPrefixLM)
     # 16x16 image, patch 4, 2x2 merge: 4 vision tokens + start / end.
     self.assertEqual(policy.num_prefix, 6)
