@@ -107,6 +107,22 @@ def _jit_logits(model, ids, inputs, attention_mask=None):
   return np.asarray(run(model, ids, kw, pos))
 
 
+def _static_grids(grids):
+  """{name: [n, 3] grid array} as a hashable static argument."""
+  return tuple((k, tuple(map(tuple, np.asarray(v).tolist())))
+               for k, v in sorted(grids.items()))
+
+
+# `model(ids, pixel_values=, pixel_values_videos=, positions_3bt=, **grids)`
+# compiled once per shape and grids (static), shared by the tests that run it
+# on the same inputs' shapes (an `nnx.jit` per test compiled it again).
+_run_with_grids = nnx.jit(
+    lambda model, ids, pv, pvv, pos, grids: model(
+        ids, pixel_values=pv, pixel_values_videos=pvv, positions_3bt=pos,
+        **{k: np.asarray(v) for k, v in grids}),
+    static_argnums=5)
+
+
 def _text_config():
   return dict(
       vocab_size=128, hidden_size=64, intermediate_size=96,
@@ -591,13 +607,9 @@ class Qwen25VLTest(chex.TestCase):
     pos, _ = qwen2_vl.rope_index(ids, self.cfg, second_per_grid_ts=[1.5],
                                  **grids)
 
-    @nnx.jit
-    def run(model, ids, pv, pvv, pos):
-      return model(ids, pixel_values=pv, pixel_values_videos=pvv,
-                   positions_3bt=pos, **grids)
-
-    got = run(self.model, ids, inputs["pixel_values"],
-              inputs["pixel_values_videos"], pos)
+    got = _run_with_grids(self.model, ids, inputs["pixel_values"],
+                          inputs["pixel_values_videos"], pos,
+                          _static_grids(grids))
     eager = self.model(ids, **inputs, **grids)
     np.testing.assert_allclose(got, eager, rtol=0, atol=_tol(eager))
 
@@ -687,16 +699,13 @@ class Qwen25VLTest(chex.TestCase):
     pos, _ = qwen2_vl.rope_index(ids, self.cfg, second_per_grid_ts=[1.5],
                                  **grids)
 
-    @nnx.jit
-    def run(model, ids, pv, pvv, pos):
-      return model(ids, pixel_values=pv, pixel_values_videos=pvv,
-                   positions_3bt=pos, **grids)
-
+    args = (ids, inputs["pixel_values"], inputs["pixel_values_videos"], pos,
+            _static_grids(grids))
     with jax.set_mesh(mesh):
-      got = run(model, ids, inputs["pixel_values"],
-                inputs["pixel_values_videos"], pos)
-    want = run(self.model, ids, inputs["pixel_values"],
-               inputs["pixel_values_videos"], pos)
+      got = _run_with_grids(model, *args)
+    # Unsharded: the executable test_jit_matches_eager compiled (same
+    # shapes), when that test ran first in this process.
+    want = _run_with_grids(self.model, *args)
     np.testing.assert_allclose(got, want, rtol=0, atol=_tol(want))
 
   def test_decoder_rope_tables_hook(self):
