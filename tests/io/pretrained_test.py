@@ -238,7 +238,6 @@ class ShippedTest(absltest.TestCase):
 
   def test_gguf_tokenizer_without_torch_equals_transformers(self):
     """The conversion with torch blocked == AutoTokenizer(gguf_file=)."""
-    import transformers  # pylint: disable=g-import-not-at-top
     path = pretrained.path(SMOL)
     texts = ["Hello world!", "  spaces\tand\nnewlines ",
              "émoji 🙂 日本語", "<|im_start|>user\nhi<|im_end|>"]
