@@ -336,6 +336,9 @@ class MainTest(absltest.TestCase):
         "jsonl": flags(f"{tmp}/j", "--config.data.source=jsonl",
                        f"--config.data.path={bad}"),
     }
+    # The one case also run as its own `python -m jaxlab.main` process
+    # (below), started now so that it overlaps the forked runs.
+    own = launch(f"{tmp}/b_own", batch_zero[0], wait=False)
     got = dict(zip(runs, launch_many(list(runs.values()))))
     for name, (rc, _, err) in got.items():
       with self.subTest(name):
@@ -361,7 +364,8 @@ class MainTest(absltest.TestCase):
       self.assertEqual(rc, 2, err)
       self.assertEqual(err.strip(), msg)
     # The same through its own interpreter: the CLI's status and one line.
-    rc, _, err = launch(f"{tmp}/b", batch_zero[0])
+    _, err = own.communicate(timeout=600)
+    rc = own.returncode
     self.assertEqual(rc, 2, err)
     self.assertEqual(err.strip(), batch_zero[1])
 
