@@ -150,10 +150,46 @@ class MainTest(absltest.TestCase):
     """SIGTERM to the process, and SIGINT (a terminal's Ctrl-C) to its
     process group with periodic checkpoints off: each saves a checkpoint at
     the step reached, writes results.json with `"preempted": true`, exits 0;
-    the relaunch resumes there and ends as an uninterrupted run does."""
+    the relaunch resumes there and ends as an uninterrupted run does.
+
+    The uninterrupted run and the two interrupted ones are separate
+    processes in separate workdirs that run at the same time (as do the two
+    relaunches): each is signalled when its own metrics show step 7, so
+    their overlap changes no step, only the test's wall time (their
+    per-step sleeps and interpreter start-ups overlap)."""
     tmp = self._tmp()
-    rc, out, err = launch(f"{tmp}/full")
-    self.assertEqual(rc, 0, err[-3000:])
+    cases = [("SIGTERM", signal.SIGTERM, []),
+             ("SIGINT", signal.SIGINT, ["--config.train.checkpoint_every=0"])]
+    full_proc = launch(f"{tmp}/full", wait=False)
+    procs = {}
+    for name, _, extra in cases:
+      # Slow steps down so the signal lands mid-run, after step 7 is
+      # logged. A session of its own: the child leads its process group,
+      # as a job started from a terminal does.
+      procs[name] = launch(f"{tmp}/cut_{name}",
+                           "--config.train.debug_step_sleep_s=0.5", *extra,
+                           wait=False)
+    def send(name, sig):
+      if procs[name].poll() is not None:  # exited early: asserted below
+        return
+      if sig == signal.SIGINT:
+        os.killpg(procs[name].pid, sig)  # what Ctrl-C does: the whole group
+      else:
+        procs[name].send_signal(sig)
+
+    waiting = {name: sig for name, sig, _ in cases}
+    deadline = time.time() + 300
+    while waiting and time.time() < deadline:
+      for name, sig in list(waiting.items()):
+        rows = metrics_lib.read_metrics(f"{tmp}/cut_{name}")
+        if (rows and rows[-1]["step"] >= 7) or procs[name].poll() is not None:
+          send(name, waiting.pop(name))
+      time.sleep(0.1)
+    for name, sig in waiting.items():  # past the deadline: signal anyway
+      send(name, sig)
+    outs = {name: procs[name].communicate(timeout=300) for name in procs}
+    out, err = full_proc.communicate(timeout=300)
+    self.assertEqual(full_proc.returncode, 0, err[-3000:])
     full = metrics_lib.read_metrics(f"{tmp}/full")
     with open(f"{tmp}/full/results.json") as f:
       want = json.load(f)
@@ -161,27 +197,12 @@ class MainTest(absltest.TestCase):
     # Recorded by config name, so the command replays on any checkout.
     self.assertIn(" --config=lm_tiny:tiny ", want["command"])
 
-    for name, sig, extra in [
-        ("SIGTERM", signal.SIGTERM, []),
-        ("SIGINT", signal.SIGINT, ["--config.train.checkpoint_every=0"])]:
+    cut_steps = {}
+    for name, sig, extra in cases:
       with self.subTest(name):
         wd = f"{tmp}/cut_{name}"
-        # Slow steps down so the signal lands mid-run, after step 7 is
-        # logged. A session of its own: the child leads its process group,
-        # as a job started from a terminal does.
-        proc = launch(wd, "--config.train.debug_step_sleep_s=0.5", *extra,
-                      wait=False)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-          rows = metrics_lib.read_metrics(wd)
-          if (rows and rows[-1]["step"] >= 7) or proc.poll() is not None:
-            break
-          time.sleep(0.1)
-        if sig == signal.SIGINT:
-          os.killpg(proc.pid, sig)  # what Ctrl-C does: the whole group
-        else:
-          proc.send_signal(sig)
-        out, err = proc.communicate(timeout=300)
+        proc = procs[name]
+        out, err = outs[name]
         self.assertEqual(proc.returncode, 0, err[-3000:])
         self.assertNotIn("Traceback", err)
         self.assertNotIn("KeyboardInterrupt", err)
@@ -200,10 +221,21 @@ class MainTest(absltest.TestCase):
         self.assertEqual(cut_res["step"], cut_step)
         self.assertEqual(cut_res["checkpoint_step"], cut_step)
         self.assertEqual(cut_res["loss"], full[cut_step - 1]["loss"])
+        cut_steps[name] = cut_step
 
-        rc, out, err = launch(wd, *extra)
-        self.assertEqual(rc, 0, err[-3000:])
-        self.assertIn(f"Resuming from {wd}/checkpoints/{cut_step}", out)
+    # The relaunches (of the cases that were cut as asserted), together.
+    procs = {name: launch(f"{tmp}/cut_{name}", *extra, wait=False)
+             for name, _, extra in cases if name in cut_steps}
+    outs = {name: procs[name].communicate(timeout=300) for name in procs}
+    for name, _, _ in cases:
+      if name not in cut_steps:
+        continue
+      with self.subTest(f"{name} resumed"):
+        wd = f"{tmp}/cut_{name}"
+        out, err = outs[name]
+        self.assertEqual(procs[name].returncode, 0, err[-3000:])
+        self.assertIn(f"Resuming from {wd}/checkpoints/{cut_steps[name]}",
+                      out)
         cut = metrics_lib.read_metrics(wd)
         self.assertEqual([r["step"] for r in cut], list(range(1, 17)))
         self.assertEqual(deterministic(cut), deterministic(full))
@@ -304,6 +336,9 @@ class MainTest(absltest.TestCase):
         "jsonl": flags(f"{tmp}/j", "--config.data.source=jsonl",
                        f"--config.data.path={bad}"),
     }
+    # The one case also run as its own `python -m jaxlab.main` process
+    # (below), started now so that it overlaps the forked runs.
+    own = launch(f"{tmp}/b_own", batch_zero[0], wait=False)
     got = dict(zip(runs, launch_many(list(runs.values()))))
     for name, (rc, _, err) in got.items():
       with self.subTest(name):
@@ -329,7 +364,8 @@ class MainTest(absltest.TestCase):
       self.assertEqual(rc, 2, err)
       self.assertEqual(err.strip(), msg)
     # The same through its own interpreter: the CLI's status and one line.
-    rc, _, err = launch(f"{tmp}/b", batch_zero[0])
+    _, err = own.communicate(timeout=600)
+    rc = own.returncode
     self.assertEqual(rc, 2, err)
     self.assertEqual(err.strip(), batch_zero[1])
 
