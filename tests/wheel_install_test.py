@@ -206,8 +206,9 @@ class WheelInstallTest(absltest.TestCase):
   def _run(cmd, **kw):
     # Without PYTHONPATH: a checkout on it (its jaxlab.egg-info) would make
     # pip see jaxlab as installed already and skip the wheel.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
+    kw.setdefault("env", {k: v for k, v in os.environ.items()
+                          if k != "PYTHONPATH"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
     assert proc.returncode == 0, (cmd, proc.stdout[-2000:],
                                   proc.stderr[-3000:])
     return proc
