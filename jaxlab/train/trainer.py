@@ -610,7 +610,7 @@ def _pipeline_dataset(source, batch: int, seed: int, *, train: bool,
   data_cfg = data_cfg if data_cfg is not None else {}
   return pipeline.batched_dataset(
       source, global_batch=batch, seed=seed, shuffle=train, repeat=train,
-      local_rows=local_rows, prefetch=int(data_cfg.get("prefetch", 4) or 4),
+      local_rows=local_rows, prefetch=int(data_cfg.get("prefetch", 4)),
       read_threads=int(data_cfg.get("read_threads", 0) or 0))
 
 
