@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs/lm_tiny
 # 8 fake CPU devices so sharding code is exercised on any machine.
 TEST_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu
-PYTEST_ARGS ?= -n 2 --durations=30 --junitxml=.pytest_cache/junit.xml
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder --durations=30 --junitxml=.pytest_cache/junit.xml
 
 .PHONY: demo test bench venv clean
 

@@ -28,6 +28,13 @@ xdist worker, which inherits the environment set here):
   peak from 6.3 to 4.6 GB and the end from 5.2 to 1.8 GB. A later module
   that runs a program again reads it from the persistent cache. Each test
   process's peak RSS is printed at the end of the run.
+* With `--dist loadfile` (`make test`), test modules longest first, by the
+  times recorded in `docs/testing_durations.json` (the slowest CPU kind's;
+  a module not recorded there counts as a median one). Each module runs
+  whole on one xdist worker (its `setUpClass` fixtures and compiled
+  programs built once), and the run ends on short modules, so the two
+  workers finish together (longest-processing-time-first scheduling). The
+  order of the tests within a module is unchanged.
 """
 
 import contextlib
@@ -35,6 +42,7 @@ import ctypes
 import ctypes.util
 import fcntl
 import gc
+import json
 import os
 import resource
 import shutil
@@ -113,6 +121,37 @@ def _sandbox_user_lock(request):
     finally:
       del os.environ[_LOCK_HELD_ENV]
       fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _recorded_module_seconds() -> dict[str, float]:
+  """Per test module, its slowest recorded time over the CPU kinds."""
+  path = os.path.join(_ROOT, "docs", "testing_durations.json")
+  try:
+    with open(path) as f:
+      kinds = json.load(f)
+  except (OSError, ValueError):
+    return {}
+  seconds = {}
+  for kind in kinds.values():
+    for module, t in kind.get("modules", {}).items():
+      seconds[module] = max(seconds.get(module, 0.0), float(t))
+  return seconds
+
+
+def pytest_collection_modifyitems(session, config, items):
+  """Under `--dist loadfile`, the longest test modules first (see above)."""
+  del session
+  if getattr(config.option, "dist", "no") != "loadfile":
+    return
+  seconds = _recorded_module_seconds()
+  if not seconds:
+    return
+  median = sorted(seconds.values())[len(seconds) // 2]
+  def cost(item):
+    rel = os.path.relpath(str(item.path), _ROOT)
+    return seconds.get(rel, median)
+  # sorted() is stable: a module's tests keep their order.
+  items[:] = sorted(items, key=lambda item: -cost(item))
 
 
 _LIBC = ctypes.util.find_library("c")
