@@ -116,10 +116,15 @@ def chart_notebook():
           "and score a near-miss completion field by field."),
       v4.new_code_cell(
           "from jaxlab.rewards import sandbox, chart\n"
+          "# Warm sandbox workers (matplotlib imported once; every job still "
+          "runs in\n# fresh processes), the same pool the experiment's "
+          "rewards use below.\n"
+          "pool = sandbox.shared_pool(2)\n"
           "gt = \"plt.bar([0,1,2],[3,5,2]);plt.title('cost')\"\n"
-          "ok = sandbox.render_chart(gt, size=(64, 64))\n"
+          "ok = sandbox.render_chart(gt, size=(64, 64), pool=pool)\n"
           "print('render ok:', ok.ok, ok.image.shape)\n"
-          "bad = sandbox.render_chart(\"import os; os.system('ls')\")\n"
+          "bad = sandbox.render_chart(\"import os; os.system('ls')\", "
+          "pool=pool)\n"
           "print('hostile ok:', bad.ok)\n"
           "pred = \"plt.bar([0,1,2],[3,5,4]);plt.title('cast')\"\n"
           "f = chart.text_reward_fields(pred, gt)\n"

@@ -131,6 +131,10 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
     stop_ids: further stop tokens besides `eos_id` (kept in the completion).
     completion_length: pad packed sequences to prompt + this many tokens so
       every batch has one shape (one compilation); default max_new_tokens.
+      The prompt part is the longest prompt rounded up to a power of two
+      (`sampler.bucket_length(n, minimum=1)`), so batches whose longest
+      prompts differ (a real dataset's rows) share the log-prob and update
+      compilations too; the extra columns are padding, masked out.
     prefix_inputs: optional `[P, ...]` per-prompt inputs of a prefix-LM
       policy (the prefix hook, see the module docstring); repeated G times
       into `RolloutBatch.prefix_inputs`.
@@ -152,7 +156,8 @@ def rollout(policy, ref, prompts: Sequence[Sequence[int]], *,
                        f"{len(prompts)} prompts; give one per prompt")
     prefix_inputs = np.repeat(prefix_inputs, group_size, axis=0)
     out = policy.generate(prefix_inputs, rep, **kw)
-  length = max(len(p) for p in rep) + (completion_length or max_new_tokens)
+  length = (sampler.bucket_length(max(len(p) for p in rep), minimum=1)
+            + (completion_length or max_new_tokens))
   ids, attn, comp = sampler.pack_sequences(rep, out.tokens, pad_id=pad_id,
                                            length=length)
   # At the sampling temperature: the loss scores softmax(logits / T).

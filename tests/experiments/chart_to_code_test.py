@@ -40,6 +40,25 @@ def _images(n, seed=0):
       np.float32)
 
 
+# The references below run compiled (one program each), not op by op.
+@nnx.jit
+def _logits(policy, images, ids):
+  return policy.logits(images, ids)
+
+
+@nnx.jit
+def _concat_prefix_logits(policy, images, ids):
+  """The decoder on [ViT(images); embed(ids)], the prefix positions cut."""
+  prefix = policy.vit(images)
+  h = jnp.concatenate([prefix, policy.dec.embed(ids)], axis=1)
+  return policy.dec.forward(inputs_embeds=h).logits[:, policy.num_prefix:]
+
+
+@nnx.jit
+def _masked_logits(policy, images, ids, attn):
+  return policy.forward(ids, attn, prefix_inputs=images).logits
+
+
 def _reference_greedy(policy, images, max_len):
   """The former cache-less sampler: a full forward over [prefix; ids] per
   step, argmax of the last real position, PAD after EOS.
@@ -97,14 +116,13 @@ class PolicyTest(absltest.TestCase):
   def test_forward_is_the_concatenated_prefix(self):
     imgs = _images(2)
     ids = jnp.array([[BOS, 3, 9, 12], [BOS, 4, 9, 13]], jnp.int32)
-    prefix = self.policy.vit(jnp.asarray(imgs))
-    h = jnp.concatenate([prefix, self.policy.dec.embed(ids)], axis=1)
-    want = self.policy.dec.forward(inputs_embeds=h).logits[:, 16:]
-    np.testing.assert_allclose(self.policy.logits(imgs, ids), want,
+    self.assertEqual(self.policy.num_prefix, 16)
+    want = _concat_prefix_logits(self.policy, jnp.asarray(imgs), ids)
+    np.testing.assert_allclose(_logits(self.policy, imgs, ids), want,
                                atol=1e-5)
     # A right-padded row gives the same logits on its real tokens.
     attn = jnp.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
-    got = self.policy.forward(ids, attn, prefix_inputs=imgs).logits
+    got = _masked_logits(self.policy, imgs, ids, attn)
     np.testing.assert_allclose(got[:, :3], want[:, :3], atol=1e-5)
 
   def test_sampler_with_prefix_equals_cacheless_greedy(self):
@@ -121,8 +139,8 @@ class PolicyTest(absltest.TestCase):
               {"ids": [4, 9, EOS], "image": np.full((64, 64, 3), 200,
                                                          np.uint8)}]
     batch = charts_lib.sft_arrays(charts, max_len=6)
-    loss, m = prefix_lm_loss.prefix_lm_nll(self.policy, batch)
-    logits = np.asarray(self.policy.logits(batch["images"], batch["ids"]),
+    loss, m = nnx.jit(prefix_lm_loss.prefix_lm_nll)(self.policy, batch)
+    logits = np.asarray(_logits(self.policy, batch["images"], batch["ids"]),
                         np.float64)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = []
@@ -141,7 +159,7 @@ class PolicyTest(absltest.TestCase):
                                              length=6)
     lp = rollout_lib.teacher_forced_logp(self.policy, ids, attn, comp,
                                          temperature=0.5, prefix_inputs=imgs)
-    logits = np.asarray(self.policy.logits(imgs, jnp.asarray(ids)),
+    logits = np.asarray(_logits(self.policy, imgs, jnp.asarray(ids)),
                         np.float64) / 0.5
     logz = np.log(np.exp(logits).sum(-1))
     for b, toks in enumerate(tokens):

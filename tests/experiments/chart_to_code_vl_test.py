@@ -17,6 +17,12 @@ class VLPresetTest(absltest.TestCase):
 
   def test_tiny_vl_runs_all_phases(self):
     config = c2c_configs.get_config("tiny,vl")
+    # The colab's CI shrink of `tiny`: every phase still runs (SFT with two
+    # curve points, both GRPO stages, three evaluations), on fewer steps,
+    # charts and prompts.
+    config.charts.eval_size = 2
+    config.rl.prompts_per_step = 1
+    config.sft.update(steps=10, eval_every=5)
     # Built abstractly (shapes only): the run builds the real one.
     policy = nnx.eval_shape(lambda: c2c.make_policy(config, seed=0))
     self.assertIsInstance(policy, qwen2_vl_prefix.Qwen2VLPrefixLM)

@@ -33,6 +33,7 @@ import tempfile
 import types
 
 from absl.testing import absltest
+from flax import nnx
 import jax.numpy as jnp
 import numpy as np
 from rapidfuzz.distance import Levenshtein
@@ -42,6 +43,7 @@ from jaxlab.data import sophiavl as sophiavl_data
 from jaxlab.evals import mathvista
 from jaxlab.evals import vl_chat
 from jaxlab.experiments.trust_grpo import real as tg_real
+from jaxlab.models import qwen2_vl
 from jaxlab.models import qwen2_vl_prefix
 from jaxlab.rewards import sophiavl
 from jaxlab.rewards import trust_variants
@@ -515,10 +517,17 @@ class TrustGrpoRealTest(absltest.TestCase):
         image_std=chat.processor.image_std, head_ids=ids[:i0])
     pm = qwen2_vl_prefix.Qwen2VLPrefixLM.wrap(chat.model, pre)
     tail = jnp.asarray([ids[i1 + 1:]])
-    got = pm.forward(tail, jnp.ones_like(tail, bool),
-                     prefix_inputs=jnp.asarray(img[None] / 255.0,
-                                               jnp.float32)).logits
-    want = chat.model.forward(jnp.asarray([ids]), **mm).logits
+    # Both forwards compiled (one program each), not op by op; the grid is
+    # static, so the reference closes over it and takes the positions
+    # `Qwen2VL.forward` would compute (`rope_index` of the prompt).
+    got = nnx.jit(lambda m, t, x: m.forward(
+        t, jnp.ones_like(t, bool), prefix_inputs=x).logits)(
+            pm, tail, jnp.asarray(img[None] / 255.0, jnp.float32))
+    grid = np.asarray(mm["image_grid_thw"])
+    pos, _ = qwen2_vl.rope_index(np.asarray([ids]), chat.model.cfg, grid)
+    want = nnx.jit(lambda m, t, pv, p3: m.forward(
+        t, pixel_values=pv, image_grid_thw=grid, positions_3bt=p3).logits)(
+            chat.model, jnp.asarray([ids]), mm["pixel_values"], pos)
     np.testing.assert_allclose(got, want[:, -tail.shape[1]:], atol=1e-5)
 
   def test_trm_prompt_is_sophiavl_messages(self):

@@ -72,6 +72,9 @@ class VLPresetTest(absltest.TestCase):
     config.variants = ("trust",)
     config.rl.prompts_per_step = 5
     config.grpo.group_size = 4
+    # Two RL steps (the second samples from the updated policy, so its KL
+    # to the reference is > 0 on every iteration) and two evaluations.
+    config.rl.update(steps=2, eval_every=2)
     # Built abstractly (shapes only): the run builds the real one.
     policy = nnx.eval_shape(registry.get_spec(config.model, vocab_size=24,
                                               seed=0).factory)

@@ -43,7 +43,14 @@ class LearnerTest(absltest.TestCase):
                                 group_size=4, max_new_tokens=3,
                                 key=jax.random.key(0))
     self.assertLen(batch.completions, 8)
-    self.assertEqual(batch.input_ids_bt.shape, (8, 3 + 3))
+    # Packed: the longest prompt (3) rounded up to a power of two, then
+    # max_new_tokens; a batch whose longest prompt is 4 has the same shape
+    # (one compilation of the log-probs and the update for both).
+    self.assertEqual(batch.input_ids_bt.shape, (8, 4 + 3))
+    longer = rollout_lib.rollout(model, model, [[1, 3, 4, 5], [1, 4]],
+                                 group_size=4, max_new_tokens=3,
+                                 key=jax.random.key(1))
+    self.assertEqual(longer.input_ids_bt.shape, (8, 4 + 3))
     # Prompt-major order: rows 0-3 share prompt 0.
     self.assertEqual(batch.repeated_prompts[3], [1, 3])
     np.testing.assert_allclose(batch.old_logp_bt, batch.ref_logp_bt)
