@@ -199,11 +199,12 @@ def pytest_sessionfinish(session, exitstatus):
   scratch = os.environ[_SCRATCH_ENV]
   # pytest's own tmp_path directories live under pytest-of-<user>.
   # jaxlab-pretrained-fixtures: the shipped GGUF converted once per run on
-  # purpose (jaxlab.testing.pretrained_fixtures), not a leak.
+  # purpose (jaxlab.testing.pretrained_fixtures), not a leak; likewise the
+  # DPad tests' tiny LLaDA / Dream (jaxlab.testing.diffusion_fixtures).
   left = sorted(n for n in os.listdir(scratch)
                 if not n.startswith("pytest-of-")
                 and n not in (_LOCKS, "jaxlab-pretrained-fixtures",
-                              "jaxlab-cache"))
+                              "jaxlab-diffusion-fixtures", "jaxlab-cache"))
   if left:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

@@ -6,10 +6,18 @@ tensor names and config.json fields (`modeling_llada.py`, as
 tests/io/hf_diffusion_test.py does; mask and EOS ids in config.json as
 LLaDA-8B-Instruct has them). Dream: a tiny Qwen2 checkpoint relabelled
 `DreamModel` (Dream's config.json: `mask_token_id`, `eos_token_id`).
+
+Under pytest (`$JAXLAB_TEST_SCRATCH` set) each checkpoint is built once
+per session into the scratch directory under an `fcntl` lock and copied
+to `path` (both DPad test modules use the same two, and the xdist worker
+that needs them second copies instead of building them with torch); the
+files are those a fresh build writes (seeded weights).
 """
 
+import fcntl
 import json
 import os
+import shutil
 
 import safetensors.numpy
 
@@ -44,8 +52,36 @@ def llada_name(name):
   return f"model.transformer.blocks.{i}.{LLADA_LAYER[rest]}"
 
 
+def _once_per_session(kind, path, eos_id, build):
+  """`build(path)`, or a copy of the session's one build (module doc)."""
+  root = os.environ.get("JAXLAB_TEST_SCRATCH")
+  if not root:
+    return build(path)
+  out = os.path.join(root, "jaxlab-diffusion-fixtures", f"{kind}-{eos_id}")
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with open(f"{out}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one builds, the other waits
+    if not os.path.isdir(out):
+      tmp = f"{out}.tmp{os.getpid()}"
+      build(tmp)
+      os.replace(tmp, out)  # complete or absent
+  shutil.copytree(out, path, dirs_exist_ok=True)
+  return os.fspath(path)
+
+
 def make_llada(path, eos_id):
   """A tiny LLaDA checkpoint directory (tokenizer beside it)."""
+  return _once_per_session("llada", path, eos_id,
+                           lambda p: _build_llada(p, eos_id))
+
+
+def make_dream(path, eos_id):
+  """A tiny Dream checkpoint directory (tokenizer beside it)."""
+  return _once_per_session("dream", path, eos_id,
+                           lambda p: _build_dream(p, eos_id))
+
+
+def _build_llada(path, eos_id):
   hfx.make_chat_checkpoint(path, "llama", vocab_size=VOCAB,
                            max_position_embeddings=512)
   st = os.path.join(path, "model.safetensors")
@@ -73,7 +109,7 @@ def make_llada(path, eos_id):
   return path
 
 
-def make_dream(path, eos_id):
+def _build_dream(path, eos_id):
   hfx.make_chat_checkpoint(path, "qwen2", vocab_size=VOCAB,
                            max_position_embeddings=512)
   with open(os.path.join(path, "config.json")) as f:

@@ -92,7 +92,8 @@ class DpadGsm8kTest(absltest.TestCase):
     c.data.path = self.data
     c.data.subset = "main"
     c.data.cache_dir = os.path.join(self.root, "hf_cache")
-    c.decode.update(gen_lens=(32,), block_len=16, batch=4, dtype="float32")
+    # One batch of the 8 rows: one canvas shape (one compile) per variant.
+    c.decode.update(gen_lens=(32,), block_len=16, batch=8, dtype="float32")
     c.decode.dpad.window = 16
     if variants:
       c.decode.variants = variants
@@ -135,14 +136,13 @@ class DpadGsm8kTest(absltest.TestCase):
     prompts = [tok.encode(f"{shot}Question: {q}\nAnswer:", add_bos=True)
                for q, _ in ROWS[:8]]
     out = []
-    for i in range(0, 8, 4):
-      res = diffusion.generate(model, prompts[i:i + 4], gen_len=32,
-                               block_len=16, mask_id=MASK, eos_id=self.eos,
-                               shift_logits=shift_logits)
-      for row in res.tokens:
-        ids = [int(t) for t in diffusion.truncate_at_eos(row, self.eos)
-               if t != MASK and t < tok.vocab_size]
-        out.append(gsm8k.cut(tok.decode(ids, skip_special_tokens=True)))
+    res = diffusion.generate(model, prompts, gen_len=32,  # the run's batch
+                             block_len=16, mask_id=MASK, eos_id=self.eos,
+                             shift_logits=shift_logits)
+    for row in res.tokens:
+      ids = [int(t) for t in diffusion.truncate_at_eos(row, self.eos)
+             if t != MASK and t < tok.vocab_size]
+      out.append(gsm8k.cut(tok.decode(ids, skip_special_tokens=True)))
     return out
 
   def test_llada_paper_short(self):

@@ -15,8 +15,6 @@ sanitize).
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from unittest import mock
 
@@ -24,6 +22,7 @@ from absl.testing import absltest
 import datasets
 import numpy as np
 
+from jaxlab import main
 from jaxlab.configs import dpad as dpad_cfg
 from jaxlab.data import hf_tokenizer
 from jaxlab.evals import minerva_math
@@ -35,9 +34,6 @@ from jaxlab.testing import tokenizer_fixtures
 from jaxlab.testing.code_eval_reference import (  # pylint: disable=g-importing-member
     RefHumanEval, ref_passed, ref_sanitize)
 from jaxlab.testing.minerva_reference import ref_process_results  # pylint: disable=g-importing-member
-
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 
 HUMANEVAL = [
     {"task_id": "HumanEval/0",
@@ -202,23 +198,13 @@ class DpadTasksTest(absltest.TestCase):
     return res["per_seed"][0]["decode"]["32"]
 
   def test_humaneval_through_main(self):
-    """`python -m jaxlab.main --config=dpad:paper,short,task=humaneval`."""
+    """`jaxlab.main.run_experiment` on `dpad:paper,short,task=humaneval`
+    (in process: the `python -m jaxlab.main` boundary and its overrides
+    are tested in tests/experiments/main_test.py)."""
     wd = os.path.join(self.root, "he_main")
-    env = dict(os.environ, PYTHONPATH=_REPO, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               HF_DATASETS_CACHE=os.path.join(self.root, "hf_cache"))
-    cmd = [sys.executable, "-m", "jaxlab.main",
-           "--config=dpad:paper,short,task=humaneval",
-           f"--config.init_from={self.llada}", f"--config.data.path={self.he}",
-           f"--config.data.cache_dir={os.path.join(self.root, 'hf_cache')}",
-           "--config.decode.gen_lens=(32,)", "--config.decode.block_len=16",
-           "--config.decode.batch=3", "--config.decode.dtype=float32",
-           "--config.decode.dpad.window=16",
-           "--config.decode.variants=('vanilla','+threshold+DPad')",
-           "--config.eval.code_postprocess=harness", f"--workdir={wd}"]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                       timeout=600, check=False)
-    self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+    c = self._config("humaneval", self.he, code_postprocess="harness")
+    c.decode.variants = ("vanilla", "+threshold+DPad")
+    main.run_experiment(c, wd)
     with open(os.path.join(wd, "results.json")) as f:
       saved = json.load(f)
     self.assertEqual(saved["data"]["rows"], {"test": 3})
@@ -245,19 +231,23 @@ class DpadTasksTest(absltest.TestCase):
     harness = ["    return a + b\n\ndef junk():\n    pass",
                "    return xs\n",
                "    return s == s[::-1]\nprint('x')"]
+    # One variant: the fake decode gives every variant the same texts, so
+    # each further one only re-ran the same programs (and is_pal's 1 s
+    # timeout below) in the sandbox.
+    c = self._config("humaneval", self.he, code_postprocess="harness")
+    c.decode.variants = ("vanilla",)
     with self._fake_decode(harness):
-      res = dpad.run(self._config("humaneval", self.he,
-                                  code_postprocess="harness"),
-                     os.path.join(self.root, "he_harness"))
+      res = dpad.run(c, os.path.join(self.root, "he_harness"))
     m = res["per_seed"][0]["decode"]["32"]["vanilla"]
     # By hand: add and is_pal pass (cut at "\ndef" / "\nprint"), evens not.
     self.assertAlmostEqual(m["pass_at_1"], 2 / 3)
     dpad_style = ["Here:\n```python\ndef add(a, b):\n    return a + b\n```",
                   "```python\ndef evens(xs):\n    return xs\n```",
                   "def is_pal(s):\n    while True:\n        pass\n    return 1"]
+    c = self._config("humaneval", self.he, timeout_s=1.0)
+    c.decode.variants = ("vanilla",)
     with self._fake_decode(dpad_style):
-      res = dpad.run(self._config("humaneval", self.he, timeout_s=1.0),
-                     os.path.join(self.root, "he_dpad"))
+      res = dpad.run(c, os.path.join(self.root, "he_dpad"))
     self.assertEqual(res["task"], "humaneval")
     self.assertTrue(res["chat_template"])
     m = res["per_seed"][0]["decode"]["32"]["vanilla"]

@@ -5,8 +5,9 @@ What `python -m jaxlab.main --config=frequency_entropy:paper,short
 --config.downstream.tasks.hellaswag.path=H ...` runs, on:
 
 * a tiny random Llama checkpoint whose config.json carries Llama 4's
-  `no_rope_layers` (1 = RoPE, 0 = NoPE; layer 3 NoPE, the every-4th
-  pattern), so its NoPE layer comes from the checkpoint;
+  `no_rope_layers` (1 = RoPE, 0 = NoPE; two layers, the last NoPE as in
+  Llama 4's every-4th pattern), so its NoPE layer comes from the
+  checkpoint;
 * a WikiText-103-layout copy (Salesforce/wikitext, `wikitext-103-raw-v1/
   {train,test}-*.parquet`, column `text`);
 * HellaSwag (Rowan/hellaswag: `data/validation-*.parquet`; dataset card
@@ -162,13 +163,15 @@ class FrequencyEntropyDownstreamTest(absltest.TestCase):
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
     hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=400,
-                                     hidden_size=32, num_layers=4,
+                                     hidden_size=32, num_layers=2,
                                      init_std=0.2,
                                      max_position_embeddings=256)
     cfg_path = os.path.join(cls.ckpt, "config.json")
     with open(cfg_path) as f:
       hf = json.load(f)
-    hf["no_rope_layers"] = [1, 1, 1, 0]  # Llama 4's: layer 3 is NoPE
+    # Llama 4's pattern (every 4th layer NoPE), cut to two layers: one
+    # RoPE layer to select in, the NoPE layer 1 never selected.
+    hf["no_rope_layers"] = [1, 0]
     with open(cfg_path, "w") as f:
       json.dump(hf, f)
     cls.wiki = os.path.join(cls.root, "wikitext")
@@ -260,21 +263,21 @@ class FrequencyEntropyDownstreamTest(absltest.TestCase):
     self.assertEqual(res["data"]["rows"], {
         **wiki_rows, "hellaswag:validation": 2, "truthfulqa_mc2:validation": 1,
         "mmlu:test": 2})
-    self.assertEqual(out["nope_layers"], [3])   # from the checkpoint
+    self.assertEqual(out["nope_layers"], [1])   # from the checkpoint
 
     # The selection, recomputed: rules a+b on the native query FE of the
     # probe windows, never in the NoPE layer.
     model, _ = pretrained.load(self.ckpt)
-    self.assertEqual(model.cfg.nope_layers, (3,))
+    self.assertEqual(model.cfg.nope_layers, (1,))
     tok = pretrained.tokenizer(self.ckpt)
     probe, _, _ = fe_exp.probe_texts(c, tok)
     maps = fe.maps_from_qk(fe.capture_qk(model, probe), which="q",
                            pairing="native", frame=16, hop=8,
-                           nope_layers=(3,), per_sequence=True)
+                           nope_layers=(1,), per_sequence=True)
     native = {k: np.nanmean(v, 0) if v.ndim > 1 else v
               for k, v in maps.items()}
     sel = fe.select_pairs(native, "a+b")
-    self.assertFalse(sel[3].any())
+    self.assertFalse(sel[1].any())
     down = out["downstream"]
     self.assertEqual(down["num_selected"], int(sel.sum()))
     self.assertGreater(down["num_selected"], 0)

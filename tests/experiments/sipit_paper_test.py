@@ -62,7 +62,7 @@ class SipitPaperTest(absltest.TestCase):
     cls.root = tempfile.mkdtemp()
     cls.ckpt = os.path.join(cls.root, "ckpt")
     hf_fixtures.make_chat_checkpoint(cls.ckpt, "llama", vocab_size=400,
-                                     hidden_size=32, num_layers=2,
+                                     hidden_size=32, num_layers=1,
                                      max_position_embeddings=256)
     cls.data = os.path.join(cls.root, "wikipedia")
     os.makedirs(os.path.join(cls.data, "20231101.en"))
@@ -109,11 +109,12 @@ class SipitPaperTest(absltest.TestCase):
     self.assertLen(eligible, 8)
     self.assertLen(rec["rows"], 4)  # sipit.num_prompts (setUpClass)
     self.assertLen(set(rec["rows"]), 4)
-    # Every layer 0..2, the BOS given: every token recovered exactly.
-    self.assertEqual(self.out["layers"], [0, 1, 2])
+    # Every layer 0..1 (one block: its input and its output), the BOS
+    # given: every token recovered exactly.
+    self.assertEqual(self.out["layers"], [0, 1])
     inv = rec["pretrained"]["inversion"]
     for policy in ("gradient", "random"):
-      for layer in (0, 1, 2):
+      for layer in (0, 1):
         self.assertEqual(inv[f"{policy}/{layer}"]["accuracy"], 1.0,
                          (policy, layer))
         self.assertEqual(inv[f"{policy}/{layer}"]["prefix_len"], 1)
@@ -122,7 +123,7 @@ class SipitPaperTest(absltest.TestCase):
 
   def test_noise_sweep_with_the_nearest_candidate(self):
     z = self.out["per_seed"][0]["pretrained"]["noise"]
-    self.assertEqual(z["layer"], 2)
+    self.assertEqual(z["layer"], 1)  # the last
     self.assertEqual(z["scales"], list(self.config.noise.scales))
     for c, acc in zip(z["scales"], z["accuracy"]):
       if c < 1:  # ||e|| < margin / 2: the nearest candidate is the truth
@@ -131,15 +132,15 @@ class SipitPaperTest(absltest.TestCase):
     # The margin of one position, brute force over V here.
     ids = np.array([self.tok.bos_id] + self.tok.encode(TEXTS[0])[:3],
                    np.int32)
-    h = sipit.layer_states(self.model, ids)[2]
-    allst = sipit.next_token_states(self.model, ids[:3])[2]
+    h = sipit.layer_states(self.model, ids)[1]
+    allst = sipit.next_token_states(self.model, ids[:3])[1]
     d = np.linalg.norm(allst - h[3][None], axis=-1)
     want = np.min(np.delete(d, ids[3]))
-    got = inj.noise_sweep(self.model, ids[None], layer=2, scales=(0.5,),
+    got = inj.noise_sweep(self.model, ids[None], layer=1, scales=(0.5,),
                           prefix_len=3)
     np.testing.assert_allclose(got["margin_min"], want, rtol=1e-6)
     self.assertEqual(got["accuracy"], [1.0])
-    rec, dist = inj.nearest_candidate_inversion(self.model, h, layer=2,
+    rec, dist = inj.nearest_candidate_inversion(self.model, h, layer=1,
                                                 prefix_ids=ids[:1])
     np.testing.assert_array_equal(rec, ids)
     self.assertLess(float(dist.max()), 1e-4)
