@@ -11,10 +11,13 @@ tests/models/decoder_test.py, tests/analysis/frequency_entropy_test.py).
 
 * the arrays and the config are written once to the run's scratch
   directory `$JAXLAB_TEST_SCRATCH` (one .npy per leaf) under an `fcntl`
-  lock, so the other xdist worker and every later module read that
-  conversion (~1 s) instead of converting again. Nothing stays in memory
-  between modules (0.5 GB per dtype per worker would, for the rest of the
-  run); each call returns its own model.
+  lock, so the other xdist worker reads that conversion (~1-2 s) instead
+  of converting again. Within a process the last (name, dtype) asked for
+  stays in memory (`functools.lru_cache(maxsize=1)`: the suite's modules
+  that load the shipped file ask for float32 but one, so a worker holds
+  0.5 GB, not 0.5 GB per dtype), and the later modules of that worker
+  merge their models over the same jax arrays instead of reading the
+  files again; each call returns its own model.
 * without `$JAXLAB_TEST_SCRATCH` (a test module run by hand) the
   conversion is kept in the process (`functools.cache`) and each call
   merges a fresh model over the same immutable jax arrays.
@@ -83,8 +86,11 @@ def _convert(name: str, dtype: str):
 _convert_here = functools.cache(_convert)
 
 
+@functools.lru_cache(maxsize=1)
 def _converted(name: str, dtype: str):
-  """`_convert`'s value, from the scratch directory when it has it."""
+  """`_convert`'s value, from the scratch directory when it has it; the
+  last one kept in the process (immutable jax arrays, shared by the models
+  `load` merges over them)."""
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from jaxlab.models import decoder as decoder_lib  # pylint: disable=g-import-not-at-top

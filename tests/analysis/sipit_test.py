@@ -204,12 +204,15 @@ SMOL = "smollm2-135m-instruct"
 @absltest.skipIf(pretrained.skip_reason(SMOL), pretrained.skip_reason(SMOL))
 class SmolLM2InversionTest(absltest.TestCase):
   """SipIt with its defaults on a real checkpoint's states (issue 31): a
-  5-token sentence ("The quick brown fox jumps") from the middle layer (15
-  of 30) of SmolLM2-135M, the chat-start token `<|im_start|>` given as the
-  known prefix (spec Q: a BOS is known), so the search starts after the
+  3-token sentence ("The quick brown") from the middle layer (15 of 30) of
+  SmolLM2-135M, the chat-start token `<|im_start|>` given as the known
+  prefix (spec Q: a BOS is known), so the search starts after the
   attention sink. (Each proposal costs a gradient step and a verification
-  on 15 layers: these 5 tokens take ~110 proposals, the 12 tokens the test
-  used before ~920; issue 46: a shorter sentence, same must-show.)"""
+  on 15 layers, ~0.1 s on the CI machine: these 3 tokens take 96 proposals
+  (50, 17, 29), the 5 tokens the test used before 114 (then 7, 11 for "fox
+  jumps"), the 12 before that ~920; issue 46: a shorter sentence, same
+  must-show. A causal search at position i sees only positions <= i, so
+  the first 3 tokens' searches are the ones the longer sentence ran.)"""
 
   LAYER = 15
 
@@ -226,7 +229,7 @@ class SmolLM2InversionTest(absltest.TestCase):
     assert len(bos) == 1, bos
     cls.ids = np.array(bos + tok.encode(
         "The quick brown fox jumps over the lazy dog near the river bank."
-    )[:5], np.int32)
+    )[:3], np.int32)
 
   def test_truncation_keeps_the_states(self):
     self.assertEqual(self.model.cfg.num_layers, self.LAYER)
