@@ -8,7 +8,6 @@ a Hub-layout copy with `data.rows` in results.json."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -287,6 +286,14 @@ class TrainerResumeTest(absltest.TestCase):
 class LmTinyHfTest(absltest.TestCase):
 
   def test_lm_tiny_trains_on_a_hub_layout_copy(self):
+    """lm_tiny (its tiny preset) with `data.source=hf` on a Hub-layout copy:
+    the train and validation splits by name, their row counts and digest in
+    results.json. In this process through `run_experiment` (what
+    `python -m jaxlab.main --config=lm_tiny:tiny --config.data.*=...` runs
+    after parsing its flags; the process boundary is
+    tests/experiments/main_test.py's)."""
+    from jaxlab import experiments  # pylint: disable=g-import-not-at-top
+    from jaxlab.configs import lm_tiny  # pylint: disable=g-import-not-at-top
     root = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, root)
     d = os.path.join(root, "ds", "data")
@@ -296,14 +303,13 @@ class LmTinyHfTest(absltest.TestCase):
     datasets.Dataset.from_dict({"text": TEXTS[30:]}).to_parquet(
         f"{d}/validation-00000-of-00001.parquet")
     work = os.path.join(root, "work")
-    env = dict(os.environ, HF_DATASETS_CACHE=os.path.join(root, "cache"))
-    subprocess.run(
-        [sys.executable, "-m", "jaxlab.main", "--config=lm_tiny",
-         f"--workdir={work}", "--config.data.source=hf",
-         f"--config.data.path={os.path.dirname(d)}",
-         "--config.data.split=train", "--config.data.eval_split=validation",
-         "--config.train.steps=3", "--config.train.batch_size=8"],
-        check=True, env=env, capture_output=True, timeout=600)
+    cfg = lm_tiny.get_config("tiny")
+    cfg.data.update(source="hf", path=os.path.dirname(d), split="train",
+                    eval_split="validation",
+                    cache_dir=os.path.join(root, "cache"))
+    cfg.train.update(steps=3, batch_size=8, tensorboard=False,
+                     peak_flops=1e12)
+    experiments.run_experiment(cfg, work)
     with open(os.path.join(work, "results.json")) as f:
       res = json.load(f)
     self.assertEqual(res["data"]["rows"], {"train": 30, "validation": 10})
@@ -311,7 +317,6 @@ class LmTinyHfTest(absltest.TestCase):
     self.assertLen(res["data"]["digest"], 64)
     self.assertEqual(res["step"], 3)
     self.assertTrue(np.isfinite(res["eval/loss"]))
-
 
 if __name__ == "__main__":
   absltest.main()
