@@ -6,7 +6,8 @@ must equal those of an uninterrupted single-process run on 8 devices:
   0. Reference: 1 process x 8 devices (in this test process), 16 steps.
   1. Its checkpoint 4 and rows 1-4 start the workdir (a 1-process checkpoint).
   2. 2 processes x 4 devices (mesh data=2, fsdp=2, tensor=2 over both):
-     resume from the single-process checkpoint 4; process 1 is SIGKILLed
+     resume from the single-process checkpoint 4 (a run to step 32, whose
+     steps up to 16 are the reference's); process 1 is SIGKILLed
      after checkpoint 8 is committed -> process 0 must stop on its own within
      a bounded time (JAX heartbeat) with a clear message.
   3. Both relaunched (jaxlab/experiments/launch_local.py): resume from the last
@@ -120,10 +121,14 @@ class MultihostTest(absltest.TestCase):
       f.writelines(json.dumps(r) + "\n" for r in want[:4])
 
     phase("1 process, steps 1-4 done")
-    # 2. Two processes resume from the 1-process checkpoint (16 slow steps
-    # so that the kill lands mid-run); SIGKILL process 1 after checkpoint 8.
+    # 2. Two processes resume from the 1-process checkpoint (slowed steps so
+    # that the kill lands mid-run); SIGKILL process 1 after checkpoint 8.
+    # `train.steps=32`: the constant LR makes its first steps those of a
+    # 16-step run (as the relaunch's 12 below), and 23 steps of 0.5 s after
+    # step 9 leave the kill more slack than 7 of 1 s did, with 2.5 s less
+    # sleep before it.
     with launch_local.LocalCluster(
-        cli_flags(wd, 16, **{"train.debug_step_sleep_s": 1.0}),
+        cli_flags(wd, 32, **{"train.debug_step_sleep_s": 0.5}),
         num_processes=2, devices_per_process=4, stream=False,
         env=self.env) as cluster:
       deadline = time.time() + RUN_TIMEOUT_S
