@@ -87,20 +87,40 @@ def _private_layout() -> str:
   return root
 
 
+# One layout and one warm pool for the module's three classes (built by the
+# first class that runs, removed by tearDownModule), as sandbox_test and
+# sandbox_escape_test share `sandbox.shared_pool()`: each job still gets
+# fresh processes, and no test writes to the layout but the one that adds
+# and removes its own note file.
+_SHARED: dict[str, object] = {}
+
+
+def _shared(key: str, build):
+  if key not in _SHARED:
+    _SHARED[key] = build()
+  return _SHARED[key]
+
+
+def tearDownModule():  # pylint: disable=invalid-name
+  if "pool" in _SHARED:
+    _SHARED.pop("pool").close()
+  if "layout" in _SHARED:
+    shutil.rmtree(_SHARED.pop("layout"), True)
+
+
 class _PrivateLayout:
   """Mixin: the class's pool (and one-shot workers) run from the layout."""
 
   @classmethod
   def setUpClass(cls):
-    cls.layout = _private_layout()
-    cls.addClassCleanup(shutil.rmtree, cls.layout, True)
+    cls.layout = _shared("layout", _private_layout)
     cls.python = os.path.join(cls.layout, "venv", "bin", "python")
     env = mock.patch.dict(os.environ, {
         "MPLCONFIGDIR": os.path.join(cls.layout, "mplconfig")})
     env.start()
     cls.addClassCleanup(env.stop)
-    cls.private_pool = sandbox.SandboxPool(1, python=cls.python)
-    cls.addClassCleanup(cls.private_pool.close)
+    cls.private_pool = _shared(
+        "pool", lambda: sandbox.SandboxPool(1, python=cls.python))
     super().setUpClass()
 
   @classmethod
