@@ -248,10 +248,10 @@ class MainTest(absltest.TestCase):
     """`report --verify` on a result recorded before the configs moved into
     the package (`python -m experiments.main --config=configs/X.py`)."""
     tmp = self._tmp()
-    flags = ["--config.train.steps=3", "--config.train.log_every=1",
-             "--config.train.eval_every=0", "--config.data.num_docs=120",
-             "--config.train.tensorboard=False",
-             "--config.train.peak_flops=1e12"]
+    # RUN_FLAGS' run (periodic checkpoints aside): the same programs, so
+    # both runs read them from the persistent compilation cache that
+    # test_preemption_then_resume_equals_uninterrupted's runs wrote.
+    flags = [f for f in RUN_FLAGS[1:] if "checkpoint_every" not in f]
     proc = subprocess.run(
         [sys.executable, "-m", "jaxlab.main", "--config=lm_tiny:tiny", *flags,
          f"--workdir={tmp}/run"], cwd=ROOT, env=_env(), capture_output=True,
