@@ -95,10 +95,15 @@ TASKS = {
 # ("-m=instruct" raises "not supported"); dream/eval.py's
 # apply_chat_template defaults to False and run.py does not set it (a
 # plain prompt, `add_bos_token=true`). Without a task: long_seq.sh's
-# gen_len 1024 GSM8K 1-shot, -w=128 -k=3 -sc=2.3. Not matched: run.py's
-# Dream vanilla orders unmasking by `alg=entropy` (threshold runs by
-# `confidence_threshold`); `jaxlab.decoding.diffusion.generate` ranks by
-# the top-1 probability (LLaDA's low-confidence remasking) for both.
+# gen_len 1024 GSM8K 1-shot, -w=128 -k=3 -sc=2.3. Unmasking order as
+# run.py:44-52 sets it: the fixed-schedule variants (-th 0) run
+# `alg=entropy`, ranking masked positions by the negative entropy
+# (`DREAM_CONFIDENCE` -> decode.confidence; generation_utils_block.py:
+# 1180-1209), the threshold variants `alg=confidence_threshold`, which
+# ranks and thresholds the top-1 probability (decode.threshold_confidence
+# "prob"; :1157-1179). Not matched: the per-step counts of the entropy
+# loop, int(n (1 - s / t)) over linspace(1, eps, steps + 1) starting at
+# i = 1 (:1181-1189); `generate` keeps LLaDA's even `num_transfer_tokens`.
 DREAM_INIT_FROM = "Dream-org/Dream-v0-Base-7B"
 DREAM_DPAD = {
     "gsm8k": dict(window=256, k=4.0, a=1.6),
@@ -107,6 +112,7 @@ DREAM_DPAD = {
     "mbpp": dict(window=128, k=3.0, a=1.6),
 }
 DREAM_LONG = dict(window=128, k=3.0, a=2.3)
+DREAM_CONFIDENCE = "entropy"
 MODELS = ("llada", "dream")
 
 # Paper scale (spec L): LLaDA-8B-Instruct decoding gen_len 1024 after a
@@ -155,6 +161,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "gen_lens": (128, 256),
       "block_len": 32,
       "threshold": 0.9,
+      # What masked positions are ranked by (`diffusion.CONFIDENCES`): in
+      # the fixed-schedule variants ("prob": LLaDA's top-1 probability;
+      # "entropy" / "margin": Dream's `alg=entropy` / `topk_margin`) and in
+      # the threshold variants (ranked and compared with `threshold`).
+      "confidence": "prob",
+      "threshold_confidence": "prob",
       "dpad": ml_collections.ConfigDict({"window": 64, "k": 3.0, "a": 1.6,
                                          "sampler": "gaussian", "n": 0}),
       # The miniature's variants (the committed runs): all but the main
@@ -228,6 +240,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.decode.dpad.update(window=256, k=3.0, a=1.6)
     if dream:
       c.decode.dpad.update(**DREAM_LONG)
+      c.decode.confidence = DREAM_CONFIDENCE
     c.eval.num_fewshot = 1
     if args.task:
       if args.task not in TASKS:

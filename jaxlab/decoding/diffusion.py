@@ -14,11 +14,14 @@ semi-autoregressive blocks. Each step of a block (LLaDA `generate.py`):
 
   1. logits = f(x) (or of the part of x the variant feeds, below);
   2. x0 = argmax(logits / temperature + Gumbel) (plain argmax at 0);
-  3. confidence = softmax(logits)[x0] on the block's masked positions;
+  3. confidence on the block's masked positions (`confidence_scores`):
+     softmax(logits)[x0] (`confidence="prob"`, LLaDA), or Dream's
+     negative entropy sum_v p_v log(p_v + 1e-10) (`"entropy"`) or top-1
+     minus top-2 probability (`"margin"`);
   4. unmask the `num_transfer_tokens(...)[step]` most confident
      ("low-confidence remasking"), or with a Fast-dLLM `threshold` tau the
      top-1 plus every masked position with confidence >= tau, until the
-     block has no MASK left.
+     block has no MASK left (`select_transfer`).
 
 Accelerations, each a switch:
   * `early_stop`: once a decoded block holds EOS the rest of that row is
@@ -72,6 +75,9 @@ from flax import nnx
 
 CACHE_MODES = (None, "prefix", "dual")
 SAMPLERS = ("gaussian", "uniform")
+# What masked positions are ranked (and thresholded) by: LLaDA's top-1
+# probability and Dream's `alg=entropy` / `alg=topk_margin` scores.
+CONFIDENCES = ("prob", "entropy", "margin")
 
 # Incremented each time a block function is traced (compiled).
 TRACE_COUNT = 0
@@ -99,6 +105,64 @@ def _num_transfer_tokens_jnp(count_b: jax.Array, steps: int) -> jax.Array:
   base, rem = count_b // steps, count_b % steps
   return base[:, None] + (jnp.arange(steps)[None] < rem[:, None]).astype(
       count_b.dtype)
+
+
+def confidence_scores(logits: jax.Array, x0: jax.Array, confidence: str,
+                      *, temperature: float = 0.0) -> jax.Array:
+  """Per-position confidence `[...]` of the predictions `x0` (higher =
+  unmasked first) from `logits` `[..., V]`.
+
+  "prob": softmax(logits)[x0], LLaDA's low-confidence remasking
+    (generate.py: `x0_p` from the untempered softmax; today's default).
+  "entropy": the negative entropy sum_v p_v log(p_v + 1e-10) (<= 0) and
+  "margin": p_(1) - p_(2), the top-1 minus top-2 probability, both of
+    p = softmax(logits / temperature) (plain softmax at temperature 0), as
+    Dream's `sample_tokens(..., neg_entropy=True)` / `margin_confidence=True`
+    computes them (Dream's generation_utils.py; the copy DPad runs:
+    Sitaoooo/DPad@44c7b5b dream/model/generation_utils_block.py:97-129),
+    which `alg="entropy"` / `alg="topk_margin"` rank by. Neither depends on
+    x0.
+  """
+  if confidence == "prob":
+    probs = jax.nn.softmax(logits, axis=-1)
+    return jnp.take_along_axis(probs, x0[..., None], -1)[..., 0]
+  logits = logits.astype(jnp.float32)
+  if temperature > 0:
+    logits = logits / temperature
+  probs = jax.nn.softmax(logits, axis=-1)
+  if confidence == "entropy":
+    return jnp.sum(probs * jnp.log(probs + 1e-10), axis=-1)
+  if confidence == "margin":
+    top2 = jax.lax.top_k(probs, 2)[0]
+    return top2[..., 0] - top2[..., 1]
+  raise ValueError(f"confidence={confidence!r} is unknown; valid: "
+                   f"{', '.join(CONFIDENCES)}")
+
+
+def select_transfer(conf: jax.Array, masked: jax.Array, *,
+                    count: jax.Array | None = None,
+                    threshold: float | None = None) -> jax.Array:
+  """Which positions of `[B, N]` to unmask this step (bool `[B, N]`).
+
+  Only `masked` positions are candidates, ranked by `conf` (higher first;
+  ties to the lower index). With `count` (`[B, 1]` or `[B]`): the `count`
+  highest ranked (LLaDA / Dream fixed schedule: `torch.topk` of the
+  confidences with -inf off the mask, generation_utils_block.py:1194-1200).
+  With `threshold` tau: the top-ranked one plus every candidate with
+  conf >= tau (Fast-dLLM; DPad's Dream `alg=confidence_threshold` loop,
+  generation_utils_block.py:1169-1178, rejects `selected_confidence < tau`
+  after the first).
+  """
+  conf = jnp.where(masked, conf, -jnp.inf)
+  rank = jnp.argsort(jnp.argsort(-conf, axis=1), axis=1)
+  if count is not None:
+    count = jnp.asarray(count)
+    if count.ndim == 1:
+      count = count[:, None]
+    return masked & (rank < count)
+  if threshold is None:
+    raise ValueError("select_transfer needs count or threshold")
+  return masked & ((conf >= threshold) | (rank == 0))
 
 
 def suffix_keep_prob(window: int, *, k: float, a: float) -> np.ndarray:
@@ -183,6 +247,7 @@ class _BlockSpec(NamedTuple):
   shift_logits: bool = False  # Dream: token i is read from the logits at i-1
   suffix_slots: int = 0       # DPad: static slots of the kept suffix
   block_start: int | None = None  # static block start (None: traced)
+  confidence: str = "prob"    # `CONFIDENCES`
 
 
 def suffix_slots(dpad: DPadConfig, available: int) -> int:
@@ -316,16 +381,14 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
       x0 = jnp.argmax(logits_blv / spec.temperature + g, axis=-1)
     else:
       x0 = jnp.argmax(logits_blv, axis=-1)
-    probs = jax.nn.softmax(logits_blv, axis=-1)
-    conf = jnp.take_along_axis(probs, x0[..., None], -1)[..., 0]
-    conf = jnp.where(m, conf, -jnp.inf)
-    rank = jnp.argsort(jnp.argsort(-conf, axis=1), axis=1)
+    conf = confidence_scores(logits_blv, x0, spec.confidence,
+                             temperature=spec.temperature)
     if spec.threshold is None:
       count = jax.lax.dynamic_index_in_dim(
           schedule, jnp.minimum(step, spec.max_steps - 1), 1)   # [B, 1]
-      sel = m & (rank < count)
+      sel = select_transfer(conf, m, count=count)
     else:
-      sel = m & ((conf >= spec.threshold) | (rank == 0))
+      sel = select_transfer(conf, m, threshold=spec.threshold)
     blk = jnp.where(sel, x0.astype(x.dtype), blk)
     return jax.lax.dynamic_update_slice_in_dim(x, blk, block_start, 1)
 
@@ -449,6 +512,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
              cache: str | None = None, dpad: DPadConfig | None = None,
              mask_id: int, eos_id: int | None = None,
              temperature: float = 0.0, key: jax.Array | None = None,
+             confidence: str = "prob",
              prompt_bucket: int = 16,
              shift_logits: bool = False,
              mesh: jax.sharding.Mesh | None = None,
@@ -470,6 +534,19 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     mask_id, eos_id: the MASK and EOS token ids.
     temperature: Gumbel-max sampling temperature (0: argmax).
     key: PRNG key for DPad's suffix sets and sampling (default key(0)).
+    confidence: what masked positions are ranked and thresholded by
+      (`confidence_scores`): "prob" (LLaDA's top-1 probability), "entropy"
+      (Dream's negative entropy, <= 0) or "margin" (top-1 minus top-2
+      probability), in both the fixed schedule (the `num_transfer_tokens`
+      most confident) and the threshold path (the most confident plus every
+      one >= `threshold`; `select_transfer`). DPad's Dream run.py:44-52
+      decodes its vanilla runs with `alg=entropy` (the fixed-schedule
+      top-k of generation_utils_block.py:1180-1209) and its threshold runs
+      with `alg=confidence_threshold`, which thresholds the top-1
+      probability (`sample_tokens` without flags, :1157-1179): "prob" here.
+      Only the ranking is Dream's: the per-step counts stay LLaDA's
+      `num_transfer_tokens` (Dream's loop uses int(n (1 - s / t)) of its
+      timesteps, :1181-1189).
     prompt_bucket: prompt padding is rounded up to multiples of this.
     shift_logits: read token i from the logits at position i - 1 (Dream
       checkpoints; `jaxlab.io.hf.diffusion_tokens(path)["shift_logits"]`).
@@ -483,8 +560,9 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
   Raises:
     ValueError: gen_len not a multiple of block_len, a prompt that with
       gen_len exceeds the model's `max_position_embeddings`, `mask_id` /
-      `eos_id` outside the vocabulary, an unknown cache mode, bad steps, a
-      batch that does not split over the mesh.
+      `eos_id` outside the vocabulary, an unknown cache mode or confidence,
+      a threshold outside [0, 1] (> 0 for "entropy"), bad steps, a batch
+      that does not split over the mesh.
   """
   cfg = model.cfg
   vocab = cfg.vocab_size
@@ -502,7 +580,17 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
   if cache not in CACHE_MODES:
     raise ValueError(f"cache={cache!r} is unknown; valid: None, 'prefix', "
                      "'dual'")
-  if threshold is not None and not 0.0 <= threshold <= 1.0:
+  if confidence not in CONFIDENCES:
+    raise ValueError(f"confidence={confidence!r} is unknown; valid: "
+                     f"{', '.join(CONFIDENCES)}")
+  if confidence == "entropy":
+    if threshold is not None and threshold > 0.0:
+      raise ValueError(
+          f"threshold={threshold} with confidence='entropy': the negative "
+          "entropy is <= 0, so the threshold must be <= 0 (DPad's Dream "
+          "threshold runs threshold the top-1 probability: "
+          "confidence='prob')")
+  elif threshold is not None and not 0.0 <= threshold <= 1.0:
     raise ValueError(f"threshold={threshold} must lie in [0, 1]")
   if temperature < 0:
     raise ValueError(f"temperature={temperature} must be >= 0")
@@ -570,6 +658,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
                       early_stop=early_stop, cache=cache, dpad=dpad,
                       mask_id=mask_id, eos_id=eos_id,
                       temperature=temperature, shift_logits=shift_logits,
+                      confidence=confidence,
                       sharding=None if mesh is None else sharding)
   out.wall_s = time.perf_counter() - t_start - out.compile_s
   return out
@@ -578,7 +667,8 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
 def _run_blocks(graphdef, state, state_sig, x, pos, valid, key, *, cfg, b,
                 p_len, big_l, num_blocks, block_len, max_steps, threshold,
                 early_stop, cache, dpad, mask_id, eos_id, temperature,
-                shift_logits, sharding=None) -> DiffusionResult:
+                shift_logits, confidence="prob",
+                sharding=None) -> DiffusionResult:
   """The block loop of `generate` (wall_s is set by the caller)."""
 
   done = np.zeros((b,), bool)
@@ -611,7 +701,8 @@ def _run_blocks(graphdef, state, state_sig, x, pos, valid, key, *, cfg, b,
                       temperature=float(temperature), mask_id=int(mask_id),
                       dpad=dpad, canvas_len=big_l,
                       shift_logits=bool(shift_logits), suffix_slots=slots,
-                      block_start=bs if static else None)
+                      block_start=bs if static else None,
+                      confidence=str(confidence))
     args = (state, x, pos, valid, jnp.int32(bs), jax.random.fold_in(key, blk))
     exe, seconds = _executable(graphdef, spec, args, state_sig)
     compile_s += seconds

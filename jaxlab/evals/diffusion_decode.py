@@ -101,7 +101,9 @@ def variant_kwargs(config, name: str, *, mask_id: int = ac.MASK,
                    eos_id: int | None = ac.EOS,
                    shift_logits: bool = False) -> dict[str, Any]:
   """`diffusion.generate` keywords of variant `name` (`VARIANTS`) with the
-  block, threshold and DPad settings of `config.decode`."""
+  block, threshold, confidence and DPad settings of `config.decode`
+  (`decode.threshold_confidence` for the threshold variants,
+  `decode.confidence` for the others; "prob" when absent)."""
   if name not in VARIANTS:
     raise ValueError(f"config.decode.variants: unknown variant {name!r}; "
                      f"valid: {', '.join(VARIANTS)}")
@@ -113,6 +115,11 @@ def variant_kwargs(config, name: str, *, mask_id: int = ac.MASK,
                         "cache": spec.get("cache")}
   if spec.get("threshold"):
     kw["threshold"] = float(d.threshold)
+    confidence = str(d.get("threshold_confidence", "prob"))
+  else:
+    confidence = str(d.get("confidence", "prob"))
+  if confidence != "prob":
+    kw["confidence"] = confidence
   if spec.get("dpad"):
     kw["dpad"] = diffusion.DPadConfig(
         window=int(d.dpad.window), k=float(d.dpad.k), a=float(d.dpad.a),
