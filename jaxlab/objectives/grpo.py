@@ -294,7 +294,9 @@ def grpo_policy_loss(model, batch: dict[str, Array], *, rng: Array,
   a prefix-conditioned policy encodes, e.g. images; see `RolloutBatch`).
   config: `temperature, clip_eps, clip_eps_high, kl_beta, entropy_coef,
   aggregation` (a `jaxlab.rl.learner.GRPOConfig`, or a ConfigDict with those
-  fields).
+  fields). "fixed_length" (Dr.GRPO) divides by the response budget
+  `config.max_new_tokens` where the config has one (a constant, whatever
+  the rollout's packed width: its prompt part is bucketed), else by T.
   """
   del rng
   forward_kw = ({"prefix_inputs": batch["prefix_inputs"]}
@@ -305,4 +307,5 @@ def grpo_policy_loss(model, batch: dict[str, Array], *, rng: Array,
       logp, batch["old"], batch.get("ref"), batch["adv"], batch["mask"],
       clip_eps=config.clip_eps, clip_eps_high=config.clip_eps_high,
       kl_beta=config.kl_beta, entropy=ent, entropy_coef=config.entropy_coef,
-      aggregation=config.aggregation)
+      aggregation=config.aggregation,
+      max_len=getattr(config, "max_new_tokens", None))
