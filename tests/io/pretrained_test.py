@@ -22,6 +22,7 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jaxlab import main as main_lib
 from jaxlab import parallel
@@ -54,6 +55,11 @@ def _ids(vocab=97, t=10):
 
 def _mesh():
   return parallel.make_mesh(dict(data=2, fsdp=2, tensor=2))
+
+
+# `model(ids)` compiled once per model structure and placement, shared by
+# the tests (loads of one config reuse it) instead of op-by-op dispatch.
+_FORWARD = nnx.jit(lambda model, ids: model(ids))
 
 
 class PretrainedLoadTest(absltest.TestCase):
@@ -91,7 +97,7 @@ class PretrainedLoadTest(absltest.TestCase):
     for spec in (self.hf_dir, self.gguf):
       model, cfg = pretrained.load(spec)
       self.assertEqual(cfg.vocab_size, 97)
-      out = np.asarray(model(jnp.asarray(_ids())))
+      out = np.asarray(_FORWARD(model, jnp.asarray(_ids())))
       np.testing.assert_allclose(out, self.ref, atol=ATOL, rtol=0)
     self.assertGreater(np.abs(self.ref[:, 1:] - self.ref[:, :-1]).mean(), .1)
 
@@ -101,7 +107,7 @@ class PretrainedLoadTest(absltest.TestCase):
       self.assertEqual(pretrained.kind(spec), "trainer")
       model, cfg = pretrained.load(spec)
       self.assertEqual(cfg.vocab_size, 320)  # 259 byte ids rounded to 64
-      out = np.asarray(model(jnp.asarray(_ids(256))))
+      out = np.asarray(_FORWARD(model, jnp.asarray(_ids(256))))
       np.testing.assert_allclose(out, self.trained, atol=ATOL, rtol=0)
     tok = pretrained.tokenizer(self.workdir)
     self.assertIsInstance(tok, tokenizers.ByteTokenizer)
@@ -121,7 +127,7 @@ class PretrainedLoadTest(absltest.TestCase):
                  not x.sharding.is_fully_replicated]
       self.assertNotEmpty(sharded, spec)
       with jax.set_mesh(mesh):
-        out = np.asarray(model(jnp.asarray(ids)))
+        out = np.asarray(_FORWARD(model, jnp.asarray(ids)))
       np.testing.assert_allclose(out, ref, atol=ATOL, rtol=0)
 
   def test_hub_id_offline_is_one_clear_error(self):
