@@ -4,8 +4,9 @@ The paper preset's train step (the DeiT-B/16 / ViT-B/16 classifier at 224
 px, `classification` loss, batch 256 of `[224, 224, 3]` images, AdamW) is
 lowered and compiled for `PAPER_TOPOLOGY` (v5e:2x2, FSDP over its 4
 chips) with `jaxlab.train.aot`, cut to 1 of its 12 identical blocks and
-a batch of 4 (one image per chip); the preset's parameter count is ViT-B's (86.6M:
-transformers' `DeiTForImageClassification` of the released config), the
+a batch of 4 (one image per chip); the preset's parameter count is
+ViT-B's (86.6M: transformers' `DeiTForImageClassification` of the
+released config), the
 compiled state is 3 fp32 copies (param, Adam mu and nu) sharded 4 ways,
 and it fits the chip. Skipped without libtpu (the `tpu` extra).
 """
