@@ -4,8 +4,9 @@ The paper preset's train step (the DeiT-B/16 / ViT-B/16 classifier at 224
 px, `classification` loss, batch 256 of `[224, 224, 3]` images, AdamW) is
 lowered and compiled for `PAPER_TOPOLOGY` (v5e:2x2, FSDP over its 4
 chips) with `jaxlab.train.aot`, cut to 1 of its 12 identical blocks and
-a batch of 8; the preset's parameter count is ViT-B's (86.6M:
-transformers' `DeiTForImageClassification` of the released config), the
+a batch of 4 (one image per chip); the preset's parameter count is
+ViT-B's (86.6M: transformers' `DeiTForImageClassification` of the
+released config), the
 compiled state is 3 fp32 copies (param, Adam mu and nu) sharded 4 ways,
 and it fits the chip. Skipped without libtpu (the `tpu` extra).
 """
@@ -36,13 +37,14 @@ class VulcanPaperCompileTest(absltest.TestCase):
     config = vulcan_config.get_config("paper")
     self.assertEqual(vc.config_from_dict(config.model).num_params(),
                      VIT_B_PARAMS)
-    # Compiled at 1 of its 12 identical blocks and a batch of 8 (2 images
-    # per chip) instead of 256: XLA's TPU compile time grows with both
-    # (47 s at 2 blocks x 256, 16 s at 1 x 16 on this CPU); the full
-    # preset's numbers are in docs/bench/tpu_presets.json.
+    # Compiled at 1 of its 12 identical blocks and a batch of 4 (1 image
+    # per chip, the least that shards over the 4 chips) instead of 256:
+    # XLA's TPU compile time grows with both (47 s at 2 blocks x 256, 16 s
+    # at 1 x 16 on this CPU); the full preset's numbers are in
+    # docs/bench/tpu_presets.json.
     self.assertEqual(config.train.batch_size, 256)
     config.model.num_layers = 1
-    config.train.batch_size = batch = 8
+    config.train.batch_size = batch = 4
     n_params = vc.config_from_dict(config.model).num_params()
     self.assertEqual(VIT_B_PARAMS - n_params, 11 * (
         4 * (768 * 768 + 768) + 2 * 768 * 3072 + 3072 + 768 + 4 * 768))
