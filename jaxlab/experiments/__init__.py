@@ -38,6 +38,12 @@ def check_loss(config) -> None:
   name = section.get("name")
   if name is None:
     return
+  # Already registered (a built-in loss, or its module imported): done,
+  # without importing every objective module (a fresh process, e.g. a
+  # notebook kernel, pays ~0.5 s for them). Otherwise import them all.
+  from jaxlab.train import losses  # pylint: disable=g-import-not-at-top
+  if name in losses.available():
+    return
   valid = import_loss_modules()
   if name not in valid:
     raise ValueError(f"config.loss.name={name!r} is not a registered loss; "

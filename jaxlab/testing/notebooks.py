@@ -95,8 +95,18 @@ def _environ(**env: str):
         os.environ[k] = v
 
 
+_DEVICE_COUNT = re.compile(r"--xla_force_host_platform_device_count=\S*")
+
+
+def kernel_xla_flags(flags: str, devices: int) -> str:
+  """`flags` with `--xla_force_host_platform_device_count=<devices>`."""
+  kept = _DEVICE_COUNT.sub("", flags).split()
+  return " ".join(
+      [f"--xla_force_host_platform_device_count={int(devices)}"] + kept)
+
+
 def run_notebook(name: str, *, preset: str | None = None, timeout_s: int = 600,
-                 **env: str) -> str:
+                 devices: int | None = 1, **env: str) -> str:
   """Runs `colabs/<name>` top to bottom; returns its concatenated text output.
 
   `preset` (e.g. "tiny") reaches the kernel as `JAXLAB_COLAB_PRESET`, which
@@ -104,11 +114,22 @@ def run_notebook(name: str, *, preset: str | None = None, timeout_s: int = 600,
   variables. A failing cell raises `nbclient.exceptions.CellExecutionError`
   with the cell's traceback.
 
+  `devices` (default 1) is the number of host-platform devices the kernel
+  sees (`--xla_force_host_platform_device_count` in its `XLA_FLAGS`, the
+  test process's other flags kept): one, like a CPU Colab runtime. The
+  suite's 8 fake devices are for sharding tests, which the experiment
+  tests run on 8; a notebook on 8 fake CPU devices prints the same lines
+  and compiles and runs every program 8-way on the same 2 cores. `None`
+  keeps the test process's flags.
+
   The kernel's temp directory (`TMPDIR`: the notebook's `WORKDIR` and
   whatever else it writes there) is a fresh one, removed afterwards.
   """
   if preset is not None:
     env[PRESET_ENV] = preset
+  if devices is not None and "XLA_FLAGS" not in env:
+    env["XLA_FLAGS"] = kernel_xla_flags(os.environ.get("XLA_FLAGS", ""),
+                                        devices)
   nb = nbformat.read(os.path.join(COLABS, name), as_version=4)
   with tempfile.TemporaryDirectory(prefix="kernel_tmp_") as tmp, \
       _environ(**{"TMPDIR": tmp, **env}):
