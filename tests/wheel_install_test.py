@@ -216,12 +216,14 @@ class WheelInstallTest(absltest.TestCase):
   def _env(self, log: str) -> dict:
     env = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR", "LANG")
            if k in os.environ}  # no PYTHONPATH, no VIRTUAL_ENV
-    # The suite's speed-ups (tests/conftest.py: XLA:CPU at O0, the shared
-    # persistent compilation cache) change no result.
+    # The suite's speed-ups (tests/conftest.py: XLA:CPU at O0 with its
+    # classic fusion emitters, the shared persistent compilation cache)
+    # change no result.
     env.update({k: v for k, v in os.environ.items()
                 if k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"))})
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if f.startswith("--xla_backend_optimization_level")]
+             if f.startswith(("--xla_backend_optimization_level",
+                              "--xla_cpu_use_fusion_emitters"))]
     env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
                XLA_FLAGS=" ".join(
                    ["--xla_force_host_platform_device_count=1"] + flags),

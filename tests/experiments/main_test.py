@@ -21,6 +21,7 @@ from jaxlab.experiments import generate as generate_exp
 from jaxlab.experiments import report
 from jaxlab.experiments import results as results_lib
 from jaxlab.experiments import train as train_exp
+from jaxlab.testing import notebooks
 from jaxlab.train import metrics as metrics_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -35,7 +36,9 @@ RUN_FLAGS = ["--config=jaxlab/configs/lm_tiny.py:tiny", "--config.train.steps=16
 
 def _env():
   env = dict(os.environ)
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2",
+  # 2 devices; the suite's compile-time flags (tests/conftest.py) kept.
+  env.update(XLA_FLAGS=notebooks.kernel_xla_flags(
+      os.environ.get("XLA_FLAGS", ""), 2),
              JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
              PYTHONPATH=ROOT)
   return env
