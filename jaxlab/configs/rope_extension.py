@@ -35,6 +35,17 @@ its budget cut (`jaxlab.configs._scale.short`: rows, documents).
     python -m jaxlab.main --config=rope_extension:paper,short \
         --config.init_from=CHECKPOINT --config.data.path=PG19_COPY \
         --config.ruler.path=RULER_DIR --workdir=/tmp/rope_paper
+
+`smollm2`: the same training-free protocol on the shipped
+SmolLM2-135M-Instruct (`init_from="smollm2-135m-instruct"`, trained to 8K,
+`rope_theta` 1e5) beyond its context, sized for 2 CPU cores (`SMOLLM2`
+below): none / PI / NTK / YaRN / MrRoPE-Pro at `eval_lengths`, perplexity
+of long documents of a local PG19-layout copy (e.g. Python's own
+documentation, `python -m jaxlab.data.pydoc_text --layout=pg19 DIR`) and
+RULER niah_single_1 rows written for the checkpoint's tokenizer
+(`python -m jaxlab.data.ruler_niah DIR --tokenizer=smollm2-135m-instruct`),
+both paired across methods (documents and rows are the tables' "seeds").
+Writes docs/results/rope_extension_smollm2.json's run (`results_name`).
 """
 
 import ml_collections
@@ -53,11 +64,18 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=131072,
                               "rope_scaling": {
                                   "method": "mrope_pro", "factor": 16.0,
                                   "original_max_position": 8192}})
+# The smollm2 preset's budget on 2 shared CPU cores [inferred: sized by
+# timing one forward of the model at each length]: lengths past the 8K
+# context, documents per length, RULER answer tokens (the 7-digit value
+# and the end of the sentence; RULER's own budget is 128).
+SMOLLM2 = dict(eval_lengths=(12288,), eval_docs=6, ruler_max_new_tokens=12,
+               methods=("default", "pi", "ntk", "yarn", "mrope_pro"))
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, smoke=False, paper=False, seeds=0,
                           steps=0, samples=0, train_len=0, lr=0.0,
-                          short=False)
+                          short=False, smollm2=False)
   c = common.base_config()
   c.experiment = "rope_extension"
   c.seeds = (0, 1, 2, 3, 4)
@@ -126,6 +144,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.methods = ("default", "pi", "ntk", "yarn", "mrope_uni", "mrope_pro")
     c.task.update(eval_lengths=(4096, 8192, 16384, 32768, 65536, 131072),
                   eval_docs=10, eval_batch_size=1, dtype="bfloat16")
+  if args.smollm2:
+    scale.paper_run(c, init_from="smollm2-135m-instruct", path="",
+                    subset="", split="test", eval_split="test",
+                    text_key="text")
+    c.results_name = "rope_extension_smollm2"
+    c.methods = SMOLLM2["methods"]
+    c.task.update(eval_lengths=SMOLLM2["eval_lengths"],
+                  eval_docs=SMOLLM2["eval_docs"], eval_batch_size=1,
+                  dtype="float32")
+    c.ruler.max_new_tokens = SMOLLM2["ruler_max_new_tokens"]
   if args.short:
     scale.short(c)
   return c

@@ -14,6 +14,14 @@ released on the Hub (Salesforce/wikitext, tree main/wikitext-2-raw-v1:
     python -m jaxlab.main --config=lestd:smollm2 \
         --config.data.path=/tmp/pydoc_wikitext --workdir=/tmp/lestd_sm
 
+Long documents (`write_pg19_copy`): the same topics, in the same order,
+cut into "books" of at least `min_chars` characters each, laid out as PG19
+is released on the Hub (emozilla/pg19, tree main: `data/test-*.parquet`
+with columns `short_book_title`, `publication_date`, `url`, `text`), for
+the long-context perplexity that reads PG19 (`rope_extension`):
+
+    python -m jaxlab.data.pydoc_text --layout=pg19 /tmp/pydoc_pg19
+
 Rows follow WikiText's conventions: a section title is a heading row
 " = Title = \n", each paragraph is one row ending in "\n" (a prose
 paragraph's hard-wrapped lines joined by spaces; an indented block, grammar
@@ -79,12 +87,68 @@ def write_local_copy(dest: str, *, subset: str = SUBSET,
   return path
 
 
+PG19_MIN_CHARS = 60_000
+
+
+def books(min_chars: int = PG19_MIN_CHARS) -> list[dict[str, object]]:
+  """PG19-schema rows: the topics in sorted order, each topic's text as
+  `pydoc_data` has it, joined by blank lines into documents of at least
+  `min_chars` characters (the remainder, shorter, is dropped). The title
+  names the first and last topic; `publication_date` is 0 (a
+  documentation set has no year of first publication)."""
+  from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+  major_minor = ".".join(python_version().split(".")[:2])
+  out, parts, names = [], [], []
+  for name in sorted(topics.topics):
+    parts.append(topics.topics[name].strip("\n"))
+    names.append(name)
+    text = "\n\n".join(parts)
+    if len(text) >= min_chars:
+      out.append({
+          "short_book_title": (f"Python {python_version()} reference, "
+                               f"topics {names[0]} to {names[-1]}"),
+          "publication_date": 0,
+          "url": f"https://docs.python.org/{major_minor}/reference/",
+          "text": text})
+      parts, names = [], []
+  return out
+
+
+def write_pg19_copy(dest: str, *, split: str = SPLIT,
+                    min_chars: int = PG19_MIN_CHARS) -> str:
+  """Writes `dest/data/{split}-00000-of-00001.parquet` in PG19's schema.
+
+  `config.data.path=dest` (no subset), split `split`, column `text` read it
+  through `jaxlab.data.pipeline.read_split`. Returns the file's path.
+  """
+  import datasets  # pylint: disable=g-import-not-at-top
+  rows_ = books(min_chars)
+  features = datasets.Features({
+      "short_book_title": datasets.Value("string"),
+      "publication_date": datasets.Value("int32"),
+      "url": datasets.Value("string"), "text": datasets.Value("string")})
+  folder = os.path.join(dest, "data")
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, f"{split}-00000-of-00001.parquet")
+  datasets.Dataset.from_list(rows_, features=features).to_parquet(path)
+  return path
+
+
 def main(argv: list[str] | None = None) -> int:
-  argv = sys.argv[1:] if argv is None else argv
-  if len(argv) != 1:
-    print("usage: python -m jaxlab.data.pydoc_text DEST", file=sys.stderr)
-    return 2
-  path = write_local_copy(argv[0])
+  import argparse  # pylint: disable=g-import-not-at-top
+  p = argparse.ArgumentParser(prog="python -m jaxlab.data.pydoc_text")
+  p.add_argument("dest")
+  p.add_argument("--layout", choices=("wikitext", "pg19"),
+                 default="wikitext")
+  p.add_argument("--min_chars", type=int, default=PG19_MIN_CHARS,
+                 help="pg19: the shortest document, in characters")
+  args = p.parse_args(sys.argv[1:] if argv is None else argv)
+  if args.layout == "pg19":
+    path = write_pg19_copy(args.dest, min_chars=args.min_chars)
+    print(f"{path}: {len(books(args.min_chars))} documents of the Python "
+          f"{python_version()} documentation")
+    return 0
+  path = write_local_copy(args.dest)
   print(f"{path}: {len(rows())} rows of the Python {python_version()} "
         "documentation")
   return 0

@@ -406,22 +406,29 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
   bs = int(config.task.eval_batch_size)
 
   def evaluate():
-    ppl, ruler = {}, {}
+    ppl, per_doc, ruler = {}, {}, {}
     for method in config.methods:
-      ppl[method] = []
+      ppl[method], per_doc[method] = [], []
       for n in lengths:
         if docs[n] is None:
           ppl[method].append(math.nan)
+          per_doc[method].append([])
           continue
         variant = lc.with_rope_scaling(model, lc.scaling_for(
             method, train_len=original, eval_len=n))
-        ppl[method].append(lc.chunked_perplexity(
-            variant, docs[n], chunk_len=n, batch_size=bs)["perplexity"])
+        out = lc.chunked_perplexity(variant, docs[n], chunk_len=n,
+                                    batch_size=bs, per_window=True)
+        ppl[method].append(out["perplexity"])
+        # One window per document (chunk_len = its length): its own
+        # perplexity, so the methods pair document by document.
+        per_doc[method].append([
+            math.exp(nll / max(t, 1)) for nll, t in
+            zip(out["window_nll"], out["window_tokens"])])
       if rrows:
         ruler[method] = ruler_scores(model, tok, rrows, method=method,
                                      original=original, lengths=lengths,
                                      config=config)
-    return {"perplexity": ppl, "ruler": ruler}
+    return {"perplexity": ppl, "perplexity_docs": per_doc, "ruler": ruler}
 
   rec = stages.cached(os.path.join(workdir, "eval.json"),
                       PRETRAINED_PLAN.eval_key(config, 0), evaluate)
@@ -437,6 +444,24 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
     t.add_seed(label(m), 0, {f"n{n}": v for n, v in
                              zip(lengths, rec["perplexity"][m])})
   tables.append(t)
+  # Per document: each document one "seed", so MrRoPE-Pro and each other
+  # method are compared on the same text (paired differences).
+  t = results_lib.Table(
+      "perplexity_docs", f"perplexity of each document's first N tokens "
+      f"({config.data.path} rows, {config.init_from}, L = {original}; "
+      "seeds = documents)",
+      [col(f"n{n}", f"{n} ({n / original:g}x)", 2) for n in lengths],
+      row_label="method")
+  for m in config.methods:
+    for j, n in enumerate(lengths):
+      for d, v in enumerate(rec["perplexity_docs"][m][j]):
+        t.add(label(m), f"n{n}", d, v)
+  tables.append(t)
+  pro = "mrope_pro" if "mrope_pro" in config.methods else None
+  others = [m for m in config.methods if m != pro] if pro else []
+  comparisons = [results_lib.Comparison("perplexity_docs", f"n{n}",
+                                        label(pro), label(m))
+                 for n in lengths for m in others]
   ruler_summary = {}
   if rrows:
     tasks = sorted({r["task"] for r in rrows})
@@ -454,6 +479,18 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
       s = ruler_summary[m]
       t.add_seed(label(m), 0, dict(s, mean=float(np.mean(list(s.values())))))
     tables.append(t)
+    # Per row: each RULER row one "seed" (its 0/1 or part score x 100),
+    # so the methods pair row by row.
+    t = results_lib.Table(
+        "ruler_rows", "RULER score (0-100) per task, seeds = rows",
+        [col(task, task, 2) for task in tasks], row_label="method")
+    for m in config.methods:
+      for i, p in enumerate(rec["ruler"][m]):
+        t.add(label(m), p["task"], i, 100 * float(p["score"]))
+    tables.append(t)
+    comparisons += [results_lib.Comparison("ruler_rows", task, label(pro),
+                                           label(m))
+                    for task in tasks for m in others]
   rows_read = {config.data.get("eval_split", "") or
                config.data.get("split", ""): n_text}
   if rrows:
@@ -462,9 +499,17 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
            "original_len": original,
            "docs_per_length": {str(n): 0 if d is None else int(len(d))
                                for n, d in docs.items()},
-           "perplexity": rec["perplexity"], "ruler_scores": ruler_summary,
+           "perplexity": rec["perplexity"],
+           "perplexity_docs": rec["perplexity_docs"],
+           "ruler_scores": ruler_summary,
            "ruler_rows": rec["ruler"]}
-  results_lib.write(workdir, "rope_extension", tables=tables, extra=extra,
+  try:  # the machine's load while the run shared it (timings are noisy)
+    extra["load_average"] = list(os.getloadavg())
+  except OSError:
+    pass
+  results_lib.write(workdir, config.get("results_name", "") or
+                    "rope_extension", tables=tables,
+                    comparisons=comparisons, extra=extra,
                     config=config, start_time=t0,
                     data=results_lib.data_provenance(config, rows=rows_read))
   return extra

@@ -174,6 +174,38 @@ class RopeExtensionHfTest(absltest.TestCase):
     for m in self.config.methods:
       self.assertTrue(all(math.isfinite(v) and v > 1 for v in ppl[m]), m)
 
+  def test_document_perplexities_pair_the_methods(self):
+    docs, pooled = self.out["perplexity_docs"], self.out["perplexity"]
+    # PI at 2x, document by document: transformers' "linear" on that row.
+    for d, row in enumerate(self._tokens(128)):
+      want = hf_perplexity(self.ckpt, {"rope_type": "linear", "factor": 2.0},
+                           row[None])
+      self.assertAlmostEqual(docs["pi"][0][d] / want, 1.0, delta=2e-5)
+    # Equal token counts: the pooled perplexity is the geometric mean of
+    # the documents' (exp of the mean log).
+    for m in self.config.methods:
+      for j, _ in enumerate(LENGTHS):
+        self.assertLen(docs[m][j], 2)
+        self.assertAlmostEqual(
+            math.exp(np.mean(np.log(docs[m][j]))) / pooled[m][j], 1.0,
+            delta=1e-9)
+    tables = {t["id"]: t for t in self.results["tables"]}
+    rows = {r["label"]: r["cells"] for r in tables["perplexity_docs"]["rows"]}
+    self.assertEqual(rows["PI"]["n128"]["seeds"], [0, 1])
+    self.assertEqual(rows["PI"]["n128"]["values"], docs["pi"][0])
+    ruler = {r["label"]: r["cells"] for r in tables["ruler_rows"]["rows"]}
+    self.assertEqual(
+        ruler["YaRN (HF ramp)"]["niah_single_1"]["values"],
+        [100 * r["score"] for r in self.out["ruler_rows"]["yarn"]
+         if r["task"] == "niah_single_1"])
+    # MrRoPE-Pro against each other method, paired by document and by row.
+    got = {(c["table"], c["column"], c["a"], c["b"])
+           for c in self.results["comparisons"]}
+    for other in ("none", "PI", "YaRN (HF ramp)"):
+      for n in LENGTHS:
+        self.assertIn(("perplexity_docs", f"n{n}", "MrRoPE-Pro", other), got)
+      self.assertIn(("ruler_rows", "qa_1", "MrRoPE-Pro", other), got)
+
   def test_ruler_scores_equal_reference(self):
     for m in self.config.methods:
       rows = self.out["ruler_rows"][m]
