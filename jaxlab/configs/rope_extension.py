@@ -39,7 +39,8 @@ its budget cut (`jaxlab.configs._scale.short`: rows, documents).
 `smollm2`: the same training-free protocol on the shipped
 SmolLM2-135M-Instruct (`init_from="smollm2-135m-instruct"`, trained to 8K,
 `rope_theta` 1e5) beyond its context, sized for 2 CPU cores (`SMOLLM2`
-below): none / PI / NTK / YaRN / MrRoPE-Pro at `eval_lengths`, perplexity
+below; chunked causal attention): none / PI / NTK / YaRN / MrRoPE-Pro at
+`eval_lengths`, perplexity
 of long documents of a local PG19-layout copy (e.g. Python's own
 documentation, `python -m jaxlab.data.pydoc_text --layout=pg19 DIR`) and
 RULER niah_single_1 rows written for the checkpoint's tokenizer
@@ -68,7 +69,7 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=131072,
 # timing one forward of the model at each length]: lengths past the 8K
 # context, documents per length, RULER answer tokens (the 7-digit value
 # and the end of the sentence; RULER's own budget is 128).
-SMOLLM2 = dict(eval_lengths=(12288,), eval_docs=6, ruler_max_new_tokens=12,
+SMOLLM2 = dict(eval_lengths=(12288,), eval_docs=5, ruler_max_new_tokens=12,
                methods=("default", "pi", "ntk", "yarn", "mrope_pro"))
 
 
@@ -99,6 +100,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "original_len": 0,
       "eval_lengths": (),
       "dtype": "float32",
+      # The loaded checkpoint's attention kernel for the long forwards
+      # ("" = its own; "chunked": block by block, forward only, O(T) memory
+      # instead of XLA:CPU's T^2 scores; jaxlab.nn.attention).
+      "attention_impl": "",
   })
   # RULER rows of the real run ("" = none): a jsonl file or a directory of
   # <task>/<subset>.jsonl; rows per task (0 = all); answer tokens (0 =
@@ -152,7 +157,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.methods = SMOLLM2["methods"]
     c.task.update(eval_lengths=SMOLLM2["eval_lengths"],
                   eval_docs=SMOLLM2["eval_docs"], eval_batch_size=1,
-                  dtype="float32")
+                  dtype="float32", attention_impl="chunked")
     c.ruler.max_new_tokens = SMOLLM2["ruler_max_new_tokens"]
   if args.short:
     scale.short(c)

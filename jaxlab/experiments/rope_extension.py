@@ -404,6 +404,7 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
   docs, n_text = text_documents(config, tok, lengths)
   rrows = ruler_rows(config) if config.ruler.get("path", "") else []
   bs = int(config.task.eval_batch_size)
+  impl = {"attention_impl": config.task.get("attention_impl", "") or None}
 
   def evaluate():
     ppl, per_doc, ruler = {}, {}, {}
@@ -415,7 +416,7 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
           per_doc[method].append([])
           continue
         variant = lc.with_rope_scaling(model, lc.scaling_for(
-            method, train_len=original, eval_len=n))
+            method, train_len=original, eval_len=n), **impl)
         out = lc.chunked_perplexity(variant, docs[n], chunk_len=n,
                                     batch_size=bs, per_window=True)
         ppl[method].append(out["perplexity"])
