@@ -129,6 +129,9 @@ class RopeExtensionHfTest(absltest.TestCase):
     c.task.eval_docs = 2
     c.task.eval_batch_size = 2
     c.task.dtype = "float32"
+    # The long forwards block by block (the smollm2 preset's kernel): the
+    # perplexities below are still checked against transformers.
+    c.task.attention_impl = "chunked"
     c.ruler.path = cls.ruler
     c.ruler.max_new_tokens = 4
     cls.config = c
@@ -246,6 +249,18 @@ class RopeExtensionHfTest(absltest.TestCase):
                        want, msg=task)
     with self.assertRaisesRegex(ValueError, "unknown RULER task"):
       lc.ruler_row_score("summaries", "x", ["x"])
+
+  def test_smollm2_preset(self):
+    c = rope_config.get_config("smollm2")
+    self.assertEqual(c.init_from, "smollm2-135m-instruct")
+    self.assertEqual((c.data.source, c.data.split, c.data.text_key),
+                     ("hf", "test", "text"))
+    self.assertEqual(c.results_name, "rope_extension_smollm2")
+    self.assertEqual(tuple(c.methods),
+                     ("default", "pi", "ntk", "yarn", "mrope_pro"))
+    # Past SmolLM2's 8,192-token context, through the chunked kernel.
+    self.assertTrue(all(n > 8192 for n in c.task.eval_lengths))
+    self.assertEqual(c.task.attention_impl, "chunked")
 
   def test_user_errors_are_named(self):
     c = self.config.copy_and_resolve_references()
