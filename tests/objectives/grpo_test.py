@@ -141,5 +141,33 @@ class LossTest(parameterized.TestCase):
                      aggregation="sum")
 
 
+
+class PolicyLossTest(absltest.TestCase):
+
+  def test_fixed_length_divides_by_the_response_budget(self):
+    """Dr.GRPO's "fixed_length" in `grpo_policy_loss` divides by B x the
+    config's `max_new_tokens` (the response budget), not by the packed
+    width T (prompt bucket + budget). At ratio 1, without KL or entropy,
+    each response token contributes -adv: loss = -sum_b adv_b n_b /
+    (B x budget), n_b the response tokens of row b."""
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    from jaxlab.rl import learner  # pylint: disable=g-import-not-at-top
+    b, t, budget = 2, 12, 4                  # 8 prompt slots + 4
+    logp = jnp.full((b, t), -1.5)
+    mask = np.zeros((b, t), np.float32)
+    mask[0, 8:12] = 1                        # 4 response tokens
+    mask[1, 8:10] = 1                        # 2 (ended early)
+    batch = {"ids": jnp.zeros((b, t), jnp.int32),
+             "attn": jnp.ones((b, t), jnp.int32), "mask": jnp.asarray(mask),
+             "old": logp, "adv": jnp.array([0.5, -2.0])}
+    cfg = learner.GRPOConfig(aggregation="fixed_length", kl_beta=0.0,
+                             entropy_coef=0.0, max_new_tokens=budget)
+    with mock.patch.object(grpo, "policy_token_logprobs",
+                           return_value=(logp, jnp.zeros((b, t)))):
+      loss, _ = grpo.grpo_policy_loss(None, batch, rng=None, config=cfg)
+    want = -(0.5 * 4 + -2.0 * 2) / (b * budget)   # 0.25, not 2/24
+    self.assertAlmostEqual(float(loss), want, places=6)
+
+
 if __name__ == "__main__":
   absltest.main()
