@@ -208,13 +208,12 @@ def pytest_sessionfinish(session, exitstatus):
     return
   scratch = os.environ[_SCRATCH_ENV]
   # pytest's own tmp_path directories live under pytest-of-<user>.
-  # jaxlab-pretrained-fixtures: the shipped GGUF converted once per run on
-  # purpose (jaxlab.testing.pretrained_fixtures), not a leak; likewise the
-  # DPad tests' tiny LLaDA / Dream (jaxlab.testing.diffusion_fixtures).
+  # jaxlab-session-cache: what is built once per run on purpose
+  # (jaxlab.testing.session_cache: the shipped GGUF converted, the DPad
+  # tests' tiny LLaDA / Dream), not a leak.
   left = sorted(n for n in os.listdir(scratch)
                 if not n.startswith("pytest-of-")
-                and n not in (_LOCKS, "jaxlab-pretrained-fixtures",
-                              "jaxlab-diffusion-fixtures", "jaxlab-cache"))
+                and n not in (_LOCKS, "jaxlab-session-cache", "jaxlab-cache"))
   if left:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

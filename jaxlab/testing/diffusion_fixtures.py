@@ -8,13 +8,12 @@ LLaDA-8B-Instruct has them). Dream: a tiny Qwen2 checkpoint relabelled
 `DreamModel` (Dream's config.json: `mask_token_id`, `eos_token_id`).
 
 Under pytest (`$JAXLAB_TEST_SCRATCH` set) each checkpoint is built once
-per session into the scratch directory under an `fcntl` lock and copied
+per session into the scratch directory (`session_cache.build_once`) and copied
 to `path` (both DPad test modules use the same two, and the xdist worker
 that needs them second copies instead of building them with torch); the
 files are those a fresh build writes (seeded weights).
 """
 
-import fcntl
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import shutil
 import safetensors.numpy
 
 from jaxlab.testing import hf_fixtures as hfx
+from jaxlab.testing import session_cache
 
 VOCAB = 416   # >= the tiny tokenizer's 400 ids
 MASK = 410    # outside the tokenizer, as a reserved id
@@ -54,17 +54,9 @@ def llada_name(name):
 
 def _once_per_session(kind, path, eos_id, build):
   """`build(path)`, or a copy of the session's one build (module doc)."""
-  root = os.environ.get("JAXLAB_TEST_SCRATCH")
-  if not root:
+  out = session_cache.build_once(f"diffusion/{kind}-{eos_id}", build)
+  if out is None:
     return build(path)
-  out = os.path.join(root, "jaxlab-diffusion-fixtures", f"{kind}-{eos_id}")
-  os.makedirs(os.path.dirname(out), exist_ok=True)
-  with open(f"{out}.lock", "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one builds, the other waits
-    if not os.path.isdir(out):
-      tmp = f"{out}.tmp{os.getpid()}"
-      build(tmp)
-      os.replace(tmp, out)  # complete or absent
   shutil.copytree(out, path, dirs_exist_ok=True)
   return os.fspath(path)
 

@@ -10,9 +10,9 @@ tests/models/decoder_test.py, tests/analysis/frequency_entropy_test.py).
 `load(name, dtype)` converts it once per session:
 
 * the arrays and the config are written once to the run's scratch
-  directory `$JAXLAB_TEST_SCRATCH` (one .npy per leaf) under an `fcntl`
-  lock, so the other xdist worker reads that conversion (~1-2 s) instead
-  of converting again. Within a process the last (name, dtype) asked for
+  directory `$JAXLAB_TEST_SCRATCH` (one .npy per leaf;
+  `session_cache.build_once`), so the other xdist worker reads that
+  conversion (~1-2 s) instead of converting again. Within a process the last (name, dtype) asked for
   stays in memory (`functools.lru_cache(maxsize=1)`: the suite's modules
   that load the shipped file ask for float32 but one, so a worker holds
   0.5 GB, not 0.5 GB per dtype), and the later modules of that worker
@@ -27,41 +27,37 @@ the tests check the same weights they checked before.
 """
 
 import contextlib
-import fcntl
 import functools
 import os
 import pickle
 from typing import Any
 
-_SCRATCH_ENV = "JAXLAB_TEST_SCRATCH"
+from jaxlab.testing import session_cache
 
 
-def _state_dir(name: str, dtype: str) -> str | None:
-  root = os.environ.get(_SCRATCH_ENV)
-  if not root:
-    return None
+def _key(name: str, dtype: str) -> str:
+  """The session-cache key of a (file, dtype): the file's name, size and
+  modification time, so another file under the same name is not read."""
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
   src = pretrained.path(name)
   st = os.stat(src)
-  return os.path.join(root, "jaxlab-pretrained-fixtures",
-                      f"{os.path.basename(src)}.{st.st_size}."
-                      f"{int(st.st_mtime)}.{dtype}")
+  return (f"pretrained/{os.path.basename(src)}.{st.st_size}."
+          f"{int(st.st_mtime)}.{dtype}")
 
 
 def _write(out: str, cfg: Any, leaves: list[Any]) -> None:
-  """One .npy per leaf, as unsigned ints of its width (numpy cannot save
-  bfloat16 as itself), and the config with the leaves' dtypes."""
+  """Into the new directory `out`: one .npy per leaf, as unsigned ints of
+  its width (numpy cannot save bfloat16 as itself), and the config with
+  the leaves' dtypes."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  tmp = f"{out}.tmp{os.getpid()}"
-  os.makedirs(tmp)
+  os.makedirs(out)
   dtypes = []
   for i, leaf in enumerate(leaves):
     a = np.asarray(leaf)
     dtypes.append(a.dtype.name)
-    np.save(os.path.join(tmp, f"{i}.npy"), a.view(f"u{a.itemsize}"))
-  with open(os.path.join(tmp, "cfg.pkl"), "wb") as fh:
+    np.save(os.path.join(out, f"{i}.npy"), a.view(f"u{a.itemsize}"))
+  with open(os.path.join(out, "cfg.pkl"), "wb") as fh:
     pickle.dump((cfg, dtypes), fh)
-  os.replace(tmp, out)  # complete or absent
 
 
 def _read(out: str) -> tuple[Any, list[Any]]:
@@ -94,16 +90,17 @@ def _converted(name: str, dtype: str):
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from jaxlab.models import decoder as decoder_lib  # pylint: disable=g-import-not-at-top
-  out = _state_dir(name, dtype)
-  if out is None:
+  if session_cache.path("") is None:
     return _convert_here(name, dtype)
-  os.makedirs(os.path.dirname(out), exist_ok=True)
-  with open(f"{out}.lock", "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one converts, the other waits
-    if not os.path.isdir(out):
-      cfg, graphdef, state = _convert(name, dtype)
-      _write(out, cfg, jax.tree.leaves(state))
-      return cfg, graphdef, state
+  made = []
+
+  def convert(tmp):
+    made.append(_convert(name, dtype))
+    _write(tmp, made[0][0], jax.tree.leaves(made[0][2]))
+
+  out = session_cache.build_once(_key(name, dtype), convert)
+  if made:  # this process converted: its arrays as they are
+    return made[0]
   cfg, leaves = _read(out)
   graphdef, abstract = nnx.split(nnx.eval_shape(
       lambda: decoder_lib.Decoder(cfg, rngs=nnx.Rngs(0))))
