@@ -328,7 +328,10 @@ class VLThinkingRewardModel:
              images: Sequence[Any]) -> np.ndarray:
     """R^t of a batch of pairs: one greedy `sampler.generate` call over
     the batch (the vision inputs concatenated in prompt order) when every
-    pair has an image, else one call per pair."""
+    pair has an image, else one call per pair. The batch is padded to a
+    power of two with copies of its last pair (their replies dropped), so
+    a run whose steps score 3, then 4, then 2 pairs compiles the
+    generation for 4 and 2 pairs, not once per count."""
     from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
     if not prompt_strs:
       return np.zeros((0,), np.float32)
@@ -340,6 +343,8 @@ class VLThinkingRewardModel:
                                  max_new_tokens=self.max_new_tokens)[0]
               for ids, mm in built]
     else:
+      n = len(built)
+      built = built + [built[-1]] * ((1 << (n - 1).bit_length()) - n)
       mm = {k: np.concatenate([np.asarray(b[1][k]) for b in built], 0)
             for k in ("pixel_values", "image_grid_thw")}
       eos = tuple(tok.eos_ids)
@@ -347,7 +352,8 @@ class VLThinkingRewardModel:
           self.chat.model, [ids for ids, _ in built],
           max_new_tokens=self.max_new_tokens, eos_id=eos[0] if eos else None,
           stop_ids=eos[1:], pad_id=tok.pad_id or 0, multimodal=mm)
-      outs = [tok.decode(t, skip_special_tokens=True) for t in res.tokens]
+      outs = [tok.decode(t, skip_special_tokens=True)
+              for t in res.tokens[:n]]
     self.replies.extend(outs)
     return np.asarray([extract_score(o) for o in outs], np.float32)
 

@@ -561,7 +561,15 @@ class TrustGrpoRealTest(absltest.TestCase):
              ("system\nWhat is shown?", "<think>a cat</think>", _image(6)),
              ("system\nQ?", "<think>x</think><answer>1</answer>",
               _image(7, 84))]
-    batch = trm.scores(*zip(*pairs))
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    from jaxlab.decoding import sampler  # pylint: disable=g-import-not-at-top
+    with mock.patch.object(sampler, "generate",
+                           wraps=sampler.generate) as gen:
+      batch = trm.scores(*zip(*pairs))
+    # 3 pairs generate as 4 (a power of two: one program per bucket), the
+    # copy of the last pair's reply dropped.
+    self.assertLen(gen.call_args.args[1], 4)
+    self.assertLen(batch, 3)
     replies = trm.replies[-3:]
     one = [trm.score(*p) for p in pairs]
     self.assertEqual(trm.replies[-3:], replies)
