@@ -44,7 +44,7 @@ below; chunked causal attention): none / PI / NTK / YaRN / MrRoPE-Pro at
 of long documents of a local PG19-layout copy (e.g. Python's own
 documentation, `python -m jaxlab.data.pydoc_text --layout=pg19 DIR`) and
 RULER niah_single_1 rows written for the checkpoint's tokenizer
-(`python -m jaxlab.data.ruler_niah DIR --tokenizer=smollm2-135m-instruct`),
+(`python -m jaxlab.experiments.ruler_rows DIR --tokenizer=smollm2-135m-instruct`),
 both paired across methods (documents and rows are the tables' "seeds").
 Writes docs/results/rope_extension_smollm2.json's run (`results_name`).
 """

@@ -8,8 +8,8 @@ machine without RULER's dependencies (nemo, wonderwords, the essays) gets
 rows that `jaxlab.experiments.rope_extension` (`config.ruler.path`) and
 `jaxlab.evals.long_context.ruler_row_score` read like RULER's own:
 
-    python -m jaxlab.data.ruler_niah /tmp/ruler --tokenizer=smollm2-135m-instruct \
-        --max_seq_length=12288 --num_samples=8
+    python -m jaxlab.experiments.ruler_rows /tmp/ruler \
+        --tokenizer=smollm2-135m-instruct --max_seq_length 12288 --num_samples 8
 
 What follows RULER (`scripts/data/synthetic/niah.py`, `constants.py`,
 `synthetic.yaml`, prepare.py's `base` template):
@@ -35,11 +35,9 @@ and protocol, not byte-for-byte RULER's rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -173,32 +171,3 @@ def write(dest: str, count_tokens: Callable[[str], int], *,
                            random_seed=random_seed + i, task=task):
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
   return path
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-  p = argparse.ArgumentParser(
-      prog="python -m jaxlab.data.ruler_niah",
-      description="RULER niah rows (<dest>/<task>/<subset>.jsonl) for a "
-                  "checkpoint's tokenizer.")
-  p.add_argument("dest")
-  p.add_argument("--tokenizer", required=True,
-                 help="an init_from spec (Hub name, directory, GGUF, or a "
-                      "shipped name such as smollm2-135m-instruct)")
-  p.add_argument("--max_seq_length", type=int, nargs="+", required=True)
-  p.add_argument("--num_samples", type=int, default=8)
-  p.add_argument("--random_seed", type=int, default=42)
-  p.add_argument("--subset", default="validation")
-  args = p.parse_args(argv)
-  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
-  tok = pretrained.tokenizer(args.tokenizer)
-  path = write(args.dest, lambda s: len(tok.encode(s)),
-               max_seq_lengths=args.max_seq_length,
-               num_samples=args.num_samples, random_seed=args.random_seed,
-               subset=args.subset)
-  print(f"{path}: {args.num_samples} rows per length "
-        f"{args.max_seq_length}")
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

@@ -2,7 +2,8 @@
 
     python -m jaxlab.experiments.bench._tables [--dir=docs/bench]
 
-Reads decode_cpu.json, train_cpu.json, memory_cpu.json and data_cpu.json
+Reads decode_cpu.json, train_cpu.json, memory_cpu.json, data_cpu.json and
+long_forward_cpu.json
 (those present) and prints one table each, for docs/benchmarks.md, plus,
 when rows were run with `--profile`, where jaxlab's time goes per model
 part, and one table of every accelerator run `h200_run*.json` (written by
@@ -298,6 +299,26 @@ def data_table(rep) -> str:
   return "\n".join(lines)
 
 
+def long_forward_table(rep) -> str:
+  """`bench long_forward`: one long forward per attention kernel."""
+  m = rep["machine"]
+  labels = {"xla": "XLA (`jax.nn.dot_product_attention`: the [heads, T, T] "
+                   "scores materialised)",
+            "chunked": "chunked (`attention_impl=\"chunked\"`: "
+                       "FlashAttention's online softmax, key blocks up to "
+                       "the diagonal; forward only)"}
+  lines = [f"One long forward ({rep['init_from']}, fp32, {rep['length']} "
+           "tokens of real text, perplexity; each kernel in its own "
+           f"process; {m['cpu']}, {m['cpu_count']} cores, load average "
+           f"{_f(rep['load_average'][0], 1)} at the end):", "",
+           "| attention | seconds (with compile) | peak RSS | perplexity |",
+           "|---|---|---|---|"]
+  for impl, r in rep["impls"].items():
+    lines.append(f"| {labels.get(impl, impl)} | {_f(r['seconds'], 1)} | "
+                 f"{_f(r['peak_rss_gb'], 1)} GB | {r['perplexity']!r} |")
+  return "\n".join(lines)
+
+
 def main(argv=()):
   args = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
   root = args.get("dir", "docs/bench")
@@ -305,7 +326,8 @@ def main(argv=()):
   for name, fn in (("decode_cpu.json", decode_table),
                    ("train_cpu.json", train_table),
                    ("memory_cpu.json", memory_table),
-                   ("data_cpu.json", data_table)):
+                   ("data_cpu.json", data_table),
+                   ("long_forward_cpu.json", long_forward_table)):
     path = os.path.join(root, name)
     if os.path.exists(path):
       with open(path) as f:
