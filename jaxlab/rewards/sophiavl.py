@@ -344,7 +344,7 @@ class VLThinkingRewardModel:
               for ids, mm in built]
     else:
       n = len(built)
-      built = built + [built[-1]] * ((1 << (n - 1).bit_length()) - n)
+      built = built + [built[-1]] * (sampler.bucket_length(n, minimum=1) - n)
       mm = {k: np.concatenate([np.asarray(b[1][k]) for b in built], 0)
             for k in ("pixel_values", "image_grid_thw")}
       eos = tuple(tok.eos_ids)
