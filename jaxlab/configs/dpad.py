@@ -101,9 +101,10 @@ TASKS = {
 # (`DREAM_CONFIDENCE` -> decode.confidence; generation_utils_block.py:
 # 1180-1209), the threshold variants `alg=confidence_threshold`, which
 # ranks and thresholds the top-1 probability (decode.threshold_confidence
-# "prob"; :1157-1179). Not matched: the per-step counts of the entropy
-# loop, int(n (1 - s / t)) over linspace(1, eps, steps + 1) starting at
-# i = 1 (:1181-1189); `generate` keeps LLaDA's even `num_transfer_tokens`.
+# "prob"; :1157-1179), and the entropy loop's per-step counts,
+# int(n (1 - s / t)) over linspace(1, eps, steps + 1) from i = 1
+# (:1181-1189; `DREAM_SCHEDULE` -> decode.schedule,
+# `diffusion.dream_transfer_counts`).
 DREAM_INIT_FROM = "Dream-org/Dream-v0-Base-7B"
 DREAM_DPAD = {
     "gsm8k": dict(window=256, k=4.0, a=1.6),
@@ -113,6 +114,7 @@ DREAM_DPAD = {
 }
 DREAM_LONG = dict(window=128, k=3.0, a=2.3)
 DREAM_CONFIDENCE = "entropy"
+DREAM_SCHEDULE = "dream"
 MODELS = ("llada", "dream")
 
 # Paper scale (spec L): LLaDA-8B-Instruct decoding gen_len 1024 after a
@@ -167,6 +169,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # the threshold variants (ranked and compared with `threshold`).
       "confidence": "prob",
       "threshold_confidence": "prob",
+      # The fixed-schedule variants' per-step counts (`diffusion.SCHEDULES`):
+      # "llada" (even split) or "dream" (Dream's timestep ratios, last
+      # timestep `eps`); the threshold variants unmask by the threshold.
+      "schedule": "llada",
+      "eps": 1e-3,
       "dpad": ml_collections.ConfigDict({"window": 64, "k": 3.0, "a": 1.6,
                                          "sampler": "gaussian", "n": 0}),
       # The miniature's variants (the committed runs): all but the main
@@ -241,6 +248,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if dream:
       c.decode.dpad.update(**DREAM_LONG)
       c.decode.confidence = DREAM_CONFIDENCE
+      c.decode.schedule = DREAM_SCHEDULE
     c.eval.num_fewshot = 1
     if args.task:
       if args.task not in TASKS:

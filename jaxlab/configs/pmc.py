@@ -33,6 +33,23 @@ real-authors subsets (and TOFU's `*_perturbed` tasks for its own metrics,
       --config.init_from=smollm2-135m-instruct \
       --config.data.path=/data/TOFU --config.data.subset=forget10 \
       --workdir=/tmp/pmc_tofu
+
+`smollm2`: the paper's claim decided on a real model on 2 CPU cores, as
+TOFU does it with the project's own fictitious authors
+(`jaxlab.data.synthetic.tofu_authors`: 20 people, 4 facts each, 10 %
+forgotten, in TOFU's released files): SmolLM2-135M-Instruct is fine-tuned
+on all of them (`full`, every weight) with the `finetune` config, then the
+TOFU path above unlearns `forget10` from that checkpoint with PMC, GA, GD
+and NPO, 3 seeds, with PMC's Phi-1.5 settings (lambda 1.5, T 1.25, 5
+samples, warm-up one epoch) and [inferred] budgets sized to the machine
+(`SMOLLM2`: epochs over the 8 forget questions, lr, 32-token answers):
+
+    python -m jaxlab.data.synthetic.tofu_authors /tmp/tofu_authors
+    python -m jaxlab.main --workdir=/tmp/ft_tofu \
+      --config=finetune:init_from=smollm2-135m-instruct,data=/tmp/tofu_authors/finetune.jsonl,export_dir=/tmp/smollm2_tofu,steps=100,seq_len=64
+    python -m jaxlab.main --config=pmc:smollm2 \
+      --config.init_from=/tmp/smollm2_tofu \
+      --config.data.path=/tmp/tofu_authors --workdir=/tmp/pmc_smollm2
 """
 
 import ml_collections
@@ -49,10 +66,18 @@ PAPER = dict(shape="llama3_2_3b", topology="v5e:2x4", seq_len=512,
              paper="spec B: Llama-3.2-3B-Instruct, batch 8x2, "
              "generation 200 tokens")
 
+# The smollm2 preset's unlearning budget on 2 CPU cores [inferred: PMC's
+# lr 1e-5 over 40 epochs of 400 questions is 250 steps; 8 questions make an
+# epoch one step, so fewer epochs at a larger lr].
+SMOLLM2 = dict(epochs=20, batch_size=8, lr=5e-5, max_new_tokens=32,
+               max_len=96)
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, paper=False,
                           small=False, table=False,
-                          spec=False, fit=False, short=False, smoke=False)
+                          spec=False, fit=False, short=False, smoke=False,
+                          smollm2=False)
   tiny, small, table, spec = args.tiny, args.small, args.table, args.spec
   fit = args.fit
   c = common.base_config()
@@ -158,11 +183,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.unlearn.update(steps=1, num_samples=2, max_new_tokens=8,
                      ref_max_new_tokens=8, batch_size=4)
     c.eval.update(max_new_tokens=8, leak_samples=1, retain_limit=4)
-  if args.paper:
-    scale.preset(c, PAPER)
-    scale.paper_run(c, init_from="meta-llama/Llama-3.2-3B-Instruct",
-                    path="locuslab/TOFU", subset="forget10", split="train",
-                    eval_split="")
+  if args.paper or args.smollm2:
+    if args.paper:
+      scale.preset(c, PAPER)
+    scale.paper_run(c, init_from=("" if args.smollm2 else
+                                  "meta-llama/Llama-3.2-3B-Instruct"),
+                    path="" if args.smollm2 else "locuslab/TOFU",
+                    subset="forget10", split="train", eval_split="")
     c.parts = "unlearn"
     # Spec B.8, the Llama-3.2-3B-Instruct column.
     c.unlearn.update(lam=1.25, temperature=0.9, top_p=0.95, num_samples=20,
@@ -185,6 +212,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   retain_from="")
     c.table_id = "unlearning_tofu"
     c.table_caption = "PMC and baselines on TOFU"
+  if args.smollm2:
+    b = SMOLLM2
+    c.seeds = (0, 1, 2)
+    c.methods = "pmc,ga,gd,npo"
+    # Spec B.8, the Phi-1.5 column (the smaller model), lr and epochs cut.
+    c.unlearn.update(lam=1.5, temperature=1.25, top_p=0.95, num_samples=5,
+                     batch_size=b["batch_size"], lr=b["lr"],
+                     # 8 forget questions, batch 8: one step an epoch
+                     steps=b["epochs"], warmup_epochs=1.0,
+                     max_new_tokens=b["max_new_tokens"],
+                     ref_max_new_tokens=b["max_new_tokens"],
+                     max_len=b["max_len"])
+    c.eval.update(max_new_tokens=b["max_new_tokens"])
+    c.table_id = "unlearning_smollm2"
+    c.table_caption = ("PMC and baselines on SmolLM2-135M-Instruct "
+                       "fine-tuned on TOFU-format fictitious authors")
   if args.short:
     scale.short(c, {"lottery.rounds": 10})
   return c

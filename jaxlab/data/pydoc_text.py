@@ -22,6 +22,18 @@ the long-context perplexity that reads PG19 (`rope_extension`):
 
     python -m jaxlab.data.pydoc_text --layout=pg19 /tmp/pydoc_pg19
 
+A text retrieval task (`write_mbeir_copy`): each prose paragraph of the
+topics cut after its first sentence, the sentence the query and the rest of
+the paragraph its one positive candidate ("which passage continues this
+sentence?"), laid out as M-BEIR is released (`jaxlab.data.mbeir`: query
+files per split, a local candidate pool, the UniIR instruction table), so
+the reranking paper's M-BEIR path reads it unchanged. Hard negatives
+(`neg_cand_list`) are continuations of other paragraphs of the same topic;
+topics, not paragraphs, are split between train and test, so no test
+query's topic was seen in training:
+
+    python -m jaxlab.data.pydoc_text --layout=mbeir /tmp/pydoc_mbeir
+
 Rows follow WikiText's conventions: a section title is a heading row
 " = Title = \n", each paragraph is one row ending in "\n" (a prose
 paragraph's hard-wrapped lines joined by spaces; an indented block, grammar
@@ -134,15 +146,130 @@ def write_pg19_copy(dest: str, *, split: str = SPLIT,
   return path
 
 
+# The M-BEIR copy (`write_mbeir_copy`). M-BEIR numbers its datasets 0-9
+# (qid / did "<dataset_id>:<n>") and its tasks 0-8 (task 0: text query ->
+# text candidate); this dataset takes the next free id.
+MBEIR_DATASET = "pydoc"
+MBEIR_DATASET_ID = 10
+MBEIR_TASK = 0
+# One prompt row of the UniIR instruction table (query_modality,
+# cand_modality, dataset_name, dataset_id, prompt_1..4).
+MBEIR_PROMPTS = (
+    "Retrieve the passage of the Python reference that continues this "
+    "sentence.",
+    "Find the text that follows this sentence in the Python documentation.")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*\"'(])")
+
+
+def continuation_pairs(*, min_query_words: int = 6,
+                       min_rest_words: int = 12, max_query_words: int = 0,
+                       max_rest_words: int = 0) -> list[dict[str, str]]:
+  """(topic, query, positive) per prose paragraph of the topics (sorted
+  order): the paragraph's first sentence and the sentences after it.
+  Headings, grammar and code blocks, one-sentence paragraphs and pairs
+  shorter than the `min_*` words are skipped; `max_*` (0 = no cap) keep
+  the first words of a longer side."""
+  from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+
+  def cap(words, n):
+    return " ".join(words[:n] if n else words)
+
+  out = []
+  for name in sorted(topics.topics):
+    for par in _paragraphs(topics.topics[name]):
+      if par.startswith(" = ") or "\n" in par.rstrip("\n"):
+        continue  # a heading, or grammar / code kept line by line
+      sents = _SENTENCE_END.split(par.strip())
+      if len(sents) < 2:
+        continue
+      q, rest = sents[0].split(), " ".join(sents[1:]).split()
+      if len(q) < min_query_words or len(rest) < min_rest_words:
+        continue
+      out.append({"topic": name, "query": cap(q, max_query_words),
+                  "positive": cap(rest, max_rest_words)})
+  return out
+
+
+def write_mbeir_copy(dest: str, *, test_every: int = 4,
+                     hard_negatives: int = 2, max_query_words: int = 24,
+                     max_rest_words: int = 40, seed: int = 0
+                     ) -> dict[str, int]:
+  """Writes `continuation_pairs` in M-BEIR's released layout under `dest`.
+
+  `query/{train,test}/mbeir_pydoc_task0_{split}.jsonl` (`qid`,
+  `query_txt`, `query_img_path` null, `query_modality` "text",
+  `pos_cand_list` [its continuation], `neg_cand_list` (up to
+  `hard_negatives` continuations of other paragraphs of its topic, drawn
+  with `seed`), `task_id` 0), `cand_pool/local/mbeir_pydoc_task0_cand_pool
+  .jsonl` (`did`, `txt`, `img_path` null, `modality` "text"; one candidate
+  per pair) and `instructions/query_instructions.tsv` (one row,
+  `MBEIR_PROMPTS`). Every `test_every`-th topic (sorted order) is a test
+  topic. Returns the query rows written per split.
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  if test_every < 2:
+    raise ValueError(f"test_every={test_every}: every topic would be a "
+                     "test topic; pass 2 or more")
+  pairs = continuation_pairs(max_query_words=max_query_words,
+                             max_rest_words=max_rest_words)
+  names = sorted({p["topic"] for p in pairs})
+  test_topics = set(names[test_every - 1::test_every])
+  ds = MBEIR_DATASET_ID
+  by_topic: dict[str, list[int]] = {}
+  for i, p in enumerate(pairs):
+    by_topic.setdefault(p["topic"], []).append(i)
+  rng = np.random.default_rng(seed)
+  task = f"mbeir_{MBEIR_DATASET}_task{MBEIR_TASK}"
+  rows = {"train": [], "test": []}
+  for i, p in enumerate(pairs):
+    others = [j for j in by_topic[p["topic"]] if j != i]
+    k = min(hard_negatives, len(others))
+    neg = sorted(rng.choice(others, k, replace=False).tolist()) if k else []
+    split = "test" if p["topic"] in test_topics else "train"
+    rows[split].append({
+        "qid": f"{ds}:{i + 1}", "query_txt": p["query"],
+        "query_img_path": None, "query_modality": "text",
+        "pos_cand_list": [f"{ds}:{i + 1}"],
+        "neg_cand_list": [f"{ds}:{j + 1}" for j in neg],
+        "task_id": MBEIR_TASK})
+
+  def dump(path, items):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      for r in items:
+        f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+  for split, items in rows.items():
+    dump(os.path.join(dest, "query", split, f"{task}_{split}.jsonl"), items)
+  dump(os.path.join(dest, "cand_pool", "local", f"{task}_cand_pool.jsonl"),
+       [{"did": f"{ds}:{i + 1}", "txt": p["positive"], "img_path": None,
+         "modality": "text"} for i, p in enumerate(pairs)])
+  table = os.path.join(dest, "instructions", "query_instructions.tsv")
+  os.makedirs(os.path.dirname(table), exist_ok=True)
+  with open(table, "w", encoding="utf-8") as f:
+    f.write("\t".join(["query_modality", "cand_modality", "dataset_name",
+                       "dataset_id", "prompt_1", "prompt_2", "prompt_3",
+                       "prompt_4"]) + "\n")
+    f.write("\t".join(["text", "text", MBEIR_DATASET, str(ds),
+                       *MBEIR_PROMPTS, "", ""]) + "\n")
+  return {k: len(v) for k, v in rows.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
   import argparse  # pylint: disable=g-import-not-at-top
   p = argparse.ArgumentParser(prog="python -m jaxlab.data.pydoc_text")
   p.add_argument("dest")
-  p.add_argument("--layout", choices=("wikitext", "pg19"),
+  p.add_argument("--layout", choices=("wikitext", "pg19", "mbeir"),
                  default="wikitext")
   p.add_argument("--min_chars", type=int, default=PG19_MIN_CHARS,
                  help="pg19: the shortest document, in characters")
   args = p.parse_args(sys.argv[1:] if argv is None else argv)
+  if args.layout == "mbeir":
+    n = write_mbeir_copy(args.dest)
+    print(f"{args.dest}: M-BEIR layout, {n['train']} train and {n['test']} "
+          f"test queries from the Python {python_version()} documentation")
+    return 0
   if args.layout == "pg19":
     path = write_pg19_copy(args.dest, min_chars=args.min_chars)
     print(f"{path}: {len(books(args.min_chars))} documents of the Python "

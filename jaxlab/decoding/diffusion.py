@@ -19,7 +19,8 @@ semi-autoregressive blocks. Each step of a block (LLaDA `generate.py`):
      negative entropy sum_v p_v log(p_v + 1e-10) (`"entropy"`) or top-1
      minus top-2 probability (`"margin"`);
   4. unmask the `num_transfer_tokens(...)[step]` most confident
-     ("low-confidence remasking"), or with a Fast-dLLM `threshold` tau the
+     ("low-confidence remasking"; `schedule="dream"`: Dream's counts,
+     `dream_transfer_counts`), or with a Fast-dLLM `threshold` tau the
      top-1 plus every masked position with confidence >= tau, until the
      block has no MASK left (`select_transfer`).
 
@@ -78,6 +79,12 @@ SAMPLERS = ("gaussian", "uniform")
 # What masked positions are ranked (and thresholded) by: LLaDA's top-1
 # probability and Dream's `alg=entropy` / `alg=topk_margin` scores.
 CONFIDENCES = ("prob", "entropy", "margin")
+# How many masked positions each fixed-schedule step unmasks: LLaDA's even
+# split (`num_transfer_tokens`) or Dream's timestep ratios
+# (`dream_transfer_counts`).
+SCHEDULES = ("llada", "dream")
+# Dream's `DreamGenerationConfig.eps` default (the last timestep).
+DREAM_EPS = 1e-3
 
 # Incremented each time a block function is traced (compiled).
 TRACE_COUNT = 0
@@ -105,6 +112,61 @@ def _num_transfer_tokens_jnp(count_b: jax.Array, steps: int) -> jax.Array:
   base, rem = count_b // steps, count_b % steps
   return base[:, None] + (jnp.arange(steps)[None] < rem[:, None]).astype(
       count_b.dtype)
+
+
+def dream_timesteps(steps: int, eps: float = DREAM_EPS) -> np.ndarray:
+  """`torch.linspace(1, eps, steps + 1)` in float32, value for value.
+
+  Dream's block loop (DPad's generation_utils_block.py:1134, 1181-1189)
+  reads its unmask counts from these. torch's CPU kernel computes
+  step = (eps - 1) / steps in float32 and then start + step * i for the
+  first half and eps - step * (steps - i) for the second, each rounded
+  once (a fused multiply-add); the same here in float64 arithmetic rounded
+  to float32 once.
+  """
+  if steps < 1:
+    raise ValueError(f"steps must be >= 1, got {steps}")
+  n = steps + 1
+  start, end = np.float32(1.0), np.float32(eps)
+  step = np.float64((end - start) / np.float32(steps))
+  i = np.arange(n, dtype=np.float64)
+  head = (np.float64(start) + step * i).astype(np.float32)
+  tail = (np.float64(end) - step * (n - 1 - i)).astype(np.float32)
+  return np.where(np.arange(n) < n // 2, head, tail).astype(np.float32)
+
+
+def _dream_ratios(steps: int, eps: float) -> np.ndarray:
+  """float32 (1 - s / t) of Dream's steps i = 1 .. steps - 2 (t the i-th
+  timestep, s the next); the last step (i = steps - 1) takes every masked
+  position left."""
+  ts = dream_timesteps(steps, eps)
+  return np.array([np.float32(1) - ts[i + 1] / ts[i]
+                   for i in range(1, steps - 1)], np.float32)
+
+
+def dream_transfer_counts(masked_count: int, steps: int,
+                          eps: float = DREAM_EPS) -> list[int]:
+  """Tokens Dream's `alg=entropy` block loop unmasks at each step.
+
+  DPad's dream/model/generation_utils_block.py:1180-1190 (its
+  `_sample_baseline`; the cached loop :1244-1260 is the same): with
+  timesteps = `dream_timesteps(steps, eps)` (steps = steps per block) and
+  i = 1, 2, ..., t = timesteps[i], s = timesteps[i + 1], a step unmasks
+  int(n (1 - s / t)) of the n positions still masked (float32), and all
+  of them at i = steps - 1: steps - 1 forwards a block. A count can be 0
+  (the step's forward is spent, nothing unmasked). E.g. 32 masked over 4
+  steps: [10, 10, 12].
+  """
+  if steps < 2:
+    raise ValueError(f"Dream's schedule needs steps >= 2 per block (its "
+                     f"loop breaks at i == steps before unmasking), got "
+                     f"{steps}")
+  left, out = int(masked_count), []
+  for r in _dream_ratios(steps, eps):
+    k = int(np.float32(left) * r)
+    out.append(k)
+    left -= k
+  return out + [left]
 
 
 def confidence_scores(logits: jax.Array, x0: jax.Array, confidence: str,
@@ -248,6 +310,7 @@ class _BlockSpec(NamedTuple):
   suffix_slots: int = 0       # DPad: static slots of the kept suffix
   block_start: int | None = None  # static block start (None: traced)
   confidence: str = "prob"    # `CONFIDENCES`
+  dream_eps: float | None = None  # Dream's counts (`dream_transfer_counts`)
 
 
 def suffix_slots(dpad: DPadConfig, available: int) -> int:
@@ -368,7 +431,14 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
 
   masked0 = jax.lax.dynamic_slice_in_dim(x, block_start, bl, 1) == (
       spec.mask_id)
-  if spec.threshold is None:
+  dream = spec.threshold is None and spec.dream_eps is not None
+  if dream:  # Dream: steps - 1 forwards, counts from the masks left
+    ratios = jnp.asarray(np.append(
+        _dream_ratios(spec.max_steps, spec.dream_eps), np.float32(1)))
+    step_limit = spec.max_steps - 1
+  else:
+    step_limit = spec.max_steps
+  if spec.threshold is None and not dream:
     schedule = _num_transfer_tokens_jnp(
         jnp.sum(masked0, axis=1).astype(jnp.int32), spec.max_steps)
 
@@ -383,7 +453,14 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
       x0 = jnp.argmax(logits_blv, axis=-1)
     conf = confidence_scores(logits_blv, x0, spec.confidence,
                              temperature=spec.temperature)
-    if spec.threshold is None:
+    if dream:
+      left = jnp.sum(m, axis=1, keepdims=True)                  # [B, 1]
+      r = ratios[jnp.minimum(step, step_limit - 1)]
+      count = jnp.where(step < step_limit - 1,
+                        jnp.floor(left.astype(jnp.float32) * r).astype(
+                            left.dtype), left)
+      sel = select_transfer(conf, m, count=count)
+    elif spec.threshold is None:
       count = jax.lax.dynamic_index_in_dim(
           schedule, jnp.minimum(step, spec.max_steps - 1), 1)   # [B, 1]
       sel = select_transfer(conf, m, count=count)
@@ -405,7 +482,7 @@ def _decode_block(state, x, pos, valid, block_start, key, *, graphdef,
 
   def cond(carry):
     x, step = carry[0], carry[1]
-    return has_mask(x) & (step < spec.max_steps)
+    return has_mask(x) & (step < step_limit)
 
   def body(carry):
     x, step, nfe, tokens, pairs = carry
@@ -513,6 +590,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
              mask_id: int, eos_id: int | None = None,
              temperature: float = 0.0, key: jax.Array | None = None,
              confidence: str = "prob",
+             schedule: str = "llada", eps: float = DREAM_EPS,
              prompt_bucket: int = 16,
              shift_logits: bool = False,
              mesh: jax.sharding.Mesh | None = None,
@@ -594,6 +672,15 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
     raise ValueError(f"threshold={threshold} must lie in [0, 1]")
   if temperature < 0:
     raise ValueError(f"temperature={temperature} must be >= 0")
+  if schedule not in SCHEDULES:
+    raise ValueError(f"schedule={schedule!r} is unknown; valid: "
+                     f"{', '.join(SCHEDULES)}")
+  if schedule == "dream" and threshold is not None:
+    raise ValueError("schedule='dream' sets the fixed path's counts; with "
+                     f"threshold={threshold} every step unmasks by the "
+                     "threshold instead (pass one or the other)")
+  if schedule == "dream" and not 0.0 < eps < 1.0:
+    raise ValueError(f"eps={eps} must lie in (0, 1)")
   num_blocks = gen_len // block_len
   if threshold is None:
     steps = gen_len if steps is None else int(steps)
@@ -601,6 +688,9 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
       raise ValueError(f"steps={steps} must be a positive multiple of the "
                        f"number of blocks gen_len/block_len={num_blocks}")
     max_steps = steps // num_blocks
+    if schedule == "dream" and max_steps < 2:
+      raise ValueError(f"schedule='dream' needs at least 2 steps a block "
+                       f"(steps={steps} over {num_blocks} blocks)")
   else:
     max_steps = block_len  # every step unmasks at least one token
   rows = _as_prompts(prompts)
@@ -659,6 +749,8 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
                       mask_id=mask_id, eos_id=eos_id,
                       temperature=temperature, shift_logits=shift_logits,
                       confidence=confidence,
+                      dream_eps=(float(eps) if schedule == "dream"
+                                 and threshold is None else None),
                       sharding=None if mesh is None else sharding)
   out.wall_s = time.perf_counter() - t_start - out.compile_s
   return out
@@ -667,7 +759,7 @@ def generate(model, prompts: Sequence[Sequence[int]] | np.ndarray, *,
 def _run_blocks(graphdef, state, state_sig, x, pos, valid, key, *, cfg, b,
                 p_len, big_l, num_blocks, block_len, max_steps, threshold,
                 early_stop, cache, dpad, mask_id, eos_id, temperature,
-                shift_logits, confidence="prob",
+                shift_logits, confidence="prob", dream_eps=None,
                 sharding=None) -> DiffusionResult:
   """The block loop of `generate` (wall_s is set by the caller)."""
 
@@ -702,7 +794,7 @@ def _run_blocks(graphdef, state, state_sig, x, pos, valid, key, *, cfg, b,
                       dpad=dpad, canvas_len=big_l,
                       shift_logits=bool(shift_logits), suffix_slots=slots,
                       block_start=bs if static else None,
-                      confidence=str(confidence))
+                      confidence=str(confidence), dream_eps=dream_eps)
     args = (state, x, pos, valid, jnp.int32(bs), jax.random.fold_in(key, blk))
     exe, seconds = _executable(graphdef, spec, args, state_sig)
     compile_s += seconds

@@ -103,7 +103,8 @@ def variant_kwargs(config, name: str, *, mask_id: int = ac.MASK,
   """`diffusion.generate` keywords of variant `name` (`VARIANTS`) with the
   block, threshold, confidence and DPad settings of `config.decode`
   (`decode.threshold_confidence` for the threshold variants,
-  `decode.confidence` for the others; "prob" when absent)."""
+  `decode.confidence` for the others; "prob" when absent) and, for the
+  fixed-schedule variants, `decode.schedule` / `decode.eps`."""
   if name not in VARIANTS:
     raise ValueError(f"config.decode.variants: unknown variant {name!r}; "
                      f"valid: {', '.join(VARIANTS)}")
@@ -118,6 +119,9 @@ def variant_kwargs(config, name: str, *, mask_id: int = ac.MASK,
     confidence = str(d.get("threshold_confidence", "prob"))
   else:
     confidence = str(d.get("confidence", "prob"))
+    if str(d.get("schedule", "llada")) != "llada":
+      kw["schedule"] = str(d.schedule)
+      kw["eps"] = float(d.get("eps", diffusion.DREAM_EPS))
   if confidence != "prob":
     kw["confidence"] = confidence
   if spec.get("dpad"):

@@ -5,7 +5,9 @@ NumPy port of Dream's `sample_tokens` (Sitaoooo/DPad@44c7b5b
 dream/model/generation_utils_block.py:97-129) and of the selection of its
 loops: the fixed-schedule top-k of `alg=entropy` (:1194-1209) and the
 `alg=confidence_threshold` loop (:1169-1179), on a tiny random bidirectional
-decoder, step by step.
+decoder, step by step. Dream's per-step counts (`schedule="dream"`) against
+its loop's arithmetic run in torch (`torch.linspace` timesteps, float32
+int(n (1 - s / t)), :1180-1190).
 """
 
 import math
@@ -165,10 +167,13 @@ class DreamOrderParityTest(parameterized.TestCase):
         jnp.asarray(x, jnp.int32), positions=pos,
         attention_mask=jnp.ones(x.shape, bool), causal=False).logits)
 
-  def _reference(self, mode, *, block_len, steps=None, threshold=None):
+  def _reference(self, mode, *, block_len, steps=None, threshold=None,
+                 dream=False):
     """Decodes with the reference selection; at every step also checks
     the library's `confidence_scores` + `select_transfer` pick the same
-    positions. Returns (tokens, per-step selections, min boundary gap)."""
+    positions. `dream`: the counts of Dream's `alg=entropy` loop
+    (`dream_reference_count`). Returns (tokens, per-step selections, min
+    boundary gap)."""
     x = np.array([p + [MASK] * GEN for p in PROMPTS])
     b, length = x.shape
     p_len = length - GEN
@@ -180,6 +185,11 @@ class DreamOrderParityTest(parameterized.TestCase):
                 if per_block else None)
       step = 0
       while (x[:, start:start + block_len] == MASK).any():
+        if dream:  # Dream's i = step + 1; every row has as many masks
+          left = (x[:, start:start + block_len] == MASK).sum(1)
+          self.assertEqual(len(set(left.tolist())), 1)
+          counts = {step: dream_reference_count(int(left[0]), step + 1,
+                                                per_block)}
         logits = self._logits(x)[:, start:start + block_len]
         masked = x[:, start:start + block_len] == MASK
         want = np.zeros_like(masked)
@@ -252,6 +262,22 @@ class DreamOrderParityTest(parameterized.TestCase):
     # Not vacuous: some step does not unmask the leftmost masked positions.
     self.assertGreater(self._not_left_to_right, 0)
 
+  @parameterized.parameters("entropy", "prob")
+  def test_dream_schedule_matches_dreams_loop(self, mode):
+    # 8-token blocks, 4 steps a block: Dream unmasks 2, 2, 4 (three
+    # forwards a block), not LLaDA's 2, 2, 2, 2.
+    self.assertEqual(diffusion.dream_transfer_counts(8, 4), [2, 2, 4])
+    want, history, min_gap = self._reference(mode, block_len=8, steps=8,
+                                             dream=True)
+    self.assertGreater(min_gap, 1e-4)
+    self.assertEqual([int(h.sum(1)[0]) for h in history], [2, 2, 4] * 2)
+    kw = dict(gen_len=GEN, block_len=8, steps=8, mask_id=MASK,
+              prompt_bucket=len(PROMPTS[0]), confidence=mode)
+    got = diffusion.generate(self.model, PROMPTS, schedule="dream", **kw)
+    np.testing.assert_array_equal(got.tokens, want)
+    self.assertEqual(got.nfe, 6)
+    self.assertEqual(diffusion.generate(self.model, PROMPTS, **kw).nfe, 8)
+
   def test_modes_order_differently(self):
     orders = {m: self._reference(m, block_len=8, steps=6)[1]
               for m in ("prob", "entropy", "margin")}
@@ -277,6 +303,85 @@ class DreamOrderParityTest(parameterized.TestCase):
                          threshold=0.9, **kw)
 
 
+def dream_reference_count(left: int, i: int, steps_per_block: int,
+                          eps: float = 1e-3) -> int:
+  """Dream's count at loop index i (generation_utils_block.py:1180-1190),
+  its own arithmetic in torch: float32 timesteps from torch.linspace, the
+  masked count averaged over the batch (a float32 tensor)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  timesteps = torch.linspace(1, eps, steps_per_block + 1)
+  mask_index = torch.ones((1, left), dtype=torch.bool)
+  t, s = timesteps[i], timesteps[i + 1]
+  num_mask_token = mask_index.sum() / mask_index.shape[0]
+  return (int(num_mask_token * (1 - s / t)) if i < steps_per_block - 1
+          else int(num_mask_token))
+
+
+class DreamScheduleTest(parameterized.TestCase):
+  """`schedule="dream"`: Dream's per-step unmask counts."""
+
+  def test_timesteps_equal_torch_linspace(self):
+    import torch  # pylint: disable=g-import-not-at-top
+    for steps in range(1, 257):
+      for eps in (1e-3, 1e-2):
+        np.testing.assert_array_equal(
+            diffusion.dream_timesteps(steps, eps),
+            torch.linspace(1, eps, steps + 1).numpy(),
+            err_msg=f"steps={steps} eps={eps}")
+
+  def test_hand_computed_counts(self):
+    # timesteps(4) = 1, .75025, .5005, .25075, .001: 32 * (1 - .5005 /
+    # .75025) = 10.65 -> 10; 22 * (1 - .25075 / .5005) = 10.98 -> 10;
+    # the last step takes the 12 left.
+    self.assertEqual(diffusion.dream_transfer_counts(32, 4), [10, 10, 12])
+    # Two steps a block: one forward unmasks everything.
+    self.assertEqual(diffusion.dream_transfer_counts(8, 2), [8])
+    with self.assertRaisesRegex(ValueError, "steps >= 2"):
+      diffusion.dream_transfer_counts(8, 1)
+
+  def test_counts_equal_dreams_loop(self):
+    for n in (1, 5, 8, 32, 64, 100):
+      for spb in (2, 3, 4, 7, 8, 16, 32, 64):
+        want, left = [], n
+        for i in range(1, spb):
+          k = dream_reference_count(left, i, spb)
+          want.append(k)
+          left -= k
+          if left == 0:
+            break
+        got = diffusion.dream_transfer_counts(n, spb)
+        # Dream's loop stops once the block has no mask; the library's
+        # list runs to the last step (zeros after the block is done).
+        self.assertEqual(got[:len(want)], want, (n, spb))
+        self.assertEqual(sum(got), n)
+        self.assertTrue(all(k == 0 for k in got[len(want):]), (n, spb))
+
+
+class DreamScheduleDecodeTest(absltest.TestCase):
+
+  def test_cached_decode_spends_dreams_forwards(self):
+    model = tiny_models.tiny_decoder(3, causal=False, num_layers=1,
+                                     max_position_embeddings=64)
+    for cache in ("prefix", "dual"):
+      got = diffusion.generate(model, PROMPTS, gen_len=GEN, block_len=8,
+                               steps=8, mask_id=MASK, cache=cache,
+                               prompt_bucket=len(PROMPTS[0]),
+                               schedule="dream")
+      self.assertEqual(got.nfe, 6, cache)   # 3 forwards a block
+
+  def test_errors(self):
+    kw = dict(gen_len=GEN, block_len=8, mask_id=MASK)
+    model = tiny_models.tiny_decoder(3, causal=False, num_layers=1,
+                                     max_position_embeddings=64)
+    with self.assertRaisesRegex(ValueError, "schedule='even' is unknown"):
+      diffusion.generate(model, PROMPTS, schedule="even", **kw)
+    with self.assertRaisesRegex(ValueError, "pass one or the other"):
+      diffusion.generate(model, PROMPTS, schedule="dream", threshold=0.9,
+                         **kw)
+    with self.assertRaisesRegex(ValueError, "at least 2 steps a block"):
+      diffusion.generate(model, PROMPTS, schedule="dream", steps=2, **kw)
+
+
 class ConfigTest(absltest.TestCase):
 
   def test_dream_presets_rank_by_entropy_threshold_by_prob(self):
@@ -292,10 +397,18 @@ class ConfigTest(absltest.TestCase):
           c, "+DPad")["confidence"], "entropy")
       self.assertNotIn("confidence",
                        diffusion_decode.variant_kwargs(c, "+threshold"))
+      # ... and Dream's per-step counts on the fixed-schedule variants.
+      self.assertEqual(c.decode.schedule, "dream")
+      kw = diffusion_decode.variant_kwargs(c, "vanilla")
+      self.assertEqual((kw["schedule"], kw["eps"]), ("dream", 1e-3))
+      self.assertNotIn("schedule",
+                       diffusion_decode.variant_kwargs(c, "+threshold"))
     for arg in ("paper,task=gsm8k", "tiny"):
       c = dpad_cfg.get_config(arg)
       self.assertEqual(c.decode.confidence, "prob")
       self.assertNotIn("confidence",
+                       diffusion_decode.variant_kwargs(c, "vanilla"))
+      self.assertNotIn("schedule",
                        diffusion_decode.variant_kwargs(c, "vanilla"))
 
 

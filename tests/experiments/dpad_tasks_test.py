@@ -314,7 +314,11 @@ class DpadTasksTest(absltest.TestCase):
     res = dpad.run(c, wd)
     for name, m in self._assert_math_scored_as_the_harness(res, wd).items():
       if name == "vanilla":
-        self.assertEqual(m["nfe"], 32.0)
+        # Dream's loop (schedule "dream"): steps per block - 1 forwards a
+        # block, one token a step by default (steps = gen_len).
+        gen, blk = c.decode.gen_lens[0], c.decode.block_len
+        self.assertEqual(c.decode.schedule, "dream")
+        self.assertEqual(m["nfe"], (gen // blk) * (blk - 1))
 
   def test_math_on_chosen_completions(self):
     chosen = ["Final Answer: The final answer is $\\frac{1}{2}$. I hope it "

@@ -356,6 +356,16 @@ def run(config, workdir: str) -> dict:
     raise ValueError(f"pmc reads TOFU's subsets with data.source='hf' (a Hub "
                      f"id or a local copy of its files), not {source!r}")
   tofu = source == "hf"
+  if tofu and "unlearn" in parts:
+    if not config.get("init_from"):
+      raise ValueError(
+          "pmc on TOFU unlearns a checkpoint: set --config.init_from (the "
+          "`smollm2` preset: the SmolLM2 fine-tuned on the authors, see "
+          "jaxlab/configs/pmc.py)")
+    if not config.data.get("path"):
+      raise ValueError("pmc on TOFU reads --config.data.path (locuslab/TOFU "
+                       "or a local copy of its files, e.g. written by "
+                       "`python -m jaxlab.data.synthetic.tofu_authors DIR`)")
   data = None
   if "lottery" in parts:
     results.update(run_lottery(config, workdir))
