@@ -59,12 +59,15 @@ from jaxlab.configs import common
 
 
 # Paper scale (spec M): target Llama-3.1-8B-Instruct with the draft
-# Llama-3.2-1B-Instruct, RULER at 32k context. The program is the target's
-# forward over the 32k prompt (its prefill; the 1B draft's is about a
-# sixth of it). The sampler's cached prefill attends through a dense mask,
-# which at 32k tokens does not fit a chip, so it is not compiled here.
+# Llama-3.2-1B-Instruct, RULER at 32k context. The programs: the target's
+# forward over 32k-token prompts, and the sampler's prefill of one 31,500-
+# token LongBench prompt (pred.py: one row at a time; bucketed to 32,768)
+# into its KV cache and its decode loop (qasper's 128 new tokens). On TPU
+# that prefill attends by `chunked_cached_attention` (splash takes no
+# cache; the dense [B, N, T, S] mask and scores of a 32k prefill do not fit
+# a chip): `nn.attention.chunked_cached_call`.
 PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=32768,
-             batch_size=16, program="eval",
+             batch_size=16, program="eval", sampler=(1, 31500, 128),
              paper="spec M: Llama-3.1-8B target (Llama-3.2-1B draft), 32k")
 
 

@@ -850,6 +850,16 @@ class Decoder(nnx.Module):
     for window in dict.fromkeys(spec.sliding_window for spec in specs):
       if structured or (plain and window is None):
         masks[window] = None
+      elif (cache is not None and extra_mask is None and allowed_mask is None
+            and not output_attentions
+            and attn_lib.chunked_cached_call(cfg.attention_impl, q_len=t)):
+        # A long cached call (a prefill) with the chunked kernel (or on TPU):
+        # the mask stays positions (`chunked_cached_attention`), never
+        # [B, N, T, S].
+        masks[window] = attn_lib.PositionMask(
+            q_pos_bt=positions, k_pos_bks=cache_positions,
+            slot0=cache.index if user_positions is None else None,
+            causal=is_causal_cfg, sliding_window=window)
       elif cache is not None:
         # Slots are per KV head (a cache policy may keep different keys per
         # head), so the mask is [B, K, T, S] expanded to the query heads.

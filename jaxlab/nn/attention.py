@@ -285,6 +285,119 @@ def chunked_causal_attention(q_btnh: jax.Array, k_btkh: jax.Array,
 
 
 @struct.dataclass
+class PositionMask:
+  """The mask of a cached call, described by positions instead of a dense
+  `[B, N, T, S]` array (`chunked_cached_attention`, attention_impl=
+  "chunked"): query positions `q_pos_bt`, the cache's slot positions
+  `k_pos_bks` (-1 = empty) and the rule of `make_attention_mask` (causal,
+  sliding window). `slot0` (a traced scalar or None): the call's first
+  query sits in cache slot `slot0 + 0` and query t in `slot0 + t`, and no
+  key in a later slot may be attended by a real query (the decoder's
+  default positions: each new real token's position exceeds every earlier
+  one), so key blocks past a query block's last slot are skipped."""
+  q_pos_bt: jax.Array
+  k_pos_bks: jax.Array
+  slot0: jax.Array | None = None
+  causal: bool = struct.field(pytree_node=False, default=True)
+  sliding_window: int | None = struct.field(pytree_node=False, default=None)
+
+  def dense(self, num_heads: int) -> jax.Array:
+    """The same mask as a boolean `[B, N, T, S]` array."""
+    return make_attention_mask(self.q_pos_bt, self.k_pos_bks,
+                               causal=self.causal,
+                               sliding_window=self.sliding_window,
+                               num_heads=num_heads)
+
+
+def chunked_cached_attention(q_btnh: jax.Array, k_bskh: jax.Array,
+                             v_bskh: jax.Array, mask: PositionMask, *,
+                             scale: float,
+                             block_size: int = CHUNKED_BLOCK_SIZE
+                             ) -> jax.Array:
+  """Attention of T queries over a `[B, S, K, H]` KV cache, block by block.
+
+  The function of `jax.nn.dot_product_attention` with `mask.dense(N)`
+  (float32 scores and softmax), computed as `chunked_causal_attention`
+  does (FlashAttention's running max / normaliser / accumulator over key
+  blocks) with each block's mask made from the positions in `mask`: no
+  `[T, S]` mask or score matrix exists, so a long prefill into a cache
+  (the sampler's, at 12-32K tokens) needs O(B N block S) temporary memory.
+  With `mask.slot0` (the decoder's default positions) query block i visits
+  the key blocks up to its own last slot only (about half the FLOPs of the
+  dense call for a prefill into an empty cache); otherwise every key
+  block. Masked scores are `finfo.min`, not -inf, so a query with no
+  allowed key (a padding query) is uniform over the keys it visits, as on
+  XLA's path, instead of NaN. Forward only (the trip counts are dynamic).
+  """
+  b, t, n, h = q_btnh.shape
+  s_len, kh = k_bskh.shape[1], k_bskh.shape[2]
+  g = n // kh
+  bq = int(min(block_size, t))
+  bk = int(min(block_size, s_len))
+  nq, nk = -(-t // bq), -(-s_len // bk)
+  dt = dtypes.at_least_float32(q_btnh.dtype)
+  neg = jnp.finfo(dt).min
+  q_pos = mask.q_pos_bt.astype(jnp.int32)
+  k_pos = jnp.broadcast_to(mask.k_pos_bks, (b, kh, s_len)).astype(jnp.int32)
+  if nq * bq > t:
+    pad = nq * bq - t
+    q_btnh = jnp.pad(q_btnh, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    q_pos = jnp.pad(q_pos, ((0, 0), (0, pad)))
+  if nk * bk > s_len:
+    pad = nk * bk - s_len
+    k_bskh = jnp.pad(k_bskh, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    v_bskh = jnp.pad(v_bskh, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    k_pos = jnp.pad(k_pos, ((0, 0), (0, 0), (0, pad)), constant_values=-1)
+  q = q_btnh.reshape(b, nq, bq, kh, g, h)
+  qp = q_pos.reshape(b, nq, bq)
+  k = k_bskh.reshape(b, nk, bk, kh, h)
+  v = v_bskh.reshape(b, nk, bk, kh, h)
+  kp = k_pos.reshape(b, kh, nk, bk)
+
+  def query_block(i):
+    qi = jax.lax.dynamic_index_in_dim(q, i, 1, keepdims=False)  # [B,q,K,G,H]
+    qpi = jax.lax.dynamic_index_in_dim(qp, i, 1, keepdims=False)  # [B, q]
+
+    def key_block(j, carry):
+      m, l, acc = carry
+      kj = jax.lax.dynamic_index_in_dim(k, j, 1, keepdims=False)  # [B,s,K,H]
+      vj = jax.lax.dynamic_index_in_dim(v, j, 1, keepdims=False)
+      kpj = jax.lax.dynamic_index_in_dim(kp, j, 2, keepdims=False)  # [B,K,s]
+      qq = qpi[:, None, :, None]                                  # [B,1,q,1]
+      kk = kpj[:, :, None, :]                                     # [B,K,1,s]
+      allowed = kk >= 0
+      if mask.causal:
+        allowed = allowed & (kk <= qq)
+      if mask.sliding_window is not None:
+        allowed = allowed & (qq - kk < mask.sliding_window)
+      sc = jnp.einsum("bqkgh,bskh->bkgqs", qi, kj,
+                      preferred_element_type=dt) * scale
+      sc = jnp.where(allowed[:, :, None], sc, neg)               # [B,K,G,q,s]
+      m_new = jnp.maximum(m, jnp.max(sc, axis=-1))
+      p = jnp.exp(sc - m_new[..., None])
+      corr = jnp.exp(m - m_new)
+      l = l * corr + jnp.sum(p, axis=-1)
+      acc = acc * corr[..., None] + jnp.einsum(
+          "bkgqs,bskh->bkgqh", p, vj.astype(dt))
+      return m_new, l, acc
+
+    if mask.slot0 is None:
+      stop = nk
+    else:  # key blocks up to the block holding this query block's last slot
+      last = jnp.asarray(mask.slot0, jnp.int32) + jnp.minimum(
+          (i + 1) * bq, t) - 1
+      stop = jnp.minimum(last // bk + 1, nk)
+    init = (jnp.full((b, kh, g, bq), neg, dt), jnp.zeros((b, kh, g, bq), dt),
+            jnp.zeros((b, kh, g, bq, h), dt))
+    _, l, acc = jax.lax.fori_loop(0, stop, key_block, init)
+    return acc / l[..., None]                          # [B, K, G, q, H]
+
+  out = jax.lax.map(query_block, jnp.arange(nq))       # [nq, B, K, G, q, H]
+  out = out.transpose(1, 0, 4, 2, 3, 5).reshape(b, nq * bq, n, h)
+  return out[:, :t].astype(q_btnh.dtype)
+
+
+@struct.dataclass
 class KVCache:
   """Per-layer keys/values `[B, S, K, H]`, slot positions and a write index.
 
@@ -543,8 +656,10 @@ def select_attention_impl(impl: str | None, *, platform: str | None = None,
 
   "chunked" (`chunked_causal_attention`: block by block, forward only, any
   platform) is never chosen automatically; forced, it computes the plain
-  causal self-attention call (no mask, no cache) and leaves the others to
-  the XLA path.
+  causal self-attention call (no mask, no cache) and, given a
+  `PositionMask` (the decoder passes one for a cached call of more than
+  `CACHED_ATTENTION_MAX_Q` queries), the cached call
+  (`chunked_cached_attention`); it leaves the others to the XLA path.
 
   Args:
     impl: `Attention.attention_impl` / `DecoderConfig.attention_impl`.
@@ -576,6 +691,22 @@ def select_attention_impl(impl: str | None, *, platform: str | None = None,
   if platform == "tpu" and splash_case and q_len >= SPLASH_MIN_AUTO_LEN:
     return "splash"
   return None
+
+
+def chunked_cached_call(impl: str | None, *, q_len: int,
+                        platform: str | None = None) -> bool:
+  """Whether a cached call of `q_len` queries attends by
+  `chunked_cached_attention` (its mask kept as a `PositionMask`): with
+  attention_impl "chunked" for more than `CACHED_ATTENTION_MAX_Q` queries
+  (a prefill; decode steps keep their small dense mask), and on TPU, where
+  splash takes no cache, for a prefill of `SPLASH_MIN_AUTO_LEN` queries or
+  more under attention_impl None / "splash" (a 32K prefill's dense mask
+  and scores do not fit a chip)."""
+  if impl == "chunked":
+    return q_len > CACHED_ATTENTION_MAX_Q
+  platform = current_platform() if platform is None else platform
+  return (impl in (None, "splash") and platform == "tpu"
+          and q_len >= SPLASH_MIN_AUTO_LEN)
 
 
 class Attention(nnx.Module):
@@ -717,6 +848,12 @@ class Attention(nnx.Module):
     projects otherwise (LeSTD's `TuckerAttention`) overrides
     `project_qkv` / `project_out` and keeps this."""
     new_cache = None
+    position_mask = mask if isinstance(mask, PositionMask) else None
+    if position_mask is not None and (
+        layer_cache is None or output_attentions
+        or jnp.dtype(q.dtype) == jnp.float64
+        or self.logits_soft_cap is not None):
+      mask, position_mask = position_mask.dense(q.shape[2]), None
     if layer_cache is not None:
       k_cache, v_cache = layer_cache
       start = (0, cache_index, 0, 0)
@@ -752,6 +889,9 @@ class Attention(nnx.Module):
       mask = make_attention_mask(
           pos_bt, pos_bt, causal=is_causal, sliding_window=sliding_window,
           q_segment_ids_bt=segment_ids_bt, k_segment_ids_bs=segment_ids_bt)
+    if position_mask is not None:  # a long cached call (`chunked_cached_call`)
+      return (chunked_cached_attention(q, k, v, position_mask, scale=scale),
+              new_cache, None)
     if explicit:
       probs = attention_probs(q, k, mask, scale=scale, is_causal=is_causal,
                               soft_cap=self.logits_soft_cap)
