@@ -251,14 +251,19 @@ def forget_retain_batch(tokenizer, forget_prompts, forget_answers,
           "retain_targets": r["targets"], "retain_mask": r["mask"]}
 
 
+@nnx.jit
+def _sequence_nll(m, inputs, targets, mask):
+  return unlearning.model_sequence_nll(m, inputs, targets, mask)[0]
+
+
 def sequence_nll_dataset(model, tokenizer, prompts, answers, *, max_len: int,
                          batch_size: int = 64) -> np.ndarray:
-  """Summed answer NLL `[N]` of (prompt, answer) pairs (e.g. NPO's ref)."""
+  """Summed answer NLL `[N]` of (prompt, answer) pairs (e.g. NPO's ref).
 
-  @nnx.jit
-  def f(m, inputs, targets, mask):
-    return unlearning.model_sequence_nll(m, inputs, targets, mask)[0]
-
+  One compiled program per model structure and (batch_size, max_len),
+  shared by every call (a function jitted per call would compile anew each
+  time: 12 compiles of the model per TOFU evaluation)."""
+  f = _sequence_nll
   out = []
   for s in range(0, len(prompts), batch_size):
     enc = encode_pairs(tokenizer, prompts[s:s + batch_size],

@@ -1,10 +1,12 @@
 """PMC: reward, BT selection, the monotone cache and the self-generated loop."""
 
 import types
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
+import jax
 import numpy as np
 
 from jaxlab.data import tokenizers
@@ -102,6 +104,27 @@ class EncodeTest(absltest.TestCase):
     b = sg.encode_pairs(tok, ["Q?"], ["abcdef"], max_len=4)
     self.assertEqual(b["truncated"], 1)
     np.testing.assert_array_equal(b["mask"][0], [0, 0, 1, 1])
+
+
+  def test_sequence_nll_dataset_sums_and_compiles_once(self):
+    tok = tokenizers.ByteTokenizer()
+    cfg = decoder.DecoderConfig(vocab_size=tok.vocab_size, dim=16,
+                                num_layers=1, num_heads=2, num_kv_heads=1,
+                                mlp_dim=32)
+    model = decoder.Decoder(cfg, rngs=nnx.Rngs(0))
+    prompts, answers = ["Q?", "Q", "W:"], ["ab", "c", "xyz"]
+    # By hand: the answer tokens' (and eos's) NLL under the model's logits.
+    enc = sg.encode_pairs(tok, prompts, answers, max_len=8)
+    logp = np.asarray(jax.nn.log_softmax(model(enc["inputs"]), -1))
+    want = -np.sum(np.take_along_axis(logp, enc["targets"][..., None],
+                                      -1)[..., 0] * enc["mask"], -1)
+    with mock.patch.object(sg.unlearning, "model_sequence_nll",
+                           wraps=sg.unlearning.model_sequence_nll) as spy:
+      for _ in range(3):  # one program for every call of these shapes
+        got = sg.sequence_nll_dataset(model, tok, prompts, answers,
+                                      max_len=8, batch_size=4)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    self.assertLessEqual(spy.call_count, 1)   # traced at most once
 
 
 class LoopTest(absltest.TestCase):
