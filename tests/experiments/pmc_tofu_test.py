@@ -12,6 +12,7 @@ run's own generations and losses.
 """
 
 import glob
+import types
 import json
 import os
 import shutil
@@ -150,6 +151,30 @@ class TofuDataTest(absltest.TestCase):
       pmc_exp.tofu_settings(cfg)
 
 
+  def test_each_question_is_generated_once(self):
+    from jaxlab.experiments.pmc import methods  # pylint: disable=g-import-not-at-top
+    tok = pretrained.tokenizer(self.ckpt)
+    cfg = pmc_config.get_config("paper")
+    asked = []
+
+    def fake_generate(model, ids, **kw):
+      del model, kw
+      asked.extend(tok.decode(i) for i in ids)
+      return types.SimpleNamespace(tokens=np.asarray(
+          [tok.encode(f"a{len(asked) - len(ids) + j}", add_eos=True)[:3]
+           for j in range(len(ids))]))
+
+    memo = {}
+    first = methods.tofu_generate(None, tok, cfg, lambda q: q, ["x", "y"],
+                                  fake_generate, memo=memo)
+    again = methods.tofu_generate(None, tok, cfg, lambda q: q,
+                                  ["y", "z", "x", "z"], fake_generate,
+                                  memo=memo)
+    self.assertLen(asked, 3)                 # x, y, then z alone
+    self.assertEqual([again[2], again[0]], first)
+    self.assertEqual(again[1], again[3])
+
+
 class PaperShortTofuTest(absltest.TestCase):
 
   @classmethod
@@ -202,8 +227,10 @@ class PaperShortTofuTest(absltest.TestCase):
   def _stage(self, method):
     # The stage file itself, not its key file (`io.stages` keeps the key
     # beside it as <name>.stage.json).
+    # The loaded model's evaluation is one stage for every seed.
+    name = "original" if method == "original" else f"seed0_{method}"
     (path,) = [p for p in glob.glob(os.path.join(
-        self.workdir, f"seed0_{method}_*.json"))
+        self.workdir, f"{name}_*.json"))
                if not p.endswith(".stage.json")]
     with open(path) as f:
       return json.load(f)["eval"]

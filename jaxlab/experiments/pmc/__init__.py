@@ -196,8 +196,10 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   loaded model ("original") and unlearns a clone of it with every method
   (`pmc_methods.unlearn_and_eval` with `evaluate_tofu`). Per stage,
   WORKDIR/seedS_<method>_<digest>.json caches the metrics and the
-  generations / per-item arrays they come from (a killed run resumes).
-  Returns (summary as `run_unlearning`'s, rows read per subset).
+  generations / per-item arrays they come from (a killed run resumes); the
+  loaded model's (greedy) evaluation is one stage for every seed,
+  WORKDIR/original_<digest>.json. Returns (summary as `run_unlearning`'s,
+  rows read per subset).
   """
   from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
   ts = tofu_settings(cfg)
@@ -233,16 +235,19 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   evaluate_fn = lambda m: _methods.evaluate_tofu(  # pylint: disable=g-long-lambda
       m, tok, splits, cfg, prompt_fn, retain_forget=retain_forget)
   for seed in cfg.seeds:
-    key = stages.key(cfg, fields, seed=int(seed))
     for method in ["original"] + methods:
       if method == "original":
+        # The loaded model's evaluation is greedy, the same for every seed:
+        # one stage (no seed), repeated in each seed's row.
+        name, key = "original", stages.key(cfg, fields)
         compute = lambda: {"eval": evaluate_fn(base), "extra": {}}
       else:
+        name = f"seed{seed}_{method}"
+        key = stages.key(cfg, fields, seed=int(seed))
         compute = lambda m=method, s=seed: _unlearn_and_eval(  # pylint: disable=g-long-lambda
             m, s, base, cfg, tok, splits, (), prompt_fn=prompt_fn,
             evaluate_fn=evaluate_fn)
-      res, reused = _cached_json(workdir, f"seed{seed}_{method}", key,
-                                 compute)
+      res, reused = _cached_json(workdir, name, key, compute)
       per_seed[method].append(_artifacts(res["eval"]))
       extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
       log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "

@@ -74,25 +74,40 @@ def evaluate(model, tok, fs, cfg, seed, *, base=None, authors=()):
   return out
 
 
-def tofu_generate(model, tok, cfg, prompt_fn, questions, generate_fn=None):
-  """Greedy answers to `questions` (`eval.max_new_tokens` new tokens)."""
-  return sg.generate_text(model, tok, [prompt_fn(q) for q in questions],
-                          max_new_tokens=int(cfg.eval.max_new_tokens),
-                          batch_size=int(cfg.unlearn.sample_batch_size),
-                          generate_fn=generate_fn)
+def tofu_generate(model, tok, cfg, prompt_fn, questions, generate_fn=None,
+                  memo: dict[str, str] | None = None):
+  """Greedy answers to `questions` (`eval.max_new_tokens` new tokens).
+
+  `memo` (question -> answer of this model): questions already answered are
+  not generated again (greedy decoding answers a question the same way
+  each time; TOFU's tasks ask PMC's recall sets' questions again), and the
+  new answers are added to it."""
+  if memo is None:
+    memo = {}
+  todo = list(dict.fromkeys(q for q in questions if q not in memo))
+  if todo:
+    memo.update(zip(todo, sg.generate_text(
+        model, tok, [prompt_fn(q) for q in todo],
+        max_new_tokens=int(cfg.eval.max_new_tokens),
+        batch_size=int(cfg.unlearn.sample_batch_size),
+        generate_fn=generate_fn)))
+  return [memo[q] for q in questions]
 
 
 def tofu_task_stats(model, tok, splits, cfg, prompt_fn, *, generate=True,
-                    only=None, generate_fn=None):
+                    only=None, generate_fn=None,
+                    memo: dict[str, str] | None = None):
   """`jaxlab.objectives.tofu_stats.task_stats` of every task in `splits.perturbed`
-  (or the tasks in `only`): task -> per-item arrays (+ "generations")."""
+  (or the tasks in `only`): task -> per-item arrays (+ "generations");
+  `memo` as `tofu_generate`'s."""
   out = {}
   for task, rows in splits.perturbed.items():
     if only is not None and task not in only:
       continue
     _, base_key, pert_key = tofu_evals.TASKS[task]
     gens = (tofu_generate(model, tok, cfg, prompt_fn,
-                          [r["question"] for r in rows], generate_fn)
+                          [r["question"] for r in rows], generate_fn,
+                          memo=memo)
             if generate else None)
     out[task] = tofu_stats.task_stats(
         model, tok, rows, prompt_fn, base_answer_key=base_key,
@@ -119,12 +134,13 @@ def evaluate_tofu(model, tok, splits, cfg, prompt_fn, *, retain_forget=None,
   and per-item arrays the numbers come from.
   """
   out, arts = {}, {}
+  memo: dict[str, str] = {}  # each question is generated once
   for key, field in TOFU_RECALLS:
     items = getattr(splits, field)
     if not items:
       continue
     gens = tofu_generate(model, tok, cfg, prompt_fn,
-                         [x.question for x in items], generate_fn)
+                         [x.question for x in items], generate_fn, memo=memo)
     arts[f"generations_{key}"] = gens
     out[f"recall_{key}"] = pmc.mean_recall(gens, [x.answer for x in items])
   out["uq"] = pmc.unlearning_quality(out["recall_forget"],
@@ -133,7 +149,7 @@ def evaluate_tofu(model, tok, splits, cfg, prompt_fn, *, retain_forget=None,
                                 ("retain", "world", "real_authors")
                                 if f"recall_{k}" in out])
   stats = tofu_task_stats(model, tok, splits, cfg, prompt_fn,
-                          generate_fn=generate_fn)
+                          generate_fn=generate_fn, memo=memo)
   per_task = {}
   for task, st in stats.items():
     per_task[task] = tofu_evals.task_metrics(
