@@ -68,9 +68,10 @@ PAPER = dict(shape="llama3_2_3b", topology="v5e:2x4", seq_len=512,
 
 # The smollm2 preset's unlearning budget on 2 CPU cores [inferred: PMC's
 # lr 1e-5 over 40 epochs of 400 questions is 250 steps; 8 questions make an
-# epoch one step, so fewer epochs at a larger lr].
-SMOLLM2 = dict(epochs=20, batch_size=8, lr=5e-5, max_new_tokens=32,
-               max_len=96)
+# epoch one step, so fewer epochs at a larger lr; a TOFU chat row of
+# SmolLM2's template is at most 51 tokens, so 64 fit question + answer].
+SMOLLM2 = dict(epochs=10, batch_size=8, lr=1e-4, max_new_tokens=32,
+               max_len=64)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

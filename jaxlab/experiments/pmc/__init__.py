@@ -239,7 +239,11 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
       if method == "original":
         # The loaded model's evaluation is greedy, the same for every seed:
         # one stage (no seed), repeated in each seed's row.
-        name, key = "original", stages.key(cfg, fields)
+        name, key = "original", stages.key(
+            cfg, fields, exclude=("unlearn.lr", "unlearn.steps",
+                                  "unlearn.lam", "unlearn.beta",
+                                  "unlearn.num_samples",
+                                  "unlearn.temperature"))
         compute = lambda: {"eval": evaluate_fn(base), "extra": {}}
       else:
         name = f"seed{seed}_{method}"
