@@ -209,6 +209,19 @@ def cached_attention(q_btnh: jax.Array, k_bskh: jax.Array,
   return out.reshape(b, t, n, h).astype(q_btnh.dtype)
 
 
+def _online_softmax_update(m, l, acc, sc, v):
+  """One key block of FlashAttention's online softmax: the running row max
+  `m` and normaliser `l` `[B, K, G, q]` and output accumulator `acc`
+  `[B, K, G, q, H]` updated with the block's scores `sc` `[B, K, G, q, s]`
+  and values `v` `[B, s, K, H]`."""
+  m_new = jnp.maximum(m, jnp.max(sc, axis=-1))
+  p = jnp.exp(sc - m_new[..., None])
+  corr = jnp.exp(m - m_new)
+  l = l * corr + jnp.sum(p, axis=-1)
+  acc = acc * corr[..., None] + jnp.einsum("bkgqs,bskh->bkgqh", p, v)
+  return m_new, l, acc
+
+
 # Query / key block of `chunked_causal_attention` (attention_impl="chunked").
 CHUNKED_BLOCK_SIZE = 512
 
@@ -266,13 +279,7 @@ def chunked_causal_attention(q_btnh: jax.Array, k_btkh: jax.Array,
       sc = jnp.einsum("bqkgh,bskh->bkgqs", qi, kj,
                       preferred_element_type=dt) * scale
       sc = jnp.where(jnp.logical_or(j < i, diag), sc, -jnp.inf)
-      m_new = jnp.maximum(m, jnp.max(sc, axis=-1))
-      p = jnp.exp(sc - m_new[..., None])
-      corr = jnp.exp(m - m_new)
-      l = l * corr + jnp.sum(p, axis=-1)
-      acc = acc * corr[..., None] + jnp.einsum(
-          "bkgqs,bskh->bkgqh", p, vj.astype(dt))
-      return m_new, l, acc
+      return _online_softmax_update(m, l, acc, sc, vj.astype(dt))
 
     init = (jnp.full((b, kh, g, bs), -jnp.inf, dt),
             jnp.zeros((b, kh, g, bs), dt), jnp.zeros((b, kh, g, bs, h), dt))
@@ -373,13 +380,7 @@ def chunked_cached_attention(q_btnh: jax.Array, k_bskh: jax.Array,
       sc = jnp.einsum("bqkgh,bskh->bkgqs", qi, kj,
                       preferred_element_type=dt) * scale
       sc = jnp.where(allowed[:, :, None], sc, neg)               # [B,K,G,q,s]
-      m_new = jnp.maximum(m, jnp.max(sc, axis=-1))
-      p = jnp.exp(sc - m_new[..., None])
-      corr = jnp.exp(m - m_new)
-      l = l * corr + jnp.sum(p, axis=-1)
-      acc = acc * corr[..., None] + jnp.einsum(
-          "bkgqs,bskh->bkgqh", p, vj.astype(dt))
-      return m_new, l, acc
+      return _online_softmax_update(m, l, acc, sc, vj.astype(dt))
 
     if mask.slot0 is None:
       stop = nk
