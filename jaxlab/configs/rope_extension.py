@@ -8,7 +8,7 @@ r"""MrRoPE miniature (paper D): train short on passkey data, test long.
 A 2-layer byte-level decoder (dim 64, 2 heads of head_dim 32 as in spec D's
 "tiny model", base 1e4) is trained at `train_len` on a copy-style passkey
 corpus (`#` + 3 distinct digits hidden at a random depth in filler
-sentences; the prompt ends with `#`; see jaxlab/experiments/rope_extension.py),
+sentences; the prompt ends with `#`; see jaxlab/experiments/rope_extension/),
 then evaluated training-free at 1x..16x the training length under every
 RoPE scaling: passkey exact match over a depth grid and perplexity of
 one full-length window.
@@ -47,6 +47,14 @@ RULER niah_single_1 rows written for the checkpoint's tokenizer
 (`python -m jaxlab.experiments.ruler_rows DIR --tokenizer=smollm2-135m-instruct`),
 both paired across methods (documents and rows are the tables' "seeds").
 Writes docs/results/rope_extension_smollm2.json's run (`results_name`).
+Either path may be left out (`data.path`: perplexity, `ruler.path`: RULER);
+`smollm2,ruler` is the RULER rows alone, written as
+docs/results/rope_extension_smollm2_ruler.json's run:
+
+    python -m jaxlab.experiments.ruler_rows /tmp/ruler12k \
+        --tokenizer=smollm2-135m-instruct --max_seq_length 12288
+    python -m jaxlab.main --config=rope_extension:smollm2,ruler \
+        --config.ruler.path=/tmp/ruler12k --workdir=/tmp/rope_ruler
 """
 
 import ml_collections
@@ -70,13 +78,14 @@ PAPER = dict(shape="llama3_8b", topology="v5p:2x2x4", seq_len=131072,
 # context, documents per length, RULER answer tokens (the 7-digit value
 # and the end of the sentence; RULER's own budget is 128).
 SMOLLM2 = dict(eval_lengths=(12288,), eval_docs=5, ruler_max_new_tokens=12,
+               ruler_pad_multiple=1024,
                methods=("default", "pi", "ntk", "yarn", "mrope_pro"))
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = common.parse_arg(arg, tiny=False, smoke=False, paper=False, seeds=0,
                           steps=0, samples=0, train_len=0, lr=0.0,
-                          short=False, smollm2=False)
+                          short=False, smollm2=False, ruler=False)
   c = common.base_config()
   c.experiment = "rope_extension"
   c.seeds = (0, 1, 2, 3, 4)
@@ -108,9 +117,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # RULER rows of the real run ("" = none): a jsonl file or a directory of
   # <task>/<subset>.jsonl; rows per task (0 = all); answer tokens (0 =
   # RULER's tokens_to_generate of the task).
+  # pad_multiple: prompts padded to a multiple of it (0 = the sampler's
+  # power-of-two buckets; a 12,285-token row then costs a 16,384 prefill).
   c.ruler = ml_collections.ConfigDict({
       "path": "", "subset": "validation", "max_rows": 0,
-      "max_new_tokens": 0})
+      "max_new_tokens": 0, "pad_multiple": 0})
   c.methods = ("default", "pi", "ntk", "dynamic_ntk", "yarn", "yarn_rotation",
                "llama3", "mrope_uni", "mrope_pro")
   c.train.update(steps=1000, batch_size=32, seq_len=64, log_every=100,
@@ -159,6 +170,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                   eval_docs=SMOLLM2["eval_docs"], eval_batch_size=1,
                   dtype="float32", attention_impl="chunked")
     c.ruler.max_new_tokens = SMOLLM2["ruler_max_new_tokens"]
+    c.ruler.pad_multiple = SMOLLM2["ruler_pad_multiple"]
+    if args.ruler:  # RULER rows only (no data.path): their own results file
+      c.results_name = "rope_extension_smollm2_ruler"
   if args.short:
     scale.short(c)
   return c

@@ -69,8 +69,9 @@ def _scored_prefill_fn(graphdef, static, tree, ids_bp, mask_bp):
   b, p = ids_bp.shape
   cache = model.init_cache(b, p + room)
   positions = model.default_positions(mask_bp, cache)
-  out = model.forward(ids_bp, positions=positions, attention_mask=mask_bp,
-                      cache=cache, output_hidden_states=True)
+  # Default positions left to the model (as the sampler's prefill does).
+  out = model.forward(ids_bp, attention_mask=mask_bp, cache=cache,
+                      output_hidden_states=True)
   info = kvp.PrefillInfo(hidden_states=out.hidden_states,
                          positions=positions, attention_mask=mask_bp,
                          start=cache.index)

@@ -20,7 +20,7 @@ from jaxlab.data import pydoc_text
 from jaxlab.data import ruler_niah
 from jaxlab.data.tokenizers import ByteTokenizer
 from jaxlab.evals import long_context as lc
-from jaxlab.experiments import rope_extension as rope_exp
+from jaxlab.experiments.rope_extension import real_run
 
 HEAD = ("A special magic number is hidden within the following text. Make "
         "sure to memorize it. I will quiz you about the number afterwards.\n")
@@ -86,7 +86,7 @@ class NiahRowsTest(absltest.TestCase):
     self.assertTrue(all(1024 < n <= 2048 for n in lengths[2:]))
     c = ml_collections.ConfigDict({"ruler": {
         "path": tmp, "subset": "validation", "max_rows": 0}})
-    rows = rope_exp.ruler_rows(c)
+    rows = real_run.ruler_rows(c)
     self.assertEqual([r["task"] for r in rows], ["niah_single_1"] * 4)
 
   def test_user_errors(self):

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 import datasets
 from absl.testing import absltest
@@ -30,6 +31,7 @@ import numpy as np
 from jaxlab.configs import rope_extension as rope_config
 from jaxlab.evals import long_context as lc
 from jaxlab.experiments import rope_extension as rope_exp
+from jaxlab.experiments.rope_extension import real_run
 from jaxlab.io import pretrained
 from jaxlab.testing import hf_fixtures
 
@@ -261,22 +263,70 @@ class RopeExtensionHfTest(absltest.TestCase):
     # Past SmolLM2's 8,192-token context, through the chunked kernel.
     self.assertTrue(all(n > 8192 for n in c.task.eval_lengths))
     self.assertEqual(c.task.attention_impl, "chunked")
+    # RULER rows of ~12K tokens prefill at 12,288, not at 16,384.
+    self.assertEqual(c.ruler.pad_multiple, 1024)
+    c = rope_config.get_config("smollm2,ruler")
+    self.assertEqual((c.results_name, c.data.path, c.ruler.pad_multiple),
+                     ("rope_extension_smollm2_ruler", "", 1024))
+
+  def test_each_part_alone_reuses_the_stages(self):
+    # RULER alone (no data.path) in the same workdir: each method's RULER
+    # stage is reloaded, nothing is recomputed, and only RULER's tables
+    # are written; then perplexity alone, its stages reloaded too.
+    c = self.config.copy_and_resolve_references()
+    c.data.path = ""
+    work = os.path.join(self.root, "ruler_only")
+    shutil.copytree(self.workdir, work)
+    with mock.patch.object(real_run, "ruler_scores") as ruler, \
+        mock.patch.object(real_run, "document_perplexities") as ppl:
+      out = rope_exp.run(c, work)
+      self.assertEqual((ruler.call_count, ppl.call_count), (0, 0))
+    self.assertEqual(out["ruler_rows"], self.out["ruler_rows"])
+    self.assertEqual(out["perplexity"], {})
+    with open(os.path.join(work, "results.json")) as f:
+      res = json.load(f)
+    self.assertEqual({t["id"] for t in res["tables"]}, {"ruler", "ruler_rows"})
+    self.assertEqual((res["data"]["source"], res["data"]["rows"]),
+                     ("ruler", {"ruler": self.n_ruler}))
+    self.assertLen(res["data"]["digest"], 64)
+    c = self.config.copy_and_resolve_references()
+    c.ruler.path = ""
+    with mock.patch.object(real_run, "document_perplexities") as ppl:
+      out = rope_exp.run(c, work)
+      self.assertEqual(ppl.call_count, 0)
+    self.assertEqual(out["perplexity_docs"], self.out["perplexity_docs"])
+    self.assertEqual(out["ruler_rows"], {})
+    # A changed RULER field re-answers the rows, not the perplexities.
+    c = self.config.copy_and_resolve_references()
+    c.ruler.max_new_tokens = 3
+    c.methods = ("yarn",)
+    with mock.patch.object(real_run, "document_perplexities") as ppl:
+      out = rope_exp.run(c, work)
+      self.assertEqual(ppl.call_count, 0)
+    self.assertNotEqual(out["ruler_rows"]["yarn"],
+                        self.out["ruler_rows"]["yarn"])
+    self.assertLen(out["ruler_rows"]["yarn"], self.n_ruler)
 
   def test_user_errors_are_named(self):
     c = self.config.copy_and_resolve_references()
     c.ruler.path = os.path.join(self.root, "missing")
     with self.assertRaisesRegex(ValueError, "ruler.path=.*no jsonl file"):
-      rope_exp.ruler_rows(c)
+      real_run.ruler_rows(c)
     c.ruler.path = self.data  # a directory of another layout
     with self.assertRaisesRegex(ValueError, "no jsonl file"):
-      rope_exp.ruler_rows(c)
+      real_run.ruler_rows(c)
+    c.ruler.path, c.data.path = "", ""
+    with self.assertRaisesRegex(ValueError, "needs data.path .* or "
+                                "ruler.path"):
+      rope_exp.run(c, os.path.join(self.root, "none"))
+    c.data.path = self.data
     c.data.text_key = "book_text"
     tok = pretrained.tokenizer(self.ckpt)
     with self.assertRaisesRegex(ValueError, "no column 'book_text'"):
-      rope_exp.text_documents(c, tok, LENGTHS)
+      real_run.text_documents(c, tok, LENGTHS)
     c.data.text_key = "text"
     with self.assertRaisesRegex(ValueError, "no row has 100000 tokens"):
-      rope_exp.text_documents(c, tok, (100000,))
+      real_run.text_documents(c, tok, (100000,))
 
 
 if __name__ == "__main__":

@@ -177,9 +177,18 @@ class ChunkedCachedAttentionTest(parameterized.TestCase):
                                atol=1e-5)
     # The sampler (its own prefill and decode loop): the same greedy tokens.
     prompts = [list(rng.integers(1, 64, 33)), list(rng.integers(1, 64, 21))]
-    toks = [sampler.generate(m, prompts, max_new_tokens=8).tokens
-            for m in (model, chunked)]
+    jax.clear_caches()  # so the sampler's prefill is traced under the spy
+    with mock.patch.object(attention, "chunked_cached_attention",
+                           wraps=attention.chunked_cached_attention) as spy:
+      toks = [sampler.generate(m, prompts, max_new_tokens=8).tokens
+              for m in (model, chunked)]
     np.testing.assert_array_equal(toks[0], toks[1])
+    # Its prefill leaves the default positions to the model, so the kernel
+    # may skip the key blocks past each query block (`slot0` set): half
+    # the attention FLOPs of a long prompt.
+    self.assertEqual(spy.call_count, 2)
+    for call in spy.call_args_list:
+      self.assertIsNotNone(call.args[3].slot0)
 
 
 if __name__ == "__main__":
