@@ -164,10 +164,13 @@ VL_NOTE = ("the whole Qwen2.5-VL-{size} (vision tower included); seq_len "
            "counts the text tokens after the vision prefix")
 
 
-def _vision_model(fields: dict[str, Any], vision: dict[str, Any]
+def _vision_model(fields: dict[str, Any], vision: dict[str, Any],
+                  tower: dict[str, Any] | None = None
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
   """(the vision + prefix sections and token ids of `config.model`, the
-  `scale.vision` record) of a `vision=` argument (see `apply`)."""
+  `scale.vision` record) of a `vision=` argument (see `apply`); `tower`:
+  VisionConfig fields instead of `VISION_SHAPES[vision["shape"]]` (a
+  checkpoint's own, `from_checkpoint`)."""
   # Imported here: configs may import models, but a plain LM preset need
   # not load the VLM modules.
   from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
@@ -191,8 +194,9 @@ def _vision_model(fields: dict[str, Any], vision: dict[str, Any]
     raise ValueError("scale.apply: vision num_frames is for kind='video'")
   if kind == "video" and "num_frames" not in vision:
     raise ValueError("scale.apply: vision kind='video' needs num_frames")
-  tower = dict(VISION_SHAPES[shape], out_hidden_size=fields["dim"],
-               dtype="bfloat16", param_dtype="float32")
+  tower = dict(VISION_SHAPES[shape] if tower is None else tower,
+               out_hidden_size=fields["dim"], dtype="bfloat16",
+               param_dtype="float32")
   size = vision["image_size"]
   size = (int(size),) * 2 if isinstance(size, (int, float)) else tuple(
       int(x) for x in size)
@@ -310,6 +314,96 @@ def apply(c: ml_collections.ConfigDict, *, shape: str, topology: str,
       c.aot_sampler = ml_collections.ConfigDict(
           {"batch": b, "prompt_len": p, "max_new_tokens": n})
     return c
+
+
+# `config.model` fields a preset chooses, not the checkpoint's architecture.
+PRESET_MODEL_KNOBS = frozenset({"name", "dtype", "param_dtype", "remat",
+                                "scan_layers", "attention_impl", "vision",
+                                "prefix"})
+
+
+def from_checkpoint(c: ml_collections.ConfigDict, ckpt: Any, where: str
+                    ) -> ml_collections.ConfigDict:
+  """`c` (a paper-scale preset) with the architecture of checkpoint config
+  `ckpt` instead of `SHAPES[c.scale.shape]`; returns `c`.
+
+  `ckpt` is what `jaxlab.io.pretrained.checkpoint_config` reads from
+  `init_from` (no tensor): a `DecoderConfig`, or a `Qwen2VLConfig` (its
+  language model, and for a `vision=` preset its vision tower and special
+  tokens too). The preset's own choices stay: compute / parameter dtypes,
+  remat, scanning, the image size and frames of the prefix, and every
+  model field the preset or the command line set away from its shape
+  (`model_overrides`, `--config.model.x`). `scale.model_from` records
+  `where`; `scale.vision` is recomputed from the checkpoint's tower.
+  """
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import decoder as decoder_lib  # pylint: disable=g-import-not-at-top
+  from jaxlab.models import qwen2_vl  # pylint: disable=g-import-not-at-top
+  scale = c.get("scale")
+  if scale is None:
+    raise ValueError("scale.from_checkpoint: the config has no paper-scale "
+                     "preset (config.scale)")
+  vl = isinstance(ckpt, qwen2_vl.Qwen2VLConfig)
+  text = ckpt.text if vl else ckpt
+  if not isinstance(text, decoder_lib.DecoderConfig):
+    raise ValueError(f"{where}: not a decoder checkpoint "
+                     f"({type(ckpt).__name__}); the preset's model is one")
+  model = c.model.to_dict()
+  if model.get("name") == "qwen2_5_vl_prefix" and not vl:
+    raise ValueError(f"{where}: the preset compiles a Qwen2.5-VL model "
+                     "(vision tower and language model), but init_from is a "
+                     "language model alone")
+  shape = dict(SHAPES[scale.shape])
+  # Fields the preset or the user set away from the shape are kept.
+  kept = {k for k, v in model.items()
+          if k not in PRESET_MODEL_KNOBS and k not in QWEN_VL_TOKENS
+          and (k not in shape or _plain(v) != _plain(shape[k]))}
+  arch = {}
+  for f in dataclasses.fields(decoder_lib.DecoderConfig):
+    value = getattr(text, f.name)
+    default = (f.default if f.default is not dataclasses.MISSING else
+               f.default_factory() if f.default_factory
+               is not dataclasses.MISSING else object())
+    if f.name in PRESET_MODEL_KNOBS or f.name in kept:
+      continue
+    if f.name in shape or _plain(value) != _plain(default):
+      arch[f.name] = _plain(value)
+  model.update(arch)
+  record = None
+  if model.get("name") == "qwen2_5_vl_prefix":
+    tower = {f.name: _plain(getattr(ckpt.vision, f.name))
+             for f in dataclasses.fields(qwen2_vl.VisionConfig)
+             if f.name in VISION_SHAPES["qwen2_5_vl"]}
+    prefix = dict(model["prefix"])
+    vision = dict(shape=scale.vision.shape, kind=prefix["kind"],
+                  image_size=tuple(prefix["image_size"]),
+                  num_frames=prefix.get("num_frames", 1))
+    if "seconds_per_grid" in prefix:
+      vision["seconds_per_grid"] = prefix["seconds_per_grid"]
+    sections, record = _vision_model(model, vision, tower=tower)
+    sections.update(image_token_id=ckpt.image_token_id,
+                    video_token_id=ckpt.video_token_id,
+                    vision_start_token_id=ckpt.vision_start_token_id)
+    sections["prefix"] = dict(sections["prefix"], **{
+        k: v for k, v in prefix.items() if k not in sections["prefix"]})
+    model.update(sections)
+    record["positions"] = record["prefix_tokens"] + int(c.train.seq_len)
+  c.model = ml_collections.ConfigDict(model)
+  c.scale.model_from = str(where)
+  if record is not None:
+    c.scale.vision = record
+  return c
+
+
+def _plain(value: Any) -> Any:
+  """A field's value as config files hold it (lists as tuples, recursively)."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, (tuple, list)):
+    return tuple(_plain(v) for v in value)
+  if isinstance(value, dict):
+    return {k: _plain(v) for k, v in value.items()}
+  return value
 
 
 def preset(c: ml_collections.ConfigDict, spec: dict[str, Any]

@@ -21,6 +21,10 @@ A program that does not fit the chip's HBM is one `error:` line with the
 numbers and the knobs to turn (exit status 1; the JSON then holds `error`):
 libtpu's own out-of-memory error, or, for a program libtpu compiled (its
 check counts the temporaries only), arguments + temporaries over the HBM.
+`--model_from=init_from` compiles a paper preset with the architecture of
+the checkpoint `config.init_from` names (its config.json; no weights are
+read) instead of the preset's `SHAPES` entry, keeping the preset's dtypes,
+remat, image size and batch.
 `--config` takes a packaged config name (`lm_tiny:tiny`, the files of
 jaxlab/configs/) or a path, and `--config.x.y=v` overrides as for
 `python -m jaxlab.main`.
@@ -66,6 +70,12 @@ def _define_flags() -> None:
   _FLAGS["sampler"] = flags.DEFINE_bool(
       "sampler", True, "Also compile the sampler's prefill and decode for a "
       "config that samples.")
+  _FLAGS["model_from"] = flags.DEFINE_enum(
+      "model_from", "preset", ("preset", "init_from"),
+      "A paper preset's model shapes: the preset's (the released "
+      "checkpoint's config.json values, `configs._scale.SHAPES`) or those "
+      "of the checkpoint config.init_from names (its config.json read, no "
+      "weights; a Hub id fetches the config.json alone).")
   _FLAGS["hlo_dir"] = flags.DEFINE_string(
       "hlo_dir", None, "Write each program's optimised HLO here "
       "(<program>.hlo.txt).")
@@ -74,9 +84,18 @@ def _define_flags() -> None:
 
 def run(config, topology: str | None, num_slices: int = 1, *,
         sampler: bool = True, out: str | None = None,
-        hlo_dir: str | None = None) -> dict:
-  """Compiles `config` for the topology; prints the table, writes `out`."""
+        hlo_dir: str | None = None, model_from: str = "preset") -> dict:
+  """Compiles `config` for the topology; prints the table, writes `out`.
+
+  `model_from="init_from"`: a paper preset's model takes the architecture
+  of the checkpoint `config.init_from` names (`_scale.from_checkpoint`;
+  the report's `scale.model_from` says which config.json).
+  """
   experiments_lib.import_loss_modules()
+  if model_from not in ("preset", "init_from"):
+    raise ValueError(f"model_from={model_from!r}; valid: preset, init_from")
+  if model_from == "init_from":
+    config = with_checkpoint_model(config)
   scale = config.get("scale")
   if topology is None:
     if scale is None:
@@ -105,6 +124,24 @@ def run(config, topology: str | None, num_slices: int = 1, *,
   return report
 
 
+def with_checkpoint_model(config):
+  """A copy of paper preset `config` whose model is `config.init_from`'s
+  architecture (`jaxlab.io.pretrained.checkpoint_config`)."""
+  from jaxlab.configs import _scale  # pylint: disable=g-import-not-at-top
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  if not config.get("init_from", ""):
+    raise ValueError("--model_from=init_from needs config.init_from (a "
+                     "checkpoint directory, a Hub id or a GGUF file)")
+  if config.get("scale") is None:
+    raise ValueError("--model_from=init_from is for a paper-scale preset "
+                     "(NAME:paper); this config has no config.scale")
+  ckpt, where = pretrained.checkpoint_config(config.init_from)
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    _scale.from_checkpoint(config, ckpt, where)
+  return config
+
+
 def _write(path: str, report: dict) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
@@ -119,11 +156,11 @@ def main(argv):
   f = {k: v.value for k, v in _FLAGS.items()}
   try:
     run(f["config"], f["topology"], f["num_slices"], sampler=f["sampler"],
-        out=f["out"], hlo_dir=f["hlo_dir"])
+        out=f["out"], hlo_dir=f["hlo_dir"], model_from=f["model_from"])
   except aot.HbmOomError as e:
     print(f"error: {e}", file=sys.stderr, flush=True)
     sys.exit(1)
-  except ValueError as e:
+  except (ValueError, FileNotFoundError) as e:  # a missing checkpoint too
     print(f"error: {e}", file=sys.stderr, flush=True)
     sys.exit(2)
 

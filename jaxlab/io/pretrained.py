@@ -297,6 +297,38 @@ def load_config(spec: str, *, dtype: str = "float32", **kwargs: Any):
   return hf.config_from_hf(hf_json, dtype=dtype, where=src, **kwargs)
 
 
+def checkpoint_config(spec: str, *, dtype: str = "float32"):
+  """(architecture, where) of checkpoint `spec`, reading no tensor: a
+  `Qwen2VLConfig` for a Qwen2.5-VL / Qwen2-VL checkpoint, else the
+  `DecoderConfig` `load_config` builds. A Hub id that is not a local path
+  fetches its config.json alone (not the weights): what an AOT compile of
+  the checkpoint's shapes needs (`configs._scale.from_checkpoint`)."""
+  from jaxlab.io import hf  # pylint: disable=g-import-not-at-top
+  spec = os.fspath(spec)
+  if (spec.lower() not in SHIPPED and not os.path.exists(spec)
+      and _looks_like_hub_id(spec)):
+    try:
+      import huggingface_hub  # pylint: disable=g-import-not-at-top
+      file = huggingface_hub.hf_hub_download(spec, "config.json")
+    except Exception as e:  # pylint: disable=broad-except
+      raise MissingCheckpoint(
+          f"checkpoint {spec!r} (config.init_from): fetching its config.json "
+          f"from the Hugging Face Hub failed ({type(e).__name__}); give a "
+          "local copy (a directory with its config.json)") from None
+    src = os.path.dirname(file)
+  else:
+    src = path(spec)
+  if not src.endswith(".gguf") and trainer_checkpoint(src) is None:
+    hf_json = hf.read_config(src)
+    if hf.qwen2_vl.is_qwen2_vl_config(hf_json):
+      return (hf.qwen2_vl.qwen2_vl_config_from_hf(hf_json, dtype=dtype,
+                                                  where=src),
+              os.path.join(src, hf.files.CONFIG_FILE))
+    return (hf.config_from_hf(hf_json, dtype=dtype, where=src),
+            os.path.join(src, hf.files.CONFIG_FILE))
+  return load_config(spec, dtype=dtype), src
+
+
 def image_processor(spec: str, default: Any = None):
   """The image classifier preprocessing of checkpoint `spec`: its
   `preprocessor_config.json` as a `vision_processor.ClassifierProcessor`
