@@ -306,6 +306,30 @@ class RopeExtensionHfTest(absltest.TestCase):
     self.assertNotEqual(out["ruler_rows"]["yarn"],
                         self.out["ruler_rows"]["yarn"])
     self.assertLen(out["ruler_rows"]["yarn"], self.n_ruler)
+    # Rows rewritten under the same path (here: one row fewer per task)
+    # are answered again, not reloaded.
+    c = self.config.copy_and_resolve_references()
+    c.ruler.max_rows = 2
+    c.ruler.path = os.path.join(self.root, "ruler_rewritten")
+    shutil.copytree(self.ruler, c.ruler.path)
+    c.methods = ("yarn",)
+    first = rope_exp.run(c, work)["ruler_rows"]["yarn"]
+    self.assertLen(first, 4)
+    inputs = []
+    for task in ("niah_single_1", "qa_1"):
+      file = os.path.join(c.ruler.path, task, "validation.jsonl")
+      with open(file) as f:
+        rows = [json.loads(line) for line in f]
+      with open(file, "w") as f:
+        for r in rows[1:]:
+          f.write(json.dumps(r) + "\n")
+      inputs += [r["input"] for r in rows[1:3]]
+    with mock.patch.object(real_run, "ruler_scores",
+                           wraps=real_run.ruler_scores) as ruler:
+      second = rope_exp.run(c, work)["ruler_rows"]["yarn"]
+      self.assertEqual(ruler.call_count, 1)
+      self.assertEqual([r["input"] for r in ruler.call_args.args[2]], inputs)
+    self.assertLen(second, 4)
 
   def test_user_errors_are_named(self):
     c = self.config.copy_and_resolve_references()

@@ -19,6 +19,7 @@ reuses its perplexities.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -227,10 +228,14 @@ def perplexity_key(config, method: str) -> dict[str, Any]:
                     exclude=_MINIATURE_ONLY, method=method)
 
 
-def ruler_key(config, method: str) -> dict[str, Any]:
+def ruler_key(config, method: str, rows) -> dict[str, Any]:
+  """What one method's RULER answers depend on, the rows' contents too (a
+  directory rewritten with other rows is not a finished stage)."""
+  digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()
+                          ).hexdigest()[:16]
   return stages.key(config, ("init_from", "ruler", "task"),
                     exclude=_MINIATURE_ONLY + ("task.eval_docs",),
-                    method=method)
+                    method=method, rows=digest)
 
 
 def perplexity_tables(config, original, lengths, ppl, per_doc):
@@ -319,7 +324,8 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
               config=config))
     if rrows:
       ruler[m] = stages.cached(
-          os.path.join(workdir, f"ruler_{m}.json"), ruler_key(config, m),
+          os.path.join(workdir, f"ruler_{m}.json"),
+          ruler_key(config, m, rrows),
           lambda m=m: ruler_scores(model, tok, rrows, method=m,
                                    original=original, lengths=lengths,
                                    config=config))
