@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -367,7 +366,3 @@ def _provenance(config, rows_read) -> dict[str, Any] | None:
   return {"source": "ruler", "path": config.ruler.path,
           "subset": config.ruler.subset, "rows": dict(rows_read),
           "digest": grain_source.digest([f for _, f in ruler_files(config)])}
-
-
-def run(config, workdir: str) -> dict[str, Any]:
-  return run_pretrained(config, workdir, time.time())
