@@ -277,10 +277,10 @@ class RopeExtensionHfTest(absltest.TestCase):
     c.data.path = ""
     work = os.path.join(self.root, "ruler_only")
     shutil.copytree(self.workdir, work)
-    with mock.patch.object(real_run, "ruler_scores") as ruler, \
+    with mock.patch.object(real_run.sampler, "generate") as gen, \
         mock.patch.object(real_run, "document_perplexities") as ppl:
       out = rope_exp.run(c, work)
-      self.assertEqual((ruler.call_count, ppl.call_count), (0, 0))
+      self.assertEqual((gen.call_count, ppl.call_count), (0, 0))
     self.assertEqual(out["ruler_rows"], self.out["ruler_rows"])
     self.assertEqual(out["perplexity"], {})
     with open(os.path.join(work, "results.json")) as f:
@@ -306,30 +306,38 @@ class RopeExtensionHfTest(absltest.TestCase):
     self.assertNotEqual(out["ruler_rows"]["yarn"],
                         self.out["ruler_rows"]["yarn"])
     self.assertLen(out["ruler_rows"]["yarn"], self.n_ruler)
-    # Rows rewritten under the same path (here: one row fewer per task)
-    # are answered again, not reloaded.
+    # Rows rewritten under the same path (the first row of each task
+    # dropped, a new one appended) reload the rows answered before and
+    # answer only the new one.
     c = self.config.copy_and_resolve_references()
-    c.ruler.max_rows = 2
     c.ruler.path = os.path.join(self.root, "ruler_rewritten")
     shutil.copytree(self.ruler, c.ruler.path)
     c.methods = ("yarn",)
-    first = rope_exp.run(c, work)["ruler_rows"]["yarn"]
-    self.assertLen(first, 4)
-    inputs = []
+    new_inputs = []
     for task in ("niah_single_1", "qa_1"):
       file = os.path.join(c.ruler.path, task, "validation.jsonl")
       with open(file) as f:
         rows = [json.loads(line) for line in f]
+      new = dict(rows[0], input=rows[0]["input"].replace("1000", "4321"),
+                 outputs=["4321", "the"])
       with open(file, "w") as f:
-        for r in rows[1:]:
+        for r in rows[1:] + [new]:
           f.write(json.dumps(r) + "\n")
-      inputs += [r["input"] for r in rows[1:3]]
-    with mock.patch.object(real_run, "ruler_scores",
-                           wraps=real_run.ruler_scores) as ruler:
+      new_inputs.append(new["input"] + new["answer_prefix"])
+    tok = pretrained.tokenizer(self.ckpt)
+    with mock.patch.object(real_run.sampler, "generate",
+                           wraps=real_run.sampler.generate) as gen:
       second = rope_exp.run(c, work)["ruler_rows"]["yarn"]
-      self.assertEqual(ruler.call_count, 1)
-      self.assertEqual([r["input"] for r in ruler.call_args.args[2]], inputs)
-    self.assertLen(second, 4)
+    asked = [tok.decode(p) for call in gen.call_args_list
+             for p in call.args[1]]
+    self.assertLen(asked, 2)  # (the tokenizer may prepend its BOS text)
+    self.assertCountEqual(
+        [next(x for x in new_inputs if a.endswith(x)) for a in asked],
+        new_inputs)
+    # The reloaded rows are the first run's answers to the same rows.
+    first = self.out["ruler_rows"]["yarn"]
+    self.assertLen(second, 6)
+    self.assertEqual(second[0:2] + second[3:5], first[1:3] + first[4:6])
 
   def test_user_errors_are_named(self):
     c = self.config.copy_and_resolve_references()

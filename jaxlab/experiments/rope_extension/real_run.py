@@ -10,11 +10,13 @@ each evaluation length (`long_context.scaling_for`, S = length / L):
 - with `ruler.path`: RULER rows as its generator writes them, answered
   greedily from `input + answer_prefix` and scored with RULER's string
   match (`ruler_scores`), paired row by row.
-Either or both. Each method's perplexities and each method's RULER answers
-are a stage of their own (`perplexity_<method>.json`,
-`ruler_<method>.json`, `jaxlab.io.stages`): a run stopped part-way resumes
-at the next method, and adding `ruler.path` to a finished perplexity run
-reuses its perplexities.
+Either or both. Each method's perplexities are a stage of their own
+(`perplexity_<method>.json`, `jaxlab.io.stages`), and so is each RULER
+row's answer under each method (`ruler_<method>/row_<digest>.json`, keyed
+on the row's contents): a run stopped part-way resumes at the next method
+or row, adding `ruler.path` to a finished perplexity run reuses its
+perplexities, and rows appended to a RULER file are the only ones answered
+by the rerun.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from jaxlab.evals import long_context as lc
 from jaxlab.experiments import results as results_lib
 from jaxlab.io import pretrained
 from jaxlab.io import stages
+from jaxlab.parallel import preemption
 
 
 METHOD_LABELS = {"default": "none", "pi": "PI", "ntk": "NTK",
@@ -148,7 +151,8 @@ def _impl(config) -> dict[str, Any]:
 
 
 def ruler_scores(model, tok, rows, *, method: str, original: int,
-                 lengths, config) -> list[dict[str, Any]]:
+                 lengths, config, workdir: str | None = None
+                 ) -> list[dict[str, Any]]:
   """Greedy answers of every RULER row under `method` and their scores.
 
   The prompt is `input + answer_prefix` as RULER's call_api.py sends it;
@@ -158,26 +162,40 @@ def ruler_scores(model, tok, rows, *, method: str, original: int,
   ("chunked": block by block into the cache, `jaxlab.nn.attention`), the
   prompts padded to a multiple of `ruler.pad_multiple` (0: a power of two).
   Score: `long_context.ruler_row_score`.
+
+  With `workdir`, each row's answer is a stage (`ruler_row_path`, keyed by
+  `ruler_row_key`): rows answered before under the same settings are
+  reloaded, the others answered `task.eval_batch_size` at a time and each
+  batch saved before the next starts (Ctrl-C / SIGTERM loses at most the
+  batch in flight).
   """
+  where = ([ruler_row_path(workdir, config, method, r) for r in rows]
+           if workdir else [None] * len(rows))
+  recs: dict[int, dict[str, Any]] = {}
+  for i, w in enumerate(where):
+    if w is not None and stages.is_current(*w):
+      with open(w[0]) as f:
+        recs[i] = json.load(f)
   groups: dict[int, list[int]] = {}
-  prompts, budgets = [], []
+  prompts, budgets = {}, {}
   for i, r in enumerate(rows):
+    if i in recs:
+      continue
     ids = tok.encode(r["input"] + r.get("answer_prefix", ""), add_bos=True)
     new = int(config.ruler.max_new_tokens) or lc.RULER_TOKENS_TO_GENERATE[
         lc.ruler_base_task(r["task"])]
     need = len(ids) + new
     target = min([n for n in lengths if n >= need], default=need)
-    prompts.append(ids)
-    budgets.append(new)
+    prompts[i], budgets[i] = ids, new
     groups.setdefault(target, []).append(i)
   stops = tuple(getattr(tok, "eos_ids", ())) or (tok.eos_id,)
   bs = max(1, int(config.task.eval_batch_size))
   pad = int(config.ruler.get("pad_multiple", 0) or 0) or None
-  recs: dict[int, dict[str, Any]] = {}
   for target, idx in sorted(groups.items()):
     variant = lc.with_rope_scaling(model, lc.scaling_for(
         method, train_len=original, eval_len=target), **_impl(config))
     for s in range(0, len(idx), bs):
+      preemption.check()  # Ctrl-C / SIGTERM: stop between batches
       chunk = idx[s:s + bs]
       out = sampler.generate(
           variant, [prompts[i] for i in chunk],
@@ -186,10 +204,12 @@ def ruler_scores(model, tok, rows, *, method: str, original: int,
       for j, i in enumerate(chunk):
         toks = [t for t in out.tokens[j][:budgets[i]] if t not in stops]
         pred = tok.decode(toks)
-        recs[i] = {"task": rows[i]["task"], "length": rows[i].get("length"),
-                   "eval_len": target, "pred": pred,
-                   "score": lc.ruler_row_score(rows[i]["task"], pred,
-                                               rows[i]["outputs"])}
+        rec = {"task": rows[i]["task"], "length": rows[i].get("length"),
+               "eval_len": target, "pred": pred,
+               "score": lc.ruler_row_score(rows[i]["task"], pred,
+                                           rows[i]["outputs"])}
+        recs[i] = (rec if where[i] is None else stages.cached(
+            *where[i], lambda rec=rec: rec))
   return [recs[i] for i in range(len(rows))]
 
 
@@ -227,14 +247,24 @@ def perplexity_key(config, method: str) -> dict[str, Any]:
                     exclude=_MINIATURE_ONLY, method=method)
 
 
-def ruler_key(config, method: str, rows) -> dict[str, Any]:
-  """What one method's RULER answers depend on, the rows' contents too (a
-  directory rewritten with other rows is not a finished stage)."""
-  digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()
+def ruler_row_key(config, method: str, row) -> dict[str, Any]:
+  """What one RULER row's answer under `method` depends on: the row's
+  contents (not the file it came from: a row moved to another file or
+  directory is the same row) and the checkpoint, RULER and task settings."""
+  digest = hashlib.sha256(json.dumps(row, sort_keys=True).encode()
                           ).hexdigest()[:16]
   return stages.key(config, ("init_from", "ruler", "task"),
-                    exclude=_MINIATURE_ONLY + ("task.eval_docs",),
-                    method=method, rows=digest)
+                    exclude=_MINIATURE_ONLY + (
+                        "task.eval_docs", "ruler.path", "ruler.subset", "ruler.max_rows"),
+                    method=method, row=digest)
+
+
+def ruler_row_path(workdir: str, config, method: str, row
+                   ) -> tuple[str, dict[str, Any]]:
+  """(`WORKDIR/ruler_<method>/row_<key digest>.json`, its key)."""
+  key = ruler_row_key(config, method, row)
+  return stages.keyed_path(os.path.join(workdir, f"ruler_{method}"), "row",
+                           key, "json"), key
 
 
 def perplexity_tables(config, original, lengths, ppl, per_doc):
@@ -322,12 +352,9 @@ def run_pretrained(config, workdir: str, t0: float) -> dict[str, Any]:
               model, docs, method=m, original=original, lengths=lengths,
               config=config))
     if rrows:
-      ruler[m] = stages.cached(
-          os.path.join(workdir, f"ruler_{m}.json"),
-          ruler_key(config, m, rrows),
-          lambda m=m: ruler_scores(model, tok, rrows, method=m,
-                                   original=original, lengths=lengths,
-                                   config=config))
+      ruler[m] = ruler_scores(model, tok, rrows, method=m,
+                              original=original, lengths=lengths,
+                              config=config, workdir=workdir)
   tables, comparisons, rows_read, summary = [], [], {}, {}
   if text:
     tables, comparisons = perplexity_tables(config, original, lengths, ppl,
