@@ -318,15 +318,14 @@ def checkpoint_config(spec: str, *, dtype: str = "float32"):
     src = os.path.dirname(file)
   else:
     src = path(spec)
-  if not src.endswith(".gguf") and trainer_checkpoint(src) is None:
-    hf_json = hf.read_config(src)
-    if hf.qwen2_vl.is_qwen2_vl_config(hf_json):
-      return (hf.qwen2_vl.qwen2_vl_config_from_hf(hf_json, dtype=dtype,
-                                                  where=src),
-              os.path.join(src, hf.files.CONFIG_FILE))
-    return (hf.config_from_hf(hf_json, dtype=dtype, where=src),
-            os.path.join(src, hf.files.CONFIG_FILE))
-  return load_config(spec, dtype=dtype), src
+  if src.endswith(".gguf") or trainer_checkpoint(src) is not None:
+    return load_config(spec, dtype=dtype), src
+  hf_json = hf.read_config(src)
+  where = os.path.join(src, hf.files.CONFIG_FILE)
+  if hf.qwen2_vl.is_qwen2_vl_config(hf_json):
+    return hf.qwen2_vl.qwen2_vl_config_from_hf(hf_json, dtype=dtype,
+                                               where=src), where
+  return load_config(src, dtype=dtype), where
 
 
 def image_processor(spec: str, default: Any = None):
