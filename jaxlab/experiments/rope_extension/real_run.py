@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxlab import progress
 from jaxlab.data import pipeline
 from jaxlab.decoding import sampler
 from jaxlab.evals import long_context as lc
@@ -191,12 +192,17 @@ def ruler_scores(model, tok, rows, *, method: str, original: int,
   stops = tuple(getattr(tok, "eos_ids", ())) or (tok.eos_id,)
   bs = max(1, int(config.task.eval_batch_size))
   pad = int(config.ruler.get("pad_multiple", 0) or 0) or None
+  asked, todo = 0, sum(len(idx) for idx in groups.values())
   for target, idx in sorted(groups.items()):
     variant = lc.with_rope_scaling(model, lc.scaling_for(
         method, train_len=original, eval_len=target), **_impl(config))
     for s in range(0, len(idx), bs):
       preemption.check()  # Ctrl-C / SIGTERM: stop between batches
       chunk = idx[s:s + bs]
+      progress.stage(f"RULER {label(method)}: rows {asked + 1}-"
+                     f"{asked + len(chunk)} of the {todo} to answer "
+                     f"({len(rows) - todo} reloaded)")
+      asked += len(chunk)
       out = sampler.generate(
           variant, [prompts[i] for i in chunk],
           max_new_tokens=max(budgets[i] for i in chunk), eos_id=tok.eos_id,
