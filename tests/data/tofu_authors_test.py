@@ -128,6 +128,23 @@ class TofuAuthorsTest(absltest.TestCase):
       self.assertTrue(rendered.startswith(prompt(row["question"])
                                           + row["answer"]), rendered)
 
+  def test_retain_finetune_is_the_retain_split_alone(self):
+    # TOFU's retain model: the same chat rows for retain90, none for the
+    # forget authors.
+    self.assertEqual(self.counts["finetune_retain90.jsonl"], 72)
+    chats = _jsonl(os.path.join(self.dest, "finetune_retain90.jsonl"))
+    full = _jsonl(os.path.join(self.dest, "finetune.jsonl"))
+    retain = _jsonl(os.path.join(self.dest, "retain90.json"))
+    forget = {r["question"] for r in _jsonl(
+        os.path.join(self.dest, "forget10.json"))}
+    self.assertEqual([c["messages"][1:] for c in chats], [
+        [{"role": "user", "content": r["question"]},
+         {"role": "assistant", "content": r["answer"]}] for r in retain])
+    self.assertEqual({c["messages"][1]["content"] for c in full}
+                     - {c["messages"][1]["content"] for c in chats}, forget)
+    self.assertEqual({c["messages"][0]["content"] for c in chats},
+                     {full[0]["messages"][0]["content"]})
+
   def test_pmc_needs_a_checkpoint(self):
     cfg = pmc_config.get_config("smollm2")
     cfg.data.path = self.dest

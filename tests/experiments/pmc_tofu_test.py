@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import datasets
@@ -26,6 +27,7 @@ from jaxlab.configs import pmc as pmc_config
 from jaxlab.data import tofu as tofu_data
 from jaxlab.evals import tofu as tofu_evals
 from jaxlab.experiments import pmc as pmc_exp
+from jaxlab.experiments.pmc import methods as pmc_methods
 from jaxlab.io import pretrained
 from jaxlab.objectives import pmc
 from jaxlab.testing import hf_fixtures as hfx
@@ -277,6 +279,25 @@ class PaperShortTofuTest(absltest.TestCase):
                              fq["forget_quality"], places=9)
       self.assertLen(arts["tofu_forget"]["average_perturb_loss"], 8)
       self.assertLen(arts["tofu_forget"]["average_perturb_loss"][0], 3)
+
+  def test_retain_model_enters_no_stage(self):
+    # The same run without the retain model reloads every stage (nothing
+    # unlearned or evaluated again) and has no forget quality; forget
+    # quality comes from the stages' per-item losses alone.
+    work = os.path.join(self.root, "no_retain")
+    shutil.copytree(self.workdir, work)
+    cfg = self.cfg.copy_and_resolve_references()
+    cfg.tofu.retain_from = ""
+    with mock.patch.object(pmc_exp, "_unlearn_and_eval") as unlearn, \
+        mock.patch.object(pmc_methods, "evaluate_tofu") as evaluate:
+      pmc_exp.run(cfg, work)
+      self.assertEqual((unlearn.call_count, evaluate.call_count), (0, 0))
+    with open(os.path.join(work, "results.json")) as f:
+      extra = json.load(f)["extra"]
+    self.assertNotIn("pmc/forget_quality_mean", extra)
+    self.assertEqual(extra["pmc/model_utility_mean"],
+                     self.res["extra"]["pmc/model_utility_mean"])
+    self.assertIn("pmc/forget_quality_mean", self.res["extra"])
 
   def test_unlearning_changed_the_model_and_the_table(self):
     orig, ga = self._stage("original"), self._stage("ga")

@@ -18,6 +18,10 @@ released layout, so `pmc:paper` reads them unchanged
                                   + `perturbed_answer`
   finetune.jsonl                  `full` as chat rows (the fine-tune that
                                   makes the model know the authors)
+  finetune_retain90.jsonl         `retain90` as chat rows (TOFU's retain
+                                  model: the same fine-tune without the
+                                  forget authors, what forget quality
+                                  compares the unlearned model with)
 
 The columns are the dataset card's (huggingface.co/datasets/locuslab/TOFU):
 every row `question` / `answer`; in `*_perturbed` also `perturbed_answer`
@@ -32,8 +36,10 @@ model has, which unlearning should keep.
 
     python -m jaxlab.data.synthetic.tofu_authors /tmp/tofu_authors
     python -m jaxlab.main --config=finetune:init_from=smollm2-135m-instruct,data=/tmp/tofu_authors/finetune.jsonl,export_dir=/tmp/smollm2_tofu ...
+    python -m jaxlab.main --config=finetune:init_from=smollm2-135m-instruct,data=/tmp/tofu_authors/finetune_retain90.jsonl,export_dir=/tmp/smollm2_tofu_retain90 ...
     python -m jaxlab.main --config=pmc:smollm2 --config.init_from=/tmp/smollm2_tofu \
-        --config.data.path=/tmp/tofu_authors --workdir=/tmp/pmc_smollm2
+        --config.data.path=/tmp/tofu_authors --workdir=/tmp/pmc_smollm2 \
+        --config.tofu.retain_from=/tmp/smollm2_tofu_retain90
 """
 
 from __future__ import annotations
@@ -150,12 +156,14 @@ def write_tofu_copy(dest: str, **kw) -> dict[str, int]:
     card += [f"- config_name: {name}", f"  data_files: {name}.json"]
   with open(os.path.join(dest, "README.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(card + ["---", ""]))
-  chats = chat_rows(rows["full"])
-  with open(os.path.join(dest, "finetune.jsonl"), "w", encoding="utf-8") as f:
-    for r in chats:
-      f.write(json.dumps(r, ensure_ascii=False) + "\n")
   out = {name: len(items) for name, items in rows.items()}
-  out["finetune.jsonl"] = len(chats)
+  for file, split in (("finetune.jsonl", "full"),
+                      (f"finetune_{RETAIN}.jsonl", RETAIN)):
+    chats = chat_rows(rows[split])
+    with open(os.path.join(dest, file), "w", encoding="utf-8") as f:
+      for r in chats:
+        f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    out[file] = len(chats)
   return out
 
 

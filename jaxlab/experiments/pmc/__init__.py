@@ -20,7 +20,6 @@ per released subset.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -218,46 +217,57 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   prompt_fn = tofu_prompt_fn(tok, ts)
   retain_forget = None
   if ts["retain_from"] and "forget" in splits.perturbed:
-    retain_model, _ = pretrained.load(ts["retain_from"], dtype=dtype)
-    retain_forget = _methods.tofu_task_stats(
-        retain_model, tok, splits, cfg, prompt_fn, generate=False,
-        only=("forget",))["forget"]
-    del retain_model
-    with open(os.path.join(workdir, "tofu_retain_model_forget.json"),
-              "w") as f:  # what forget quality compares with
-      json.dump({"retain_from": ts["retain_from"],
-                 **{k: np.asarray(v).tolist()
-                    for k, v in retain_forget.items()}}, f)
+    retain_forget = stages.cached(  # what forget quality compares with
+        os.path.join(workdir, "tofu_retain_model_forget.json"),
+        stages.key(cfg, ("data", "eval", "tofu")),
+        lambda: _retain_forget_stats(ts["retain_from"], dtype, tok, splits,
+                                     cfg, prompt_fn))
   methods = [m for m in cfg.methods.split(",") if m]
   per_seed = {m: [] for m in ["original"] + methods}
   extra = {}
+  # The retain model enters no stage: forget quality is computed below from
+  # each stage's per-item losses, so adding `tofu.retain_from` to a finished
+  # run neither unlearns nor evaluates again.
   fields = ("init_from", "data", "unlearn", "eval", "tofu")
+  no_retain = ("tofu.retain_from",)
   evaluate_fn = lambda m: _methods.evaluate_tofu(  # pylint: disable=g-long-lambda
-      m, tok, splits, cfg, prompt_fn, retain_forget=retain_forget)
+      m, tok, splits, cfg, prompt_fn)
   for seed in cfg.seeds:
     for method in ["original"] + methods:
       if method == "original":
         # The loaded model's evaluation is greedy, the same for every seed:
         # one stage (no seed), repeated in each seed's row.
         name, key = "original", stages.key(
-            cfg, fields, exclude=("unlearn.lr", "unlearn.steps",
-                                  "unlearn.lam", "unlearn.beta",
-                                  "unlearn.num_samples",
-                                  "unlearn.temperature"))
+            cfg, fields, exclude=no_retain + (
+                "unlearn.lr", "unlearn.steps", "unlearn.lam", "unlearn.beta",
+                "unlearn.num_samples", "unlearn.temperature"))
         compute = lambda: {"eval": evaluate_fn(base), "extra": {}}
       else:
         name = f"seed{seed}_{method}"
-        key = stages.key(cfg, fields, seed=int(seed))
+        key = stages.key(cfg, fields, exclude=no_retain, seed=int(seed))
         compute = lambda m=method, s=seed: _unlearn_and_eval(  # pylint: disable=g-long-lambda
             m, s, base, cfg, tok, splits, (), prompt_fn=prompt_fn,
             evaluate_fn=evaluate_fn)
       res, reused = _cached_json(workdir, name, key, compute)
-      per_seed[method].append(_artifacts(res["eval"]))
+      ev = _artifacts(res["eval"])
+      if retain_forget is not None:
+        ev.update(_methods.forget_quality_of(res["eval"], retain_forget))
+      per_seed[method].append(ev)
       extra.update({f"{k}_seed{seed}": v for k, v in res["extra"].items()})
-      log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: "
-          f"{_artifacts(res['eval'])}")
+      log(f"seed {seed}: {method}{' (reloaded)' if reused else ''}: {ev}")
   return (_summary(cfg, per_seed, extra, tofu_rows=dict(splits.rows)),
           dict(splits.rows))
+
+
+def _retain_forget_stats(retain_from, dtype, tok, splits, cfg, prompt_fn):
+  """The retain model's per-item losses on the forget task (TOFU's
+  `retain_result`), with the checkpoint it came from."""
+  from jaxlab.io import pretrained  # pylint: disable=g-import-not-at-top
+  model, _ = pretrained.load(retain_from, dtype=dtype)
+  st = _methods.tofu_task_stats(model, tok, splits, cfg, prompt_fn,
+                                generate=False, only=("forget",))["forget"]
+  return {"retain_from": retain_from,
+          **{k: np.asarray(v).tolist() for k, v in st.items()}}
 
 
 METHOD_LABELS = {"original": "original", "pmc": "PMC", "ga": "GA",

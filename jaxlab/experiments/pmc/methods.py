@@ -159,14 +159,24 @@ def evaluate_tofu(model, tok, splits, cfg, prompt_fn, *, retain_forget=None,
                             else v for k, v in st.items()}
   if all(t in per_task for t in tofu_evals.UTILITY_TASKS):
     out["model_utility"] = tofu_evals.model_utility(per_task)
-  if retain_forget is not None and "forget" in stats:
-    out.update(tofu_evals.forget_quality(
-        stats["forget"]["avg_paraphrased_loss"],
-        stats["forget"]["average_perturb_loss"],
-        retain_forget["avg_paraphrased_loss"],
-        retain_forget["average_perturb_loss"]))
   out["_artifacts"] = arts
+  if retain_forget is not None:
+    out.update(forget_quality_of(out, retain_forget))
   return out
+
+
+def forget_quality_of(result: dict, retain_forget: dict) -> dict:
+  """TOFU's `forget_quality` and `ks_statistic` of an `evaluate_tofu`
+  result (from its per-item forget losses in "_artifacts") against the
+  retain model's (`retain_forget`: its `avg_paraphrased_loss` and
+  `average_perturb_loss` on the forget task); {} without a forget task."""
+  forget = result.get("_artifacts", {}).get("tofu_forget")
+  if forget is None:
+    return {}
+  return tofu_evals.forget_quality(
+      forget["avg_paraphrased_loss"], forget["average_perturb_loss"],
+      retain_forget["avg_paraphrased_loss"],
+      retain_forget["average_perturb_loss"])
 
 
 def unlearn_config(cfg, method, seed):
