@@ -293,8 +293,13 @@ class PaperShortTofuTest(absltest.TestCase):
       pmc_exp.run(cfg, work)
       self.assertEqual((unlearn.call_count, evaluate.call_count), (0, 0))
     with open(os.path.join(work, "results.json")) as f:
-      extra = json.load(f)["extra"]
+      res = json.load(f)
+    extra = res["extra"]
     self.assertNotIn("pmc/forget_quality_mean", extra)
+    fq = lambda r: [(c["a"], c["b"]) for c in r["comparisons"]  # pylint: disable=g-long-lambda
+                    if c["column"] == "forget_quality"]
+    self.assertEqual(fq(res), [])
+    self.assertEqual(fq(self.res), [("PMC", "original")])
     self.assertEqual(extra["pmc/model_utility_mean"],
                      self.res["extra"]["pmc/model_utility_mean"])
     self.assertIn("pmc/forget_quality_mean", self.res["extra"])

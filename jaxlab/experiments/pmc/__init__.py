@@ -354,10 +354,14 @@ def results_tables(out: dict, table_id: str = "unlearning",
               ("utility", "pmc", "simnpo"), ("utility", "pmc", "idk"),
               ("recall_forget", "pmc", "gd"),
               ("recall_forget", "pmc", "simnpo"),
-              ("recall_forget", "pmc", "idk")]
+              ("recall_forget", "pmc", "idk"),
+              ("forget_quality", "pmc", "original"),
+              ("forget_quality", "pmc", "npo"),
+              ("forget_quality", "pmc", "gd")]
     keys = {k for k, _ in columns}
+    has = lambda m, c: m in methods and all(c in r for r in methods[m])
     comparisons = [cmp(c, a, b) for c, a, b in wanted
-                   if a in methods and b in methods and c in keys]
+                   if c in keys and has(a, c) and has(b, c)]
   return tables, comparisons
 
 
