@@ -296,8 +296,9 @@ class PaperShortTofuTest(absltest.TestCase):
       res = json.load(f)
     extra = res["extra"]
     self.assertNotIn("pmc/forget_quality_mean", extra)
-    fq = lambda r: [(c["a"], c["b"]) for c in r["comparisons"]  # pylint: disable=g-long-lambda
-                    if c["column"] == "forget_quality"]
+    def fq(r):
+      return [(c["a"], c["b"]) for c in r["comparisons"]
+              if c["column"] == "forget_quality"]
     self.assertEqual(fq(res), [])
     self.assertEqual(fq(self.res), [("PMC", "original")])
     self.assertEqual(extra["pmc/model_utility_mean"],

@@ -219,7 +219,7 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   if ts["retain_from"] and "forget" in splits.perturbed:
     retain_forget = stages.cached(  # what forget quality compares with
         os.path.join(workdir, "tofu_retain_model_forget.json"),
-        stages.key(cfg, ("data", "eval", "tofu")),
+        stages.key(cfg, ("init_from", "data", "eval", "tofu")),
         lambda: _retain_forget_stats(ts["retain_from"], dtype, tok, splits,
                                      cfg, prompt_fn))
   methods = [m for m in cfg.methods.split(",") if m]
@@ -230,8 +230,8 @@ def run_unlearning_tofu(cfg, workdir: str) -> tuple[dict, dict]:
   # run neither unlearns nor evaluates again.
   fields = ("init_from", "data", "unlearn", "eval", "tofu")
   no_retain = ("tofu.retain_from",)
-  evaluate_fn = lambda m: _methods.evaluate_tofu(  # pylint: disable=g-long-lambda
-      m, tok, splits, cfg, prompt_fn)
+  evaluate_fn = lambda m: _methods.evaluate_tofu(m, tok, splits, cfg,
+                                                 prompt_fn)
   for seed in cfg.seeds:
     for method in ["original"] + methods:
       if method == "original":

@@ -261,7 +261,8 @@ def ruler_row_key(config, method: str, row) -> dict[str, Any]:
                           ).hexdigest()[:16]
   return stages.key(config, ("init_from", "ruler", "task"),
                     exclude=_MINIATURE_ONLY + (
-                        "task.eval_docs", "ruler.path", "ruler.subset", "ruler.max_rows"),
+                        "task.eval_docs", "ruler.path", "ruler.subset",
+                        "ruler.max_rows"),
                     method=method, row=digest)
 
 
